@@ -1,0 +1,290 @@
+"""Image sources and deterministic batching.
+
+A source is named by a string:
+
+- ``samples``: the natural photographs bundled in ``assets/samples`` (public domain, from scikit-image);
+- ``fashion-mnist`` / ``fashion-mnist:test`` / ``fashion-mnist:train`` (Debian's ``dataset-fashion-mnist`` idx files,
+  or the bundled test slice); ``fashion-mnist:test:/some/folder`` reads the idx files from that folder;
+- ``cifar10[:train|test]``, ``cifar100[:train|test]`` through torchvision (downloaded only when online);
+- any other string: a folder of images (recursive, sorted by path; class labels from sub-folder names).
+
+Uploaded images (name, bytes) and lists of files make a :class:`FilesSource`. Images are decoded once per batch
+and converted per model (EXIF orientation applied; RGB or greyscale as the model expects).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+from abc import ABC, abstractmethod
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator, Sequence
+
+import numpy as np
+
+from .errors import VitlabError
+
+ASSETS = Path(__file__).resolve().parent.parent / "assets"
+IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".gif", ".tif", ".tiff", ".webp", ".ppm", ".pgm")
+
+
+class ImageSource(ABC):
+    """Indexable images with stable per-item keys (for cache fingerprints) and optional labels."""
+
+    name: str = "images"
+    classes: list[str] | None = None
+
+    @abstractmethod
+    def __len__(self) -> int: ...
+
+    @abstractmethod
+    def item_id(self, i: int) -> str:
+        """Human-readable id (file name, dataset index)."""
+
+    def item_key(self, i: int) -> str:
+        """Changes whenever the item's content may have changed."""
+        return self.item_id(i)
+
+    @abstractmethod
+    def load(self, i: int):
+        """The i-th image as a PIL image; VitlabError when it cannot be read."""
+
+    def label(self, i: int) -> int | None:
+        return None
+
+    @property
+    def has_labels(self) -> bool:
+        return self.classes is not None
+
+
+def _decode(data: bytes | str | Path, name: str):
+    from PIL import Image, ImageOps, UnidentifiedImageError
+
+    try:
+        img = Image.open(io.BytesIO(data) if isinstance(data, bytes) else data)
+        img.load()
+        return ImageOps.exif_transpose(img)
+    except UnidentifiedImageError as e:
+        suffix = Path(name).suffix.lower()
+        hint = f"Pillow cannot read '{suffix}' files; convert it to PNG or JPEG" if suffix else "not an image file"
+        raise VitlabError(f"image '{name}': {hint}") from e
+    except (OSError, ValueError, SyntaxError) as e:
+        raise VitlabError(f"image '{name}': unreadable or truncated ({e})") from e
+
+
+class FilesSource(ImageSource):
+    """A list of image files, or of uploaded (name, bytes) pairs, with optional labels."""
+
+    def __init__(self, items: Sequence, labels: Sequence[int] | None = None, classes: Sequence[str] | None = None,
+                 name: str = "files"):
+        self.items = list(items)
+        self.name = name
+        self._labels = list(labels) if labels is not None else None
+        self.classes = list(classes) if classes is not None else None
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def item_id(self, i: int) -> str:
+        it = self.items[i]
+        return it[0] if isinstance(it, tuple) else str(it)
+
+    def item_key(self, i: int) -> str:
+        it = self.items[i]
+        if isinstance(it, tuple):
+            return f"{it[0]}:{hashlib.sha1(it[1]).hexdigest()}"
+        try:
+            st = os.stat(it)
+            return f"{it}:{st.st_size}:{st.st_mtime_ns}"
+        except OSError:
+            return f"{it}:missing"
+
+    def load(self, i: int):
+        it = self.items[i]
+        if isinstance(it, tuple):
+            return _decode(it[1], it[0])
+        if not Path(it).is_file():
+            raise VitlabError(f"image '{it}' does not exist")
+        return _decode(Path(it), str(it))
+
+    def label(self, i: int) -> int | None:
+        return None if self._labels is None else int(self._labels[i])
+
+
+def folder_source(path: str | Path) -> FilesSource:
+    """Images under ``path`` (recursive, sorted); class labels from first-level sub-folders when all have one."""
+    root = Path(path).expanduser()
+    if not root.is_dir():
+        raise VitlabError(
+            f"data source '{path}' is neither a folder nor a known data set "
+            "(samples, fashion-mnist[:train|test], cifar10, cifar100)"
+        )
+    files = sorted(p for p in root.rglob("*") if p.is_file() and p.suffix.lower() in IMAGE_SUFFIXES)
+    if not files:
+        raise VitlabError(f"folder '{root}' holds no images ({', '.join(IMAGE_SUFFIXES)})")
+    rel = [f.relative_to(root) for f in files]
+    if all(len(r.parts) >= 2 for r in rel):
+        classes = sorted({r.parts[0] for r in rel})
+        index = {c: k for k, c in enumerate(classes)}
+        return FilesSource(files, [index[r.parts[0]] for r in rel], classes, name=str(root))
+    return FilesSource(files, name=str(root))
+
+
+class ArraySource(ImageSource):
+    """In-memory uint8 images (N, h, w) or (N, h, w, 3) with labels: Fashion-MNIST, CIFAR."""
+
+    def __init__(self, images: np.ndarray, labels: np.ndarray | None, classes: Sequence[str] | None, name: str):
+        self.images = images
+        self.labels = labels
+        self.classes = list(classes) if classes is not None else None
+        self.name = name
+
+    def __len__(self) -> int:
+        return len(self.images)
+
+    def item_id(self, i: int) -> str:
+        return f"{self.name}#{i}"
+
+    def load(self, i: int):
+        from PIL import Image
+
+        return Image.fromarray(self.images[i])
+
+    def label(self, i: int) -> int | None:
+        return None if self.labels is None else int(self.labels[i])
+
+
+def _fashion_mnist(split: str, folder: str | None) -> ArraySource:
+    from . import fmnist
+
+    if split not in ("train", "test"):
+        raise VitlabError(f"fashion-mnist split must be 'train' or 'test', not '{split}'")
+    images, labels = fmnist.load(split, folder)
+    return ArraySource(images, labels, fmnist.CLASSES, name=fmnist.describe(split, folder))
+
+
+def _cifar(which: str, split: str) -> ArraySource:
+    from .models import hub_reachable
+
+    if split not in ("train", "test"):
+        raise VitlabError(f"{which} split must be 'train' or 'test', not '{split}'")
+    try:
+        import torchvision.datasets as tvd
+    except ImportError as e:
+        raise VitlabError(f"{which} needs torchvision: pip install torchvision") from e
+    root = Path(os.environ.get("VITLAB_DATA_DIR", Path.home() / ".cache" / "vitlab" / "datasets"))
+    cls = tvd.CIFAR10 if which == "cifar10" else tvd.CIFAR100
+    try:
+        ds = cls(str(root), train=split == "train", download=False)
+    except RuntimeError:
+        if not hub_reachable():
+            raise VitlabError(
+                f"{which} is not in {root} and this machine is offline: go online once (it is then kept), "
+                "or put the extracted data set there"
+            ) from None
+        ds = cls(str(root), train=split == "train", download=True)
+    return ArraySource(np.asarray(ds.data), np.asarray(ds.targets), ds.classes, name=f"{which}:{split}")
+
+
+def open_source(text: str) -> ImageSource:
+    """Open a data source by name (see the module docstring)."""
+    text = str(text).strip()
+    head, _, rest = text.partition(":")
+    if text == "samples":
+        return folder_source(ASSETS / "samples")
+    if head in ("fashion-mnist", "fmnist"):
+        split, _, folder = rest.partition(":")
+        return _fashion_mnist(split or "test", folder or None)
+    if head in ("cifar10", "cifar100"):
+        return _cifar(head, rest or "test")
+    return folder_source(text)
+
+
+def uploads_source(uploads: Sequence[tuple[str, bytes]]) -> FilesSource:
+    """Uploaded images as a source; the order is the order given."""
+    if not uploads:
+        raise VitlabError("no images uploaded")
+    return FilesSource([(n, bytes(b)) for n, b in uploads], name="uploads")
+
+
+@dataclass(frozen=True)
+class DataSpec:
+    """Which images: the source, how many, in which order."""
+
+    source: str = "samples"
+    images: int | None = None  # None: all
+    shuffle: int | None = None  # seed; None keeps the source order
+
+
+def select(source: ImageSource, images: int | None = None, shuffle: int | None = None) -> list[int]:
+    """Indices of the images used: the first ``images`` in order, or of a seeded permutation."""
+    n = len(source)
+    if n == 0:
+        raise VitlabError(f"data source '{source.name}' is empty")
+    order = np.arange(n) if shuffle is None else np.random.default_rng(shuffle).permutation(n)
+    if images is not None:
+        if images < 1:
+            raise VitlabError(f"--images must be positive, not {images}")
+        order = order[:images]
+    return [int(i) for i in order]
+
+
+@dataclass
+class Batch:
+    """One batch of decoded images; ``key`` fingerprints exactly these items (the cache key's data part)."""
+
+    index: int
+    indices: list[int]
+    key: str
+    images: list | None = None  # PIL images that decoded
+    ids: list[str] | None = None
+    labels: list[int] | None = None
+    skipped: list[tuple[str, str]] | None = None  # (id, reason)
+
+
+def plan_batches(source: ImageSource, indices: Sequence[int], batch_size: int) -> list[Batch]:
+    """Fixed chunks of ``indices``; images are decoded later, only for batches that need a forward pass."""
+    if batch_size < 1:
+        raise VitlabError(f"--batch-size must be positive, not {batch_size}")
+    out = []
+    for b, start in enumerate(range(0, len(indices), batch_size)):
+        chunk = list(indices[start:start + batch_size])
+        h = hashlib.sha256()
+        for i in chunk:
+            h.update(source.item_key(i).encode())
+            h.update(b"\0")
+        out.append(Batch(b, chunk, h.hexdigest()[:24]))
+    return out
+
+
+def decode(source: ImageSource, batch: Batch) -> Batch:
+    """Decode the images of ``batch``; unreadable ones are recorded in ``batch.skipped`` and left out."""
+    batch.images, batch.ids, batch.labels, batch.skipped = [], [], [], []
+    for i in batch.indices:
+        try:
+            img = source.load(i)
+        except VitlabError as e:
+            batch.skipped.append((source.item_id(i), str(e)))
+            continue
+        batch.images.append(img)
+        batch.ids.append(source.item_id(i))
+        batch.labels.append(source.label(i))
+    if not source.has_labels:
+        batch.labels = None
+    return batch
+
+
+def to_tensor(images: list, loaded) -> "object":
+    """Stack PIL images as the model expects them: (B, C, H, W) on the model's device."""
+    import torch
+
+    mode = "L" if loaded.in_chans == 1 else "RGB"
+    xs = [loaded.transform(img if img.mode == mode else img.convert(mode)) for img in images]
+    return torch.stack(xs).to(loaded.device)
+
+
+def iter_images(source: ImageSource, indices: Sequence[int]) -> Iterator[tuple[str, object]]:
+    for i in indices:
+        yield source.item_id(i), source.load(i)

@@ -1,0 +1,268 @@
+"""Model specs and loading.
+
+A spec is ``NAME[@WEIGHTS]`` (or ``zoo:NAME``):
+
+- NAME: any timm model name, optionally with a pretrained tag (``vit_base_patch16_224.augreg_in21k``);
+- WEIGHTS: ``pretrained`` (default: timm's hub loading and its local cache), ``random`` / ``random:SEED``
+  (exactly ``torch.manual_seed(SEED)`` then ``timm.create_model(NAME, pretrained=False)``), or a path to a local
+  ``.safetensors`` / ``.pth`` / ``.pt`` / ``.bin`` checkpoint (never unpickled).
+
+The fingerprint changes whenever the weights or the eval transform change: it hashes the checkpoint file's
+bytes, the seed, or the pretrained tag (hub weights are immutable per tag) plus the data config.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .errors import VitlabError
+
+CHECKPOINT_SUFFIXES = (".safetensors", ".pth", ".pt", ".bin")
+
+# Friendly names for the paper's models (Raghu et al. 2021 used JFT-300M weights, which are not public;
+# ImageNet-21k weights are the nearest public stand-ins).
+PAPER_MODELS: dict[str, str] = {
+    "ViT-B/32": "vit_base_patch32_224.augreg_in21k",
+    "ViT-B/16": "vit_base_patch16_224.augreg_in21k",
+    "ViT-L/16": "vit_large_patch16_224.augreg_in21k",
+    "ViT-H/14": "vit_huge_patch14_224.orig_in21k",
+    "BiT R50x1": "resnetv2_50x1_bit.goog_in21k",
+    "BiT R152x2": "resnetv2_152x2_bit.goog_in21k",
+    "Mixer-B/16": "mixer_b16_224.goog_in21k",
+}
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """What to load. ``weights`` is 'pretrained', 'random:SEED', 'zoo' or a checkpoint path."""
+
+    name: str
+    weights: str = "pretrained"
+    img_size: int | None = None  # ViT/Mixer only: build at another input size (position embeddings resized)
+
+    @property
+    def label(self) -> str:
+        if self.weights == "zoo":
+            return f"zoo:{self.name}"
+        if self.weights == "pretrained":
+            return self.name
+        if self.weights.startswith("random"):
+            return f"{self.name}@{self.weights}"
+        return f"{self.name}@{Path(self.weights).name}"
+
+
+def parse_spec(text: str) -> ModelSpec:
+    """Parse ``NAME[@WEIGHTS]`` or ``zoo:NAME`` into a :class:`ModelSpec`."""
+    text = text.strip()
+    if not text:
+        raise VitlabError("empty model spec: give a timm model name, e.g. vit_base_patch32_224.augreg_in21k")
+    if text in PAPER_MODELS:
+        return ModelSpec(PAPER_MODELS[text])
+    if text.startswith("zoo:"):
+        return ModelSpec(text[4:], "zoo")
+    name, _, weights = text.partition("@")
+    weights = weights or "pretrained"
+    if weights == "random":
+        weights = "random:0"
+    if weights.startswith("random:"):
+        seed = weights[7:]
+        if not seed.isdigit():
+            raise VitlabError(f"model spec '{text}': the seed after 'random:' must be a non-negative integer")
+    elif weights != "pretrained":
+        path = Path(weights).expanduser()
+        if path.suffix.lower() not in CHECKPOINT_SUFFIXES:
+            raise VitlabError(
+                f"model spec '{text}': weights must be 'pretrained', 'random[:SEED]' or a checkpoint file "
+                f"ending in {', '.join(CHECKPOINT_SUFFIXES)}"
+            )
+        weights = str(path)
+    return ModelSpec(name, weights)
+
+
+@dataclass
+class LoadedModel:
+    """A model ready for analysis: eval mode, on its device, with its eval transform and fingerprint."""
+
+    spec: ModelSpec
+    model: Any  # torch.nn.Module
+    transform: Any  # PIL image -> (C, H, W) tensor
+    data_config: dict
+    fingerprint: str
+    device: str
+    lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    @property
+    def label(self) -> str:
+        return self.spec.label
+
+    @property
+    def in_chans(self) -> int:
+        return int(self.data_config["input_size"][0])
+
+
+def _sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def read_state_dict(path: str | Path) -> dict:
+    """Read a checkpoint without unpickling arbitrary objects (safetensors, or ``torch.load(weights_only=True)``)."""
+    import torch
+
+    path = Path(path)
+    if not path.is_file():
+        raise VitlabError(f"checkpoint '{path}' does not exist")
+    try:
+        if path.suffix.lower() == ".safetensors":
+            from safetensors.torch import load_file
+
+            state = load_file(str(path), device="cpu")
+        else:
+            state = torch.load(str(path), map_location="cpu", weights_only=True)
+    except Exception as e:  # corrupt file, pickled objects refused by weights_only, ...
+        raise VitlabError(f"checkpoint '{path.name}' cannot be read safely: {type(e).__name__}: {e}".split("\n")[0]) from e
+    for key in ("state_dict", "model", "model_state_dict", "state_dict_ema"):
+        if isinstance(state, dict) and key in state and isinstance(state[key], dict):
+            state = state[key]
+            break
+    if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
+        raise VitlabError(f"checkpoint '{path.name}' holds no state dict of tensors")
+    # DataParallel / DDP prefixes
+    if state and all(k.startswith("module.") for k in state):
+        state = {k[7:]: v for k, v in state.items()}
+    return state
+
+
+def set_offline_if_needed() -> None:
+    """Fail in a tenth of a second rather than after ~48 s of retries when the hub cannot be reached.
+
+    ``HF_HUB_OFFLINE`` is honoured when the user set it; ``VITLAB_ONLINE=1`` forces online mode.
+    """
+    if os.environ.get("VITLAB_ONLINE") == "1":
+        return
+    if os.environ.get("HF_HUB_OFFLINE") in ("1", "true", "True") or not hub_reachable():
+        try:
+            import huggingface_hub.constants as hc
+
+            hc.HF_HUB_OFFLINE = True
+        except ImportError:
+            pass
+
+
+_REACHABLE: bool | None = None
+
+
+def hub_reachable(timeout: float = 1.5) -> bool:
+    """Whether huggingface.co answers on port 443 (checked once per process)."""
+    global _REACHABLE
+    if _REACHABLE is None:
+        import socket
+
+        try:
+            with socket.create_connection(("huggingface.co", 443), timeout=timeout):
+                _REACHABLE = True
+        except OSError:
+            _REACHABLE = False
+    return _REACHABLE
+
+
+def _create(spec: ModelSpec):
+    import timm
+    import torch
+
+    kwargs: dict[str, Any] = {}
+    if spec.img_size is not None:
+        kwargs["img_size"] = spec.img_size
+    base = spec.name.split(".")[0]
+    if not timm.is_model(base):
+        close = timm.list_models(f"*{base.split('_')[0]}*")[:5]
+        hint = f" (similar: {', '.join(close)})" if close else ""
+        raise VitlabError(f"unknown model '{spec.name}': not a timm model name{hint}")
+    try:
+        if spec.weights == "pretrained":
+            set_offline_if_needed()
+            try:
+                return timm.create_model(spec.name, pretrained=True, **kwargs)
+            except OSError as e:
+                raise VitlabError(
+                    f"pretrained weights for '{spec.name}' are not in the local Hugging Face cache and the hub "
+                    "cannot be reached. Go online once (the weights are then cached), or pass a checkpoint "
+                    f"file: --model {spec.name}@/path/to/weights.safetensors"
+                ) from e
+            except RuntimeError as e:
+                if "No pretrained weights" in str(e) or "pretrained" in str(e).lower():
+                    raise VitlabError(f"'{spec.name}' has no pretrained weights in timm: {e}") from e
+                raise
+        if spec.weights.startswith("random:"):
+            torch.manual_seed(int(spec.weights[7:]))
+            return timm.create_model(spec.name, pretrained=False, **kwargs)
+        model = timm.create_model(spec.name, pretrained=False, **kwargs)
+        state = read_state_dict(spec.weights)
+        try:
+            model.load_state_dict(state, strict=True)
+        except RuntimeError as e:
+            first = str(e).split("\n")
+            raise VitlabError(
+                f"checkpoint '{Path(spec.weights).name}' does not fit '{spec.name}': {' '.join(first[:3])[:400]}"
+            ) from e
+        return model
+    except TypeError as e:  # e.g. img_size= on a ResNet
+        raise VitlabError(f"cannot build '{spec.name}' with {kwargs}: {e}") from e
+
+
+def fingerprint_of(spec: ModelSpec, data_config: dict) -> str:
+    """Stable id of (architecture, weights, eval transform)."""
+    if spec.weights.startswith("random:") or spec.weights == "pretrained":
+        weights_id = spec.weights
+    elif spec.weights == "zoo":
+        from . import zoo
+
+        weights_id = "zoo:" + _sha256_file(zoo.checkpoint_path(spec.name))
+    else:
+        weights_id = "file:" + _sha256_file(Path(spec.weights))
+    cfg = {k: data_config[k] for k in sorted(data_config)}
+    blob = json.dumps([spec.name, spec.img_size, weights_id, cfg], sort_keys=True, default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()[:20]
+
+
+def resolve_device(device: str | None = None) -> str:
+    """'auto'/None: CUDA when present, else CPU."""
+    import torch
+
+    if device in (None, "", "auto"):
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise VitlabError(f"device '{device}' requested but CUDA is not available here; use --device cpu")
+    if device not in ("cpu", "mps") and not device.startswith("cuda"):
+        raise VitlabError(f"unknown device '{device}': use auto, cpu or cuda[:N]")
+    return device
+
+
+def load(spec: ModelSpec | str, device: str | None = None) -> LoadedModel:
+    """Build the model of ``spec`` in eval mode on ``device`` with timm's eval transform."""
+    import timm.data
+
+    if isinstance(spec, str):
+        spec = parse_spec(spec)
+    device = resolve_device(device)
+    if spec.weights == "zoo":
+        from . import zoo
+
+        model = zoo.build(spec.name)
+    else:
+        model = _create(spec)
+    model.eval().requires_grad_(False).to(device)
+    data_config = timm.data.resolve_model_data_config(model)
+    if spec.img_size is not None:  # timm keeps reporting the default size (FACTS.md)
+        data_config["input_size"] = (data_config["input_size"][0], spec.img_size, spec.img_size)
+    transform = timm.data.create_transform(**data_config, is_training=False)
+    return LoadedModel(spec, model, transform, dict(data_config), fingerprint_of(spec, data_config), device)

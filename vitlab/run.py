@@ -1,0 +1,247 @@
+"""The single-pass runner: models x images x requested statistics -> per-batch statistics, cached.
+
+For each batch, every statistic of every model is looked up in the disk cache; only a model with a missing
+statistic runs its forward pass, once, with the union of the taps its missing statistics need. Activations are
+dropped after the batch (memory O(batch)); the per-batch statistics are what the caller folds into accumulators.
+"""
+
+from __future__ import annotations
+
+import time
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import Callable, Iterator, Sequence
+
+import numpy as np
+
+from . import cka as cka_mod
+from . import taps as taps_mod
+from .cache import Store, make_key
+from .data import Batch, ImageSource, decode, plan_batches, select, to_tensor
+from .errors import VitlabError
+from .models import LoadedModel
+
+Progress = Callable[[int, int, str], None]
+
+
+class Statistic(ABC):
+    """A per-batch statistic of one model's activations: the unit the cache stores."""
+
+    name: str = "statistic"
+    version: int = 1  # bump when the meaning changes, so stale cache entries cannot look valid
+
+    @abstractmethod
+    def params(self, loaded: LoadedModel) -> dict:
+        """Everything besides model and images that the value depends on (goes into the cache key)."""
+
+    @abstractmethod
+    def taps(self, loaded: LoadedModel) -> list[str]:
+        """Taps to capture for this statistic."""
+
+    @abstractmethod
+    def compute(self, acts: dict, loaded: LoadedModel, batch: Batch) -> dict[str, np.ndarray]:
+        """Pure function of one batch's activations (``acts['logits']`` holds the model output)."""
+
+    def cache_key(self, loaded: LoadedModel, batch: Batch) -> str:
+        return make_key(self.name, self.version, loaded.fingerprint, batch.key, self.params(loaded))
+
+
+@dataclass(frozen=True)
+class GramStatistic(Statistic):
+    """Per-batch Gram matrices (L, n, n) of every tap: the unit from which CKA between any models is computed."""
+
+    taps_: tuple[str, ...] | None = None  # None: the family's default CKA taps
+    tokens: str = "all"
+    kernel: str = "linear"
+    threshold: float = 1.0
+    precision: str = "float32"  # 'float64': verify mode
+    name: str = "gram"
+    version: int = 1
+
+    def taps(self, loaded: LoadedModel) -> list[str]:
+        return list(self.taps_) if self.taps_ else taps_mod.default_taps(loaded.model)
+
+    def params(self, loaded: LoadedModel) -> dict:
+        return {"taps": self.taps(loaded), "tokens": self.tokens, "kernel": self.kernel,
+                "threshold": self.threshold, "precision": self.precision}
+
+    def compute(self, acts: dict, loaded: LoadedModel, batch: Batch) -> dict[str, np.ndarray]:
+        import torch
+
+        dtype = torch.float64 if self.precision == "float64" else torch.float32
+        grams = []
+        for tap in self.taps(loaded):
+            # bf16/fp16 activations are cast up before centring (cka.gram)
+            f = taps_mod.features(acts[tap], loaded.model, self.tokens)
+            grams.append(cka_mod.gram(f, self.kernel, self.threshold, dtype=dtype))
+        return {"grams": torch.stack(grams).cpu().numpy()}
+
+
+@dataclass
+class RunInfo:
+    """What a run did: the counts reported in run.json and in the app."""
+
+    batches_computed: int = 0
+    batches_from_cache: int = 0
+    skipped_images: list[tuple[str, str]] = field(default_factory=list)
+    dropped_batches: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+
+    def merge(self, other: "RunInfo") -> None:
+        self.batches_computed += other.batches_computed
+        self.batches_from_cache += other.batches_from_cache
+        self.skipped_images += [s for s in other.skipped_images if s not in self.skipped_images]
+        self.dropped_batches += other.dropped_batches
+        self.seconds += other.seconds
+
+
+def _forward(loaded: LoadedModel, images: list, tap_names: list[str], amp: bool) -> dict:
+    import torch
+
+    x = to_tensor(images, loaded)
+    use_amp = amp and loaded.device.startswith("cuda")
+    with taps_mod.capture(loaded.model, tap_names) as acts, torch.inference_mode():
+        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=use_amp):
+            acts["logits"] = loaded.model(x)
+        acts = {k: (v.float() if v.dtype in (torch.bfloat16, torch.float16) else v) for k, v in acts.items()}
+    return acts
+
+
+def stream(models: Sequence[LoadedModel], source: ImageSource, indices: Sequence[int], batch_size: int,
+           statistics: Sequence[Sequence[Statistic]], *, store: Store | None = None, progress: Progress | None = None,
+           amp: bool = False, shard: tuple[int, int] = (0, 1), info: RunInfo | None = None
+           ) -> Iterator[tuple[Batch, list[dict[str, dict[str, np.ndarray]]]]]:
+    """Yield ``(batch, [per model: {statistic name: arrays}])`` for each batch of ``indices``.
+
+    ``statistics[m]`` lists the statistics of ``models[m]``. ``shard=(rank, world)`` takes every world-th batch
+    (torch.distributed). Batches left with fewer than 4 readable images are dropped and reported in ``info``.
+    """
+    store = store or Store(None)
+    info = info if info is not None else RunInfo()
+    batches = plan_batches(source, indices, batch_size)[shard[0]::shard[1]]
+    t0 = time.perf_counter()
+    for done, batch in enumerate(batches):
+        if progress:
+            progress(done, len(batches), f"batch {done + 1}/{len(batches)}")
+        meta_key = make_key("batch-meta", batch.key)
+        meta = store.get_json(meta_key)
+        found = [{s.name: store.get(s.cache_key(m, batch)) for s in stats} for m, stats in zip(models, statistics)]
+        missing = any(v is None for per_model in found for v in per_model.values())
+        if missing or meta is None:
+            decode(source, batch)
+            meta = {"ids": batch.ids, "labels": batch.labels, "skipped": batch.skipped}
+            store.put_json(meta_key, meta)
+        batch.ids, batch.labels = meta["ids"], meta["labels"]
+        batch.skipped = [tuple(s) for s in meta["skipped"]]
+        info.skipped_images += [s for s in batch.skipped if s not in info.skipped_images]
+        if len(batch.ids) < cka_mod.MIN_UNBIASED_BATCH:
+            info.dropped_batches.append(f"batch {batch.index}: {len(batch.ids)} readable image(s), fewer than 4")
+            continue
+        if missing:
+            info.batches_computed += 1
+            for m, stats, per_model in zip(models, statistics, found):
+                todo = [s for s in stats if per_model[s.name] is None]
+                if not todo:
+                    continue
+                tap_names = sorted({t for s in todo for t in s.taps(m)})
+                acts = _forward(m, batch.images, tap_names, amp)
+                for s in todo:
+                    per_model[s.name] = s.compute(acts, m, batch)
+                    store.put(s.cache_key(m, batch), per_model[s.name])
+                del acts
+        else:
+            info.batches_from_cache += 1
+        batch.images = None
+        yield batch, found
+    info.seconds += time.perf_counter() - t0
+    if progress:
+        progress(len(batches), len(batches), "done")
+
+
+@dataclass
+class CKAReport:
+    """CKA of every ordered pair of models (including each with itself), with run information."""
+
+    labels: list[str]
+    results: dict[tuple[int, int], cka_mod.CKAResult]
+    info: RunInfo
+    images: int
+    repeats: int
+
+    def pair(self, i: int, j: int) -> cka_mod.CKAResult:
+        return self.results[(i, j)]
+
+    def to_frame(self):
+        import pandas as pd
+
+        return pd.concat([r.to_frame() for r in self.results.values()], ignore_index=True)
+
+    @property
+    def warnings(self) -> list[str]:
+        seen: list[str] = []
+        for r in self.results.values():
+            seen += [w for w in r.warnings if w not in seen]
+        return seen
+
+
+def _transpose(r: cka_mod.CKAResult) -> cka_mod.CKAResult:
+    return cka_mod.CKAResult(r.model_b, r.model_a, r.layers_b, r.layers_a, r.cka.T,
+                             None if r.std is None else r.std.T, r.images, r.batches, r.warnings)
+
+
+def cka_accumulators(models: Sequence[LoadedModel], statistics: Sequence[GramStatistic], estimator: str
+                     ) -> dict[tuple[int, int], cka_mod.MinibatchCKA]:
+    layers = [s.taps(m) for m, s in zip(models, statistics)]
+    k = len(models)
+    return {(i, j): cka_mod.MinibatchCKA(layers[i], layers[j], estimator) for i in range(k) for j in range(i, k)}
+
+
+def fold_cka(accs: dict, found: list[dict], estimator: str) -> None:
+    """Add one batch's Grams of every model to every pair's accumulator (each Gram centred once)."""
+    centred = [cka_mod.centred(f["gram"]["grams"], estimator) for f in found]
+    for (i, j), acc in accs.items():
+        acc.update(centred[i], None if i == j else centred[j])
+
+
+def cka(models: Sequence[LoadedModel], source: ImageSource, *, images: int | None = None, batch_size: int = 64,
+        shuffle: int | None = None, repeats: int = 1, statistic: GramStatistic | Sequence[GramStatistic] = GramStatistic(),
+        estimator: str = "unbiased", store: Store | None = None, progress: Progress | None = None,
+        amp: bool = False, shard: tuple[int, int] = (0, 1), reduce: Callable | None = None) -> CKAReport:
+    """Minibatch CKA between all taps of every model and every other (and itself), over ``repeats`` subsets.
+
+    Repeat r > 0 (or every repeat when ``shuffle`` is set) uses the seeded permutation ``shuffle + r``.
+    ``reduce`` (torch.distributed) sums accumulator states across ranks before computing.
+    """
+    if not models:
+        raise VitlabError("give at least one model")
+    stats = list(statistic) if isinstance(statistic, (list, tuple)) else [statistic] * len(models)
+    info = RunInfo()
+    per_repeat = []
+    for r in range(max(1, repeats)):
+        seed = None if (repeats <= 1 and shuffle is None) else (shuffle or 0) + r
+        indices = select(source, images, seed)
+        accs = cka_accumulators(models, stats, estimator)
+        for _, found in stream(models, source, indices, batch_size, [[s] for s in stats], store=store,
+                               progress=_repeat_progress(progress, r, repeats), amp=amp, shard=shard, info=info):
+            fold_cka(accs, found, estimator)
+        if reduce is not None:
+            reduce(accs)
+        per_repeat.append({p: a.compute(models[p[0]].label, models[p[1]].label) for p, a in accs.items()})
+    results = {}
+    for p in per_repeat[0]:
+        stack = np.stack([rep[p].cka for rep in per_repeat])
+        res = per_repeat[0][p]
+        res.cka = stack.mean(axis=0)
+        res.std = stack.std(axis=0, ddof=1) if len(per_repeat) > 1 else None
+        res.batches = sum(rep[p].batches for rep in per_repeat)
+        results[p] = res
+        if p[0] != p[1]:
+            results[(p[1], p[0])] = _transpose(res)
+    n_images = per_repeat[0][(0, 0)].images
+    return CKAReport([m.label for m in models], results, info, n_images, max(1, repeats))
+
+
+def _repeat_progress(progress: Progress | None, r: int, repeats: int) -> Progress | None:
+    if progress is None or repeats <= 1:
+        return progress
+    return lambda done, total, text: progress(r * total + done, repeats * total, f"repeat {r + 1}/{repeats}: {text}")
