@@ -16,8 +16,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -95,11 +94,11 @@ class LoadedModel:
     data_config: dict
     fingerprint: str
     device: str
-    lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    display: str | None = None  # the name to show (e.g. as typed on the command line)
 
     @property
     def label(self) -> str:
-        return self.spec.label
+        return self.display or self.spec.label
 
     @property
     def in_chans(self) -> int:

@@ -1,0 +1,38 @@
+"""CKA heatmaps (Raghu et al. 2021, Figs 1-2)."""
+
+from __future__ import annotations
+
+import altair as alt
+import pandas as pd
+
+
+def cka_heatmap(frame: pd.DataFrame, title: str | None = None, size: int = 360, select: str | None = None):
+    """Heatmap of one model pair: layer_b across (x), layer_a up (y), colour = CKA in [0, 1].
+
+    ``frame`` has the columns of ``CKAResult.to_frame()``; layer order is kept as given. ``select`` names a
+    point selection on (layer_a, layer_b) so the app can tell which cell was clicked.
+    """
+    order_a = list(dict.fromkeys(frame["layer_a"]))
+    order_b = list(dict.fromkeys(frame["layer_b"]))
+    ma, mb = frame["model_a"].iloc[0], frame["model_b"].iloc[0]
+    tooltip = ["model_a", "layer_a", "model_b", "layer_b", alt.Tooltip("cka:Q", format=".4f")]
+    if "cka_std" in frame:
+        tooltip.append(alt.Tooltip("cka_std:Q", format=".4f"))
+    chart = alt.Chart(frame).mark_rect().encode(
+        x=alt.X("layer_b:N", sort=order_b, title=f"{mb} layer", axis=alt.Axis(labelAngle=-60, labelLimit=140)),
+        y=alt.Y("layer_a:N", sort=list(reversed(order_a)), title=f"{ma} layer", axis=alt.Axis(labelLimit=140)),
+        color=alt.Color("cka:Q", scale=alt.Scale(scheme="magma", domain=[0, 1]), title="CKA"),
+        tooltip=tooltip,
+    ).properties(width=size, height=size, title=title or f"CKA: {ma} vs {mb}")
+    if select:
+        sel = alt.selection_point(name=select, fields=["layer_a", "layer_b"], on="click")
+        chart = chart.add_params(sel).encode(opacity=alt.condition(sel, alt.value(1.0), alt.value(0.55)))
+    return chart
+
+
+def cka_pair_charts(frame: pd.DataFrame) -> dict[str, alt.Chart]:
+    """One heatmap per (model_a, model_b) pair in ``frame``, keyed 'cka_A__vs__B'."""
+    charts = {}
+    for (ma, mb), part in frame.groupby(["model_a", "model_b"], sort=False):
+        charts[f"cka_{ma}__vs__{mb}"] = cka_heatmap(part.reset_index(drop=True))
+    return charts

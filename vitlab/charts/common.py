@@ -1,0 +1,53 @@
+"""Export of charts: PNG/SVG through vl-convert, CSV from the chart's own data frame."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import altair as alt
+
+from ..errors import VitlabError
+
+alt.data_transformers.disable_max_rows()
+FORMATS = ("png", "svg", "csv")
+
+
+def slug(text: str) -> str:
+    """A file-name-safe version of a label."""
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", text).strip("_")[:120] or "chart"
+
+
+def to_bytes(chart: alt.TopLevelMixin, fmt: str, frame=None, scale: float = 2.0) -> bytes:
+    """Bytes of ``chart`` as PNG or SVG, or of ``frame`` as CSV (for download buttons and files)."""
+    if fmt == "csv":
+        if frame is None:
+            raise VitlabError("CSV export needs the chart's data frame")
+        return frame.to_csv(index=False).encode()
+    import vl_convert as vlc
+
+    spec = chart.to_json()
+    if fmt == "png":
+        return vlc.vegalite_to_png(spec, scale=scale)
+    if fmt == "svg":
+        return vlc.vegalite_to_svg(spec).encode()
+    raise VitlabError(f"export format must be one of {', '.join(FORMATS)}, not '{fmt}'")
+
+
+def save(chart: alt.TopLevelMixin, out_dir: str | Path, stem: str, frame=None) -> list[Path]:
+    """Write ``stem``.png and .svg (and .csv when ``frame`` is given) into ``out_dir``."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    written = []
+    for fmt in ("png", "svg") + (("csv",) if frame is not None else ()):
+        path = out / f"{slug(stem)}.{fmt}"
+        path.write_bytes(to_bytes(chart, fmt, frame))
+        written.append(path)
+    return written
+
+
+def save_all(charts: dict[str, alt.TopLevelMixin], out_dir: str | Path) -> list[Path]:
+    paths: list[Path] = []
+    for stem, chart in charts.items():
+        paths += save(chart, out_dir, stem)
+    return paths
