@@ -20,6 +20,10 @@ MLP-Mixer (timm MlpMixer)::
 
 ResNet (timm ResNet): ``layer{s}.{j}`` (B, C, h, w), each block's output (after the residual sum and ReLU).
 ResNetV2 / BiT: ``stages.{s}.blocks.{j}`` (B, C, h, w), each pre-activation block's output.
+Both CNN families also have, per block (for the skip analyses; not default CKA taps)::
+
+    {block}.shortcut   (B, C, h, w)   the skip branch: block input, or the downsample projection's output
+    {block}.sum        (B, C, h, w)   shortcut + residual branch, before any final activation
 """
 
 from __future__ import annotations
@@ -44,6 +48,7 @@ class TapPoint:
     where: str  # "out": module output; "in": first input (pre-hook)
     shape: str  # documentation, e.g. "(B, N, D)"
     transpose: bool = False  # Mixer token-mixing MLP works on (B, D, N)
+    clone: bool = False  # the tensor is modified in place later in the forward (an in-place ReLU)
 
 
 def _is_vit_block(blk) -> bool:
@@ -91,13 +96,29 @@ def tap_table(model) -> dict[str, TapPoint]:
             table[f"{b}.resid_post"] = TapPoint(b, "out", "(B, N, D)")
     elif fam == "resnet":
         for s in (1, 2, 3, 4):
-            for j in range(len(getattr(model, f"layer{s}"))):
+            for j, blk in enumerate(getattr(model, f"layer{s}")):
+                table.update(_cnn_skip_taps(f"layer{s}.{j}", blk))
                 table[f"layer{s}.{j}"] = TapPoint(f"layer{s}.{j}", "out", "(B, C, h, w)")
     else:
         for s, stage in enumerate(model.stages):
-            for j in range(len(stage.blocks)):
+            for j, blk in enumerate(stage.blocks):
+                table.update(_cnn_skip_taps(f"stages.{s}.blocks.{j}", blk))
                 table[f"stages.{s}.blocks.{j}"] = TapPoint(f"stages.{s}.blocks.{j}", "out", "(B, C, h, w)")
     return table
+
+
+CNN_SKIP_SUFFIXES = (".shortcut", ".sum")
+
+
+def _cnn_skip_taps(b: str, blk) -> dict[str, TapPoint]:
+    """The skip branch and the pre-activation sum of a residual CNN block (timm ResNet / ResNetV2 blocks)."""
+    down = getattr(blk, "downsample", None)
+    shortcut = TapPoint(f"{b}.downsample" if down is not None else b, "out" if down is not None else "in", "(B, C, h, w)")
+    if type(blk).__name__.startswith("PreAct"):  # ResNetV2 pre-activation blocks return `x + shortcut`
+        total = TapPoint(b, "out", "(B, C, h, w)")
+    else:  # other blocks end in `x += shortcut; x = act(x)` with an in-place ReLU: the act's input is the sum
+        total = TapPoint(f"{b}.{'act3' if hasattr(blk, 'conv3') else 'act2'}", "in", "(B, C, h, w)", clone=True)
+    return {f"{b}.shortcut": shortcut, f"{b}.sum": total}
 
 
 def default_taps(model) -> list[str]:
@@ -106,7 +127,7 @@ def default_taps(model) -> list[str]:
     names = list(tap_table(model))
     if fam in ("vit", "mixer"):
         return [n for n in names if n.endswith((".resid_mid", ".resid_post"))]
-    return names
+    return [n for n in names if not n.endswith(CNN_SKIP_SUFFIXES)]
 
 
 def num_prefix_tokens(model) -> int:
@@ -174,9 +195,10 @@ def capture(model, taps: Sequence[str], detach: bool = True) -> Iterator[dict]:
     handles = []
     fused_restore = []
 
-    def keep(name, tensor, transpose):
+    def keep(name, tensor, transpose, clone):
         t = tensor.transpose(1, 2) if transpose else tensor
-        out[name] = t.detach() if detach else t
+        t = t.detach() if detach else t
+        out[name] = t.clone() if clone else t
 
     with model_lock(model):
         try:
@@ -185,10 +207,10 @@ def capture(model, taps: Sequence[str], detach: bool = True) -> Iterator[dict]:
                 mod = modules[p.module]
                 if p.where == "in":
                     handles.append(mod.register_forward_pre_hook(
-                        lambda m, args, n=name, tr=p.transpose: keep(n, args[0], tr)))
+                        lambda m, args, n=name, tr=p.transpose, c=p.clone: keep(n, args[0], tr, c)))
                 else:
                     handles.append(mod.register_forward_hook(
-                        lambda m, args, o, n=name, tr=p.transpose: keep(n, o, tr)))
+                        lambda m, args, o, n=name, tr=p.transpose, c=p.clone: keep(n, o, tr, c)))
                 if name.endswith(".attn_probs"):
                     attn = modules[p.module.rsplit(".", 1)[0]]
                     if getattr(attn, "fused_attn", False):
