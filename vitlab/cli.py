@@ -120,11 +120,12 @@ def add_cka(sub) -> None:
 
 
 def run_cka(args) -> int:
-    from . import charts
+    from . import charts, dist
     from .data import open_source
     from .run import GramStatistic, cka
 
     t0 = time.perf_counter()
+    ctx = dist.context(args)  # torchrun: this rank's device, shard and reductions (docs/distributed.md)
     store = open_store(args)
     source = open_source(args.data)
     models = load_models(args.model, args.device)
@@ -134,13 +135,16 @@ def run_cka(args) -> int:
                            args.rbf_threshold, "float64" if args.verify else "float32") for _ in models]
     if taps_ is not None and len(models) > 1:
         raise VitlabError("--taps applies to a single model; with several models use their default taps")
-    progress = tqdm_progress("cka")
+    progress = ctx.progress("cka")
     try:
         report = cka(models, source, images=args.images, batch_size=args.batch_size, shuffle=args.shuffle,
                      repeats=args.repeats, statistic=stats, estimator=args.estimator, store=store,
-                     progress=progress, amp=args.amp)
+                     progress=progress, amp=args.amp, shard=ctx.shard, reduce=ctx.reduce)
     finally:
         progress.close()
+    ctx.reduce_info(report.info)
+    if not ctx.is_main:
+        return 0
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     frame = report.to_frame()
@@ -156,7 +160,7 @@ def run_cka(args) -> int:
         "device": models[0].device, "batches_computed": info.batches_computed,
         "batches_from_cache": info.batches_from_cache, "skipped_images": [s[0] for s in info.skipped_images],
         "dropped_batches": info.dropped_batches, "warnings": report.warnings,
-        "seconds": round(time.perf_counter() - t0, 3),
+        "seconds": round(time.perf_counter() - t0, 3), "processes": ctx.world,
     })
     report_skips(info)
     for w in report.warnings:
@@ -230,8 +234,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    from . import dist
+
     try:
-        return int(args.func(args) or 0)
+        with dist.guard():  # torchrun: a failing rank stops the others, with its rank in the message
+            return int(args.func(args) or 0)
     except VitlabError as e:
         print(f"vitlab: error: {e}", file=sys.stderr)
         return 2

@@ -238,7 +238,9 @@ def resolve_device(device: str | None = None) -> str:
     import torch
 
     if device in (None, "", "auto"):
-        return "cuda" if torch.cuda.is_available() else "cpu"
+        from .dist import default_device  # cuda:LOCAL_RANK under torchrun
+
+        return default_device()
     if device.startswith("cuda") and not torch.cuda.is_available():
         raise VitlabError(f"device '{device}' requested but CUDA is not available here; use --device cpu")
     if device not in ("cpu", "mps") and not device.startswith("cuda"):
