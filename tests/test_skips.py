@@ -1,0 +1,140 @@
+"""Skip-connection norm ratios against a plain float64 numpy computation; accumulator contract; charts."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+import vitlab
+from vitlab import VitlabError, skips, taps
+from vitlab.cache import pack, unpack
+from vitlab.charts import skips as skip_charts
+from vitlab.data import plan_batches, decode, to_tensor
+
+
+def _acts(loaded, source, n=8):
+    batch = decode(source, plan_batches(source, list(range(n)), n)[0])
+    with taps.capture(loaded.model, skips.SkipStatistic().taps(loaded)) as acts, torch.no_grad():
+        loaded.model(to_tensor(batch.images, loaded))
+    return {k: v.double().numpy() for k, v in acts.items()}
+
+
+def _ref_ratio(z: np.ndarray, fz: np.ndarray):
+    """Plain float64: per image and token ‖z‖/‖f(z)‖ and the cosine, averaged over images."""
+    if z.ndim == 4:  # (B, C, h, w) -> per position, then mean over positions
+        z, fz = z.reshape(*z.shape[:2], -1).transpose(0, 2, 1), fz.reshape(*fz.shape[:2], -1).transpose(0, 2, 1)
+        r = np.linalg.norm(z, axis=-1) / np.linalg.norm(fz, axis=-1)
+        c = (z * fz).sum(-1) / (np.linalg.norm(z, axis=-1) * np.linalg.norm(fz, axis=-1))
+        return r.mean(1).mean(0), c.mean(1).mean(0)
+    r = np.linalg.norm(z, axis=-1) / np.linalg.norm(fz, axis=-1)
+    c = (z * fz).sum(-1) / (np.linalg.norm(z, axis=-1) * np.linalg.norm(fz, axis=-1))
+    return r.mean(0), c.mean(0)
+
+
+@pytest.fixture(scope="module")
+def samples():
+    return vitlab.open_source("samples")
+
+
+@pytest.fixture(scope="module")
+def resnet_nonzero():
+    """A ResNet whose last BN per block is not zero-initialised (timm zero-inits it: f(z) = 0 at random init)."""
+    m = vitlab.load("test_resnet@random:1", "cpu")
+    g = torch.Generator().manual_seed(0)
+    for mod in m.model.modules():
+        if isinstance(mod, torch.nn.BatchNorm2d):
+            mod.weight.data = torch.randn(mod.weight.shape, generator=g)
+    m.fingerprint += "-bn"
+    return m
+
+
+def test_vit_identities_and_reference(tiny_vit, samples):
+    acts = _acts(tiny_vit, samples)
+    for i in range(len(tiny_vit.model.blocks)):
+        b = f"blocks.{i}"
+        np.testing.assert_allclose(acts[f"{b}.resid_mid"], acts[f"{b}.resid_pre"] + acts[f"{b}.attn_out"], atol=1e-5)
+        np.testing.assert_allclose(acts[f"{b}.resid_post"], acts[f"{b}.resid_mid"] + acts[f"{b}.mlp_out"], atol=1e-5)
+    report = skips.skip_ratios([tiny_vit], samples, images=8, batch_size=4)
+    res = report.results[0]
+    assert res.images == 8 and res.prefix == 1
+    assert np.all(res.identity_err < 1e-5)
+    for s, (name, z, fz, _) in enumerate(skips.sublayers(tiny_vit.model)):
+        r, c = _ref_ratio(acts[z], acts[fz])
+        np.testing.assert_allclose(res.ratio[s], r, rtol=1e-5, err_msg=name)
+        np.testing.assert_allclose(res.cosine[s], c, rtol=1e-5, atol=1e-6, err_msg=name)
+
+
+def test_resnet_reference(resnet_nonzero, samples):
+    acts = _acts(resnet_nonzero, samples, n=6)
+    res = skips.skip_ratios([resnet_nonzero], samples, images=6, batch_size=6).results[0]
+    assert res.ratio.shape == (4, 1) and res.family == "resnet"
+    for s, (name, z, _, total) in enumerate(skips.sublayers(resnet_nonzero.model)):
+        assert acts[total].min() < 0, "the pre-ReLU sum must be captured before the in-place ReLU"
+        r, c = _ref_ratio(acts[z], acts[total] - acts[z])
+        np.testing.assert_allclose(res.ratio[s, 0], r, rtol=1e-5, err_msg=name)
+        np.testing.assert_allclose(res.cosine[s, 0], c, rtol=1e-4, atol=1e-6, err_msg=name)
+    frame = res.to_frame()
+    assert set(frame["token"]) == {-1} and set(frame["kind"]) == {"spatial"}
+
+
+def test_zero_branch_is_reported_not_hidden(tiny_resnet, samples):
+    res = skips.skip_ratios([tiny_resnet], samples, images=4, batch_size=4).results[0]
+    assert np.isinf(res.ratio).all()  # timm zero-initialises each block's last BN
+    assert len(res.warnings) == 4 and "infinite" in res.warnings[0]
+
+
+def test_analytic_case():
+    z = torch.tensor([[[3.0, 4.0], [1.0, 0.0]]])  # (B=1, N=2, D=2)
+    fz = torch.tensor([[[0.0, 1.0], [-2.0, 0.0]]])
+    r, c = skips.branch_stats(z, fz)
+    np.testing.assert_allclose(r.numpy(), [[5.0, 0.5]])
+    np.testing.assert_allclose(c.numpy(), [[0.8, -1.0]])
+
+
+def _stat(rng, s=3, n=5, count=4):
+    return {"ratio_sum": rng.random((s, n)) * count, "cos_sum": rng.random((s, n)), "identity_err": rng.random(s),
+            "count": np.array([count])}
+
+
+def test_accumulator_contract():
+    rng = np.random.default_rng(0)
+    stats = [_stat(rng) for _ in range(5)]
+    layers = ["a", "b", "c"]
+    one = skips.SkipAccumulator(layers)
+    for st in stats:
+        one.update(st)
+    rev = skips.SkipAccumulator(layers)
+    for st in reversed(stats):
+        rev.update(st)
+    a, b = skips.SkipAccumulator(layers), skips.SkipAccumulator(layers)
+    for st in stats[:2]:
+        a.update(st)
+    for st in stats[2:]:
+        b.update(st)
+    a.merge(b)
+    back = skips.SkipAccumulator(layers).load_state(unpack(pack(one.state())))
+    want = sum(st["ratio_sum"] for st in stats) / 20
+    for acc in (one, rev, a, back):
+        res = acc.compute("m", 1, "vit")
+        np.testing.assert_allclose(res.ratio, want)
+        np.testing.assert_allclose(res.identity_err, np.max([st["identity_err"] for st in stats], axis=0))
+    with pytest.raises(VitlabError):
+        skips.SkipAccumulator(["a"]).update(stats[0])
+    with pytest.raises(VitlabError, match="no batch"):
+        skips.SkipAccumulator(layers).compute("m", 1, "vit")
+
+
+def test_cached_second_run_and_charts(tiny_vit, samples, store):
+    first = skips.skip_ratios([tiny_vit], samples, images=8, batch_size=4, store=store)
+    second = skips.skip_ratios([tiny_vit], samples, images=8, batch_size=4, store=store)
+    assert second.info.batches_from_cache == 2 and second.info.batches_computed == 0
+    np.testing.assert_array_equal(first.results[0].ratio, second.results[0].ratio)
+    frame = first.to_frame()
+    assert {"cls", "spatial"} == set(frame["kind"])
+    assert len(frame) == 12 * 101
+    charts = skip_charts.skip_charts(frame)
+    assert set(charts) == {"skip_ratio_lines", "skip_cosine_lines", f"skip_ratio_{tiny_vit.label}",
+                           f"skip_cosine_{tiny_vit.label}"}
+    spec = charts["skip_ratio_lines"].to_dict()
+    assert spec["mark"]["type"] == "line"

@@ -1,0 +1,60 @@
+"""Skip-connection charts (Raghu et al. 2021, Fig 7 and Fig E.2); input: ``SkipResult.to_frame()``."""
+
+from __future__ import annotations
+
+import altair as alt
+import pandas as pd
+
+from ..errors import VitlabError
+
+VALUES = {"ratio": "‖z‖ / ‖f(z)‖", "cosine": "cos(z, f(z))"}
+
+
+def _check(frame: pd.DataFrame, value: str) -> None:
+    if value not in VALUES:
+        raise VitlabError(f"skip chart value must be one of {', '.join(VALUES)}, not '{value}'")
+    if frame.empty:
+        raise VitlabError("no skip statistics to draw")
+
+
+def skip_heatmap(frame: pd.DataFrame, value: str = "ratio", title: str | None = None, width: int = 420):
+    """Sublayer (down) x token (across) heatmap of one model, as Fig 7 (left); ratios on a log colour scale."""
+    _check(frame, value)
+    part = frame[frame["token"] >= 0]
+    if part.empty:
+        raise VitlabError("a CNN has no per-token skip ratios (its positions differ per stage): draw the lines chart")
+    model = part["model"].iloc[0]
+    order = list(dict.fromkeys(part["layer"]))
+    scale = alt.Scale(type="log", scheme="viridis") if value == "ratio" else alt.Scale(scheme="redblue", domain=[-1, 1])
+    return alt.Chart(part).mark_rect().encode(
+        x=alt.X("token:O", title="token (0 = CLS when present)", axis=alt.Axis(labelOverlap=True)),
+        y=alt.Y("layer:N", sort=order, title="sublayer"),
+        color=alt.Color(f"{value}:Q", scale=scale, title=VALUES[value]),
+        tooltip=["model", "layer", "token", "kind", alt.Tooltip("ratio:Q", format=".3f"),
+                 alt.Tooltip("cosine:Q", format=".3f")],
+    ).properties(width=width, height=max(160, 12 * len(order)), title=title or f"{VALUES[value]} per token: {model}")
+
+
+def skip_lines(frame: pd.DataFrame, value: str = "ratio", title: str | None = None, width: int = 420):
+    """Mean over CLS tokens and over spatial tokens per sublayer, against depth: one line per model/kind (Fig 7)."""
+    _check(frame, value)
+    summary = frame.groupby(["model", "layer", "block", "sublayer", "depth", "kind"], sort=False,
+                            as_index=False)[["ratio", "cosine"]].mean()
+    summary["series"] = summary["model"] + " · " + summary["kind"] + " · " + summary["sublayer"]
+    y_scale = alt.Scale(type="log") if value == "ratio" else alt.Scale(domain=[-1, 1])
+    return alt.Chart(summary).mark_line(point=True).encode(
+        x=alt.X("depth:Q", title="block (normalised depth)", scale=alt.Scale(domain=[0, 1])),
+        y=alt.Y(f"{value}:Q", scale=y_scale, title=VALUES[value]),
+        color=alt.Color("series:N", title="model · token · sublayer"),
+        tooltip=["model", "layer", "kind", alt.Tooltip("ratio:Q", format=".3f"), alt.Tooltip("cosine:Q", format=".3f")],
+    ).properties(width=width, height=260, title=title or f"{VALUES[value]}: CLS vs spatial tokens")
+
+
+def skip_charts(frame: pd.DataFrame) -> dict[str, alt.Chart]:
+    """Every skip chart of a report's frame, keyed by file stem (heatmaps only for token models)."""
+    charts = {"skip_ratio_lines": skip_lines(frame, "ratio"), "skip_cosine_lines": skip_lines(frame, "cosine")}
+    for model, part in frame.groupby("model", sort=False):
+        if (part["token"] >= 0).any():
+            charts[f"skip_ratio_{model}"] = skip_heatmap(part, "ratio")
+            charts[f"skip_cosine_{model}"] = skip_heatmap(part, "cosine")
+    return charts
