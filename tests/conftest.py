@@ -1,0 +1,43 @@
+"""Shared fixtures: tiny random-init timm models, a private cache folder, small real image sets."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+# never touch the network or the user's cache from tests
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+
+@pytest.fixture(autouse=True)
+def _private_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("VITLAB_CACHE_DIR", str(tmp_path / "cache"))
+
+
+@pytest.fixture(scope="session")
+def tiny_vit():
+    import vitlab
+
+    return vitlab.load("test_vit@random:0", "cpu")
+
+
+@pytest.fixture(scope="session")
+def tiny_resnet():
+    import vitlab
+
+    return vitlab.load("test_resnet@random:0", "cpu")
+
+
+@pytest.fixture(scope="session")
+def fmnist_source():
+    import vitlab
+
+    return vitlab.open_source("fashion-mnist:test")
+
+
+@pytest.fixture()
+def store(tmp_path):
+    import vitlab
+
+    return vitlab.Store(tmp_path / "store")
