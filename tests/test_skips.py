@@ -138,3 +138,14 @@ def test_cached_second_run_and_charts(tiny_vit, samples, store):
                            f"skip_cosine_{tiny_vit.label}"}
     spec = charts["skip_ratio_lines"].to_dict()
     assert spec["mark"]["type"] == "line"
+
+
+def test_cli_writes_csv_charts_json(tmp_path):
+    from vitlab.cli import main
+
+    out = tmp_path / "out"
+    assert main(["skip-ratio", "-m", "test_vit@random", "-n", "4", "-b", "4", "-o", str(out), "--no-cache"]) == 0
+    for name in ("skip_ratio.csv", "skip_ratio_summary.csv", "skip_ratio_lines.png", "skip_ratio_lines.svg",
+                 "run.json"):
+        assert (out / name).is_file(), name
+    assert main(["remove-skip", "-m", "test_resnet@random", "--block", "0", "-n", "4", "-o", str(out)]) == 2

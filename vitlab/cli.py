@@ -221,7 +221,11 @@ def _zoo_cli(sub) -> None:
     zoo.add_cli(sub)
 
 
-COMMANDS: list[Callable] = [add_cka, add_models, add_cache, _zoo_cli]
+from .cli_analyses import ANALYSIS_COMMANDS  # noqa: E402 (it imports the helpers above)
+
+from .cli_attention import ATTENTION_COMMANDS  # noqa: E402
+
+COMMANDS: list[Callable] = [add_cka, add_models, add_cache, _zoo_cli, *ANALYSIS_COMMANDS, *ATTENTION_COMMANDS]
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -45,7 +45,7 @@ def skip_lines(frame: pd.DataFrame, value: str = "ratio", title: str | None = No
     return alt.Chart(summary).mark_line(point=True).encode(
         x=alt.X("depth:Q", title="block (normalised depth)", scale=alt.Scale(domain=[0, 1])),
         y=alt.Y(f"{value}:Q", scale=y_scale, title=VALUES[value]),
-        color=alt.Color("series:N", title="model · token · sublayer"),
+        color=alt.Color("series:N", title="model · token · sublayer", legend=alt.Legend(labelLimit=320)),
         tooltip=["model", "layer", "kind", alt.Tooltip("ratio:Q", format=".3f"), alt.Tooltip("cosine:Q", format=".3f")],
     ).properties(width=width, height=260, title=title or f"{VALUES[value]}: CLS vs spatial tokens")
 
@@ -58,3 +58,17 @@ def skip_charts(frame: pd.DataFrame) -> dict[str, alt.Chart]:
             charts[f"skip_ratio_{model}"] = skip_heatmap(part, "ratio")
             charts[f"skip_cosine_{model}"] = skip_heatmap(part, "cosine")
     return charts
+
+
+def metrics_chart(frame: pd.DataFrame, title: str | None = None, width: int = 300):
+    """Before/after bars of a skip ablation's ``metrics_frame()`` (accuracy, agreement)."""
+    if frame.empty:
+        raise VitlabError("no metrics to draw")
+    long = frame.melt(id_vars=["intervention", "metric"], value_vars=["before", "after"], var_name="when")
+    return alt.Chart(long).mark_bar().encode(
+        x=alt.X("when:N", sort=["before", "after"], title=None),
+        y=alt.Y("value:Q", scale=alt.Scale(domain=[0, 1]), title="fraction of images"),
+        color=alt.Color("when:N", sort=["before", "after"], legend=None),
+        column=alt.Column("metric:N", title=None),
+        tooltip=["metric", "when", alt.Tooltip("value:Q", format=".4f")],
+    ).properties(width=width // 2, title=title or frame["intervention"].iloc[0].split(":")[0])

@@ -1,0 +1,139 @@
+"""CLI commands for the skip, localization, probe and checkpoint analyses (Raghu et al. 2021, Figs 7-13).
+
+Each ``add_*`` function registers one sub-command; each writes CSV, PNG/SVG charts and run.json into ``--out``.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+from .cli import (add_data_options, add_model_options, add_out_option, load_models, open_store, relabel,
+                  report_skips, tqdm_progress, write_json)
+from .errors import VitlabError
+
+
+def _finish(out: Path, command: str, models: list, args, info, extra: dict, t0: float, warnings=()) -> None:
+    write_json(out / "run.json", {
+        "command": command,
+        "models": [{"spec": m.label, "label": m.spec.label, "fingerprint": m.fingerprint} for m in models],
+        "data": args.data, "images": args.images, "batch_size": args.batch_size, "shuffle": args.shuffle,
+        "device": models[0].device if models else None,
+        "batches_computed": info.batches_computed if info else None,
+        "batches_from_cache": info.batches_from_cache if info else None,
+        "skipped_images": [s[0] for s in info.skipped_images] if info else [],
+        "dropped_batches": info.dropped_batches if info else [],
+        "warnings": list(warnings), **extra, "seconds": round(time.perf_counter() - t0, 3),
+    })
+    if info:
+        report_skips(info)
+    for w in warnings:
+        print(f"warning: {w}", file=sys.stderr)
+
+
+def _run_with_progress(desc: str, fn, *args, **kwargs):
+    progress = tqdm_progress(desc)
+    try:
+        return fn(*args, progress=progress, **kwargs)
+    finally:
+        progress.close()
+
+
+# ---------------------------------------------------------------- skip-ratio (Fig 7)
+
+
+def add_skip_ratio(sub) -> None:
+    p = sub.add_parser("skip-ratio", help="skip vs long-branch norm ratio ‖z‖/‖f(z)‖ per block and token (Fig 7)")
+    add_model_options(p)
+    add_data_options(p, images=128, batch_size=32)
+    add_out_option(p, "results/skip-ratio")
+    p.set_defaults(func=run_skip_ratio)
+
+
+def run_skip_ratio(args) -> int:
+    from .charts import save_all
+    from .charts.skips import skip_charts
+    from .data import open_source
+    from .skips import skip_ratios
+
+    t0 = time.perf_counter()
+    store, source = open_store(args), open_source(args.data)
+    models = load_models(args.model, args.device)
+    relabel(models, args.model)
+    report = _run_with_progress("skip-ratio", skip_ratios, models, source, images=args.images,
+                                batch_size=args.batch_size, shuffle=args.shuffle, store=store)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    frame = report.to_frame()
+    frame.to_csv(out / "skip_ratio.csv", index=False)
+    summary = frame.groupby(["model", "layer", "block", "sublayer", "depth", "kind"], sort=False,
+                            as_index=False)[["ratio", "cosine"]].mean()
+    summary.to_csv(out / "skip_ratio_summary.csv", index=False)
+    written = save_all(skip_charts(frame), out)
+    ident = {r.model: float(max(r.identity_err.tolist(), default=0.0)) for r in report.results
+             if r.family not in ("resnet", "resnetv2")}
+    _finish(out, "skip-ratio", models, args, report.info, {"images_used": report.results[0].images,
+                                                           "max_identity_error": ident}, t0, report.warnings)
+    print(f"skip ratios over {report.results[0].images} images: {out / 'skip_ratio.csv'}, {len(written)} chart files")
+    return 0
+
+
+# ---------------------------------------------------------------- remove-skip (Fig 8)
+
+
+def add_remove_skip(sub) -> None:
+    p = sub.add_parser("remove-skip", help="post-hoc ablation: remove block i's skip connection(s); CKA maps and "
+                                           "accuracy before and after (Fig 8)")
+    add_model_options(p, multiple=False)
+    add_data_options(p, images=256, batch_size=64)
+    p.add_argument("--block", type=int, required=True, help="block index (0-based)")
+    p.add_argument("--which", choices=("attn", "mlp", "both"), default="both",
+                   help="attention (token-mixing) skip, MLP (channel-mixing) skip, or both")
+    p.add_argument("--retrained", default=None, metavar="SPEC",
+                   help="also compare with a model retrained without the skip, e.g. zoo:vit-cls-noskip")
+    add_out_option(p, "results/remove-skip")
+    p.set_defaults(func=run_remove_skip)
+
+
+def run_remove_skip(args) -> int:
+    from .charts import cka_heatmap, cka_pair_charts, save, save_all
+    from .charts.skips import metrics_chart
+    from .data import open_source
+    from .interventions import SkipRemoval, retrained_comparison, skip_removal
+    from .models import load
+
+    t0 = time.perf_counter()
+    store, source = open_store(args), open_source(args.data)
+    loaded = load(args.model, args.device)
+    loaded.display = args.model
+    res = _run_with_progress("remove-skip", skip_removal, loaded, source, SkipRemoval(args.block, args.which),
+                             images=args.images, batch_size=args.batch_size, shuffle=args.shuffle, store=store)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    frame = res.to_frame()
+    frame.to_csv(out / "cka.csv", index=False)
+    metrics = res.metrics_frame()
+    metrics.to_csv(out / "metrics.csv", index=False)
+    charts = {f"cka_{k}": cka_heatmap(part.drop(columns="map").reset_index(drop=True), title=f"CKA {k}")
+              for k, part in frame.groupby("map", sort=False)}
+    written = save_all(charts, out) + save(metrics_chart(metrics), out, "metrics")
+    extra = {"block": args.block, "which": args.which, "kind": res.kind, "metrics": metrics.to_dict("records")}
+    models = [loaded]
+    if args.retrained:
+        retrained = load(args.retrained, args.device)
+        retrained.display = args.retrained
+        comp = _run_with_progress("retrained", retrained_comparison, loaded, retrained, source, images=args.images,
+                                  batch_size=args.batch_size, shuffle=args.shuffle, store=store)
+        comp.to_frame().to_csv(out / "retrained_cka.csv", index=False)
+        comp.metrics_frame().to_csv(out / "retrained_metrics.csv", index=False)
+        written += save_all({f"retrained_{k}": c for k, c in cka_pair_charts(comp.to_frame()).items()}, out)
+        extra["retrained"] = {"spec": args.retrained, "accuracy": comp.accuracy}
+        models.append(retrained)
+    _finish(out, "remove-skip", models, args, res.info, extra, t0)
+    print(metrics.to_string(index=False))
+    print(f"{res.kind}; {len(written)} files in {out}")
+    return 0
+
+
+ANALYSIS_COMMANDS = [add_skip_ratio, add_remove_skip]
