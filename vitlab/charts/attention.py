@@ -1,0 +1,146 @@
+"""Charts of the attention analyses (Raghu et al. 2021, Figs 3-6): each builder takes a result's ``to_frame()``.
+
+Also :func:`overlay`, which colours an attention map or receptive field over the image the model saw (a uint8
+array the app shows with ``st.image`` and the CLI writes as PNG).
+"""
+
+from __future__ import annotations
+
+import altair as alt
+import numpy as np
+import pandas as pd
+
+# anchor colours of "inferno" (dark -> bright), interpolated linearly: enough for an overlay, no matplotlib needed
+_INFERNO = np.array([[0, 0, 4], [40, 11, 84], [101, 21, 110], [159, 42, 99], [212, 72, 66], [245, 125, 21],
+                     [250, 193, 39], [252, 255, 164]], dtype=np.float64)
+
+
+def colourise(values: np.ndarray) -> np.ndarray:
+    """(H, W) values in [0, 1] -> (H, W, 3) uint8 inferno colours."""
+    v = np.clip(np.nan_to_num(values), 0, 1) * (len(_INFERNO) - 1)
+    lo = np.floor(v).astype(int).clip(0, len(_INFERNO) - 2)
+    t = (v - lo)[..., None]
+    return ((1 - t) * _INFERNO[lo] + t * _INFERNO[lo + 1]).round().astype(np.uint8)
+
+
+def overlay(image: np.ndarray, heat: np.ndarray, alpha: float = 0.6) -> np.ndarray:
+    """Blend ``heat`` (h, w), scaled to its maximum and resized to the image by nearest neighbour, over ``image``."""
+    img = np.asarray(image)
+    if img.ndim == 2:
+        img = np.repeat(img[..., None], 3, axis=2)
+    h, w = img.shape[:2]
+    heat = np.asarray(heat, dtype=np.float64)
+    rows = (np.arange(h) * heat.shape[0] // h)[:, None]
+    cols = (np.arange(w) * heat.shape[1] // w)[None, :]
+    peak = heat.max()
+    colours = colourise(heat[rows, cols] / (peak if peak > 0 else 1.0)).astype(np.float64)
+    return ((1 - alpha) * img[..., :3] + alpha * colours).round().astype(np.uint8)
+
+
+def _facet_model(chart, frame: pd.DataFrame):
+    return chart.facet(column=alt.Column("model:N", title=None)) if frame["model"].nunique() > 1 else chart
+
+
+def attention_distance_chart(frame: pd.DataFrame, units: str = "px", title: str | None = None):
+    """One dot per head per layer: x = block, y = mean attention distance (Raghu et al. Figs 3-4; ViT paper Fig 7)."""
+    col, std, label = ("distance_px", "std_px", "pixels") if units == "px" else ("distance_frac", "std_frac",
+                                                                               "fraction of image side")
+    base = alt.Chart(frame).encode(
+        x=alt.X("layer:O", title="block"),
+        y=alt.Y(f"{col}:Q", title=f"mean attention distance ({label})", scale=alt.Scale(zero=True)),
+        color=alt.Color("head:N", title="head", legend=alt.Legend(columns=2) if frame["head"].nunique() > 8 else None),
+        tooltip=["model", "layer", "head", alt.Tooltip(f"{col}:Q", format=".3f"),
+                 alt.Tooltip(f"{std}:Q", format=".3f", title="std over images"), "images"],
+    )
+    chart = base.mark_circle(size=45, opacity=0.85).properties(
+        width=max(240, 28 * frame["layer"].nunique()), height=260,
+        title=title or "Mean attention distance per head")
+    return _facet_model(chart, frame)
+
+
+def sorted_heads_chart(frame: pd.DataFrame, layers: list[int] | None = None, units: str = "px"):
+    """Heads sorted by distance within each block, one colour per block (Raghu et al. Fig 3's layout)."""
+    col = "distance_px" if units == "px" else "distance_frac"
+    part = frame if layers is None else frame[frame["layer"].isin(layers)]
+    part = part.assign(rank=part.groupby(["model", "layer"])[col].rank(method="first").astype(int) - 1)
+    chart = alt.Chart(part).mark_line(point=True).encode(
+        x=alt.X("rank:O", title="heads sorted by mean distance"),
+        y=alt.Y(f"{col}:Q", title=f"mean attention distance ({'pixels' if units == 'px' else 'fraction'})"),
+        color=alt.Color("layer:O", title="block", scale=alt.Scale(scheme="viridis")),
+        tooltip=["model", "layer", "head", alt.Tooltip(f"{col}:Q", format=".3f")],
+    ).properties(width=260, height=260, title="Heads sorted by attention distance")
+    return _facet_model(chart, part)
+
+
+def parity_chart(frame: pd.DataFrame):
+    """Max |difference| per block between captured and fused forwards, and captured vs recomputed softmax."""
+    long = frame.melt(id_vars=["layer", "model"], value_vars=["max_abs_diff_output", "max_abs_diff_probs"],
+                      var_name="check", value_name="max_abs_diff").dropna()
+    long["check"] = long["check"].map({"max_abs_diff_output": "block output (capture vs fused)",
+                                       "max_abs_diff_probs": "probabilities (hook vs recomputed)"})
+    # log axis: exact zeros are drawn at the floor
+    long["shown"] = long["max_abs_diff"].clip(lower=1e-12)
+    return alt.Chart(long).mark_point(filled=True, size=70).encode(
+        x=alt.X("layer:O", title="block"), xOffset="check:N",
+        y=alt.Y("shown:Q", scale=alt.Scale(type="log", domain=[1e-12, max(1e-3, float(long["shown"].max()))]),
+                title="max |difference| (exact zeros at 1e-12)"),
+        shape=alt.Shape("check:N", legend=None),
+        color=alt.Color("check:N", title=None, legend=alt.Legend(orient="bottom")),
+        tooltip=["model", "layer", "check", alt.Tooltip("max_abs_diff:Q", format=".2e")],
+    ).properties(width=max(240, 30 * frame["layer"].nunique()), height=220,
+                 title=f"Attention capture parity: {frame['model'].iloc[0]}")
+
+
+def attention_map_chart(frame: pd.DataFrame, size: int = 180, columns: int = 4):
+    """Heatmap of an AttentionMap frame over the patch grid; one panel per head when several; query marked."""
+    gh = int(frame["row"].max()) + 1
+    heads = list(dict.fromkeys(frame["head"]))
+    base = alt.Chart().encode(x=alt.X("col:O", title=None, axis=None),
+                              y=alt.Y("row:O", title=None, axis=None))
+    rect = base.mark_rect().encode(
+        color=alt.Color("weight:Q", scale=alt.Scale(scheme="inferno"), title="attention"),
+        tooltip=["head", "row", "col", alt.Tooltip("weight:Q", format=".4f")])
+    query = base.transform_filter("isValid(datum.query_row) && datum.row == datum.query_row && "
+                                  "datum.col == datum.query_col").mark_point(shape="cross", color="cyan", size=80)
+    gw = int(frame["col"].max()) + 1
+    cell = max(1, size // max(gh, gw))  # whole-pixel cells: fractional ones leave seams in PNGs
+    layer = alt.layer(rect, query, data=frame).properties(width=cell * gw, height=cell * gh)
+    first = frame.iloc[0]
+    image = str(first["image"]).replace("\\", "/").rsplit("/", 1)[-1]
+    title = f"{first['model']} · {image} · block {first['layer']} · query {first['query']}"
+    if len(heads) > 1:
+        return layer.facet(facet=alt.Facet("head:N", sort=heads, title="head"), columns=columns, title=title)
+    return layer.properties(title=f"{title} · head {heads[0]}")
+
+
+def head_subset_chart(frame: pd.DataFrame):
+    """CKA of head subsets (local -> global) with the other model's layers (Raghu et al. Fig 5)."""
+    order = list(dict.fromkeys(frame["layer_b"]))
+    subsets = frame[~frame["all_heads"]]
+    lines = alt.Chart(subsets).mark_line(point=True).encode(
+        x=alt.X("layer_b:N", sort=order, title=f"{frame['model_b'].iloc[0]} layer", axis=alt.Axis(labelAngle=-45)),
+        y=alt.Y("cka:Q", title="CKA"),
+        color=alt.Color("mean_distance_px:Q", scale=alt.Scale(scheme="viridis"), title="mean distance (px)"),
+        detail="subset:N",
+        tooltip=["subset_label", "heads", alt.Tooltip("mean_distance_px:Q", format=".1f"), "layer_b",
+                 alt.Tooltip("cka:Q", format=".4f")])
+    ref = alt.Chart(frame[frame["all_heads"]]).mark_line(strokeDash=[4, 3], color="black").encode(
+        x=alt.X("layer_b:N", sort=order), y="cka:Q", tooltip=["subset_label", alt.Tooltip("cka:Q", format=".4f")])
+    return (lines + ref).properties(
+        width=max(260, 34 * len(order)), height=260,
+        title=f"{frame['model_a'].iloc[0]} head subsets (local → global) vs {frame['model_b'].iloc[0]}")
+
+
+def receptive_field_chart(frame: pd.DataFrame, columns: int = 6, size: int = 128):
+    """A grid of normalised effective receptive fields, one panel per layer (Raghu et al. Fig 6)."""
+    order = list(dict.fromkeys(frame.sort_values("order")["layer"]))
+    gh, gw = int(frame["row"].max()) + 1, int(frame["col"].max()) + 1
+    cell = max(1, size // max(gh, gw))
+    chart = alt.Chart(frame).mark_rect().encode(
+        x=alt.X("col:O", axis=None), y=alt.Y("row:O", axis=None),
+        color=alt.Color("value:Q", scale=alt.Scale(scheme="inferno", domain=[0, 1]), title="|grad| / max"),
+        tooltip=["layer", "row", "col", alt.Tooltip("value:Q", format=".3f")],
+    ).properties(width=cell * gw, height=cell * gh)
+    first = frame.iloc[0]
+    return chart.facet(facet=alt.Facet("layer:N", sort=order, title=None), columns=columns,
+                       title=f"Effective receptive fields ({first['residual']}-residual): {first['model']}")
