@@ -136,4 +136,61 @@ def run_remove_skip(args) -> int:
     return 0
 
 
-ANALYSIS_COMMANDS = [add_skip_ratio, add_remove_skip]
+# ---------------------------------------------------------------- localization (Figs 9-10)
+
+
+def add_localization(sub) -> None:
+    p = sub.add_parser("localization", help="CKA of each token of a layer with the input patch at every grid "
+                                            "position (Figs 9-10)")
+    add_model_options(p)
+    add_data_options(p, images=256, batch_size=64)
+    p.add_argument("--layers", default=None,
+                   help="comma-separated taps (default: first, middle and last block outputs)")
+    p.add_argument("--tokens", default=None, help="comma-separated token indices to draw (default: a spread)")
+    add_out_option(p, "results/localization")
+    p.set_defaults(func=run_localization)
+
+
+def _ints(text: str | None, what: str) -> list[int] | None:
+    if not text:
+        return None
+    try:
+        return [int(t) for t in text.split(",") if t.strip()]
+    except ValueError:
+        raise VitlabError(f"{what} must be comma-separated integers, not '{text}'") from None
+
+
+def run_localization(args) -> int:
+    from .charts import save, save_all
+    from .charts.localization import localization_maps, localization_rate_chart, localization_summary_chart
+    from .data import open_source
+    from .localization import localization
+
+    t0 = time.perf_counter()
+    store, source = open_store(args), open_source(args.data)
+    models = load_models(args.model, args.device)
+    relabel(models, args.model)
+    layers = [t.strip() for t in args.layers.split(",")] if args.layers else None
+    tokens = _ints(args.tokens, "--tokens")
+    report = _run_with_progress("localization", localization, models, source, layers=[layers] * len(models),
+                                images=args.images, batch_size=args.batch_size, shuffle=args.shuffle, store=store)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    report.to_frame().to_csv(out / "localization.csv", index=False)
+    summary = report.summary()
+    summary.to_csv(out / "localization_summary.csv", index=False)
+    charts = {f"maps_{r.model}_{r.layer}": localization_maps(r.to_frame(), tokens) for r in report.results}
+    written = save_all(charts, out) + save(localization_summary_chart(summary), out, "localization_summary")
+    written += save(localization_rate_chart(summary), out, "localization_rate")
+    rate = summary[summary["kind"] == "spatial"].groupby(["model", "layer"], sort=False)["localized"].mean()
+    _finish(out, "localization", models, args, report.info, {
+        "layers": {r.model: [x.layer for x in report.results if x.model == r.model] for r in report.results},
+        "images_used": report.results[0].images,
+        "localized_fraction": {f"{m} {layer}": float(v) for (m, layer), v in rate.items()}}, t0, report.warnings[:20])
+    for (m, layer), v in rate.items():
+        print(f"{m} {layer}: {v:.0%} of spatial tokens best match their own input patch")
+    print(f"localization over {report.results[0].images} images: {len(written)} files in {out}")
+    return 0
+
+
+ANALYSIS_COMMANDS = [add_skip_ratio, add_remove_skip, add_localization]

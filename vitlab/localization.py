@@ -1,0 +1,223 @@
+"""Spatial localization of tokens (Raghu et al. 2021, Sec. 5, Figs 9-10 and App. D).
+
+For one layer, the representation of token t across images (n, D) is compared by linear CKA with the raw input
+patch at every grid position g (n, C·p·p): CKA(X_t, P_g) for all t, g. A token that keeps spatial information
+has its highest CKA at its own position. The patches are non-overlapping squares of the model's patch size, taken
+from the model's input tensor (after its eval transform: what the model sees). For a CNN, a token is one position
+of a block's feature map (all channels) and its patch is the input region that the position covers on the h x w grid
+(region edges at floor(i·H/h)). Prefix tokens (CLS) have no position: their rows show no localization by design.
+
+Minibatch CKA (Nguyen et al. 2021, eq. 3) over images: per batch, one Gram per token and one per patch; all
+token x patch HSICs of the batch are one matrix product (``cka.hsic_all_pairs``).
+
+Shapes: B batch, T tokens (prefix + spatial, or h·w positions), G grid positions, n images in a Gram.
+
+    input (B, C, H, W) ─patches─► (G, B, F) ┐
+    acts[tap] ─tokens─► (T, B, D)            ├─ grams ─► MinibatchCKA(T x G) ─► LocalizationResult (T, G)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Sequence
+
+import numpy as np
+
+from . import cka as cka_mod
+from . import taps as taps_mod
+from .cache import Store
+from .data import Batch, ImageSource, select, to_tensor
+from .errors import VitlabError
+from .models import LoadedModel
+from .run import Progress, RunInfo, Statistic, stream
+
+MAX_POSITIONS = 1024  # T x G CKAs per layer; beyond this a CNN stage is too fine-grained to be worth it
+
+
+def token_grid(loaded: LoadedModel, tap: str, x=None) -> tuple[int, int]:
+    """(rows, cols) of the positions of ``tap``: the patch grid for token models, the feature map for CNNs."""
+    grid = taps_mod.grid_size(loaded.model)
+    if grid is not None:
+        return tuple(int(g) for g in grid)
+    if x is None:
+        raise VitlabError(f"the grid of CNN tap {tap} is known only from its activations")
+    return int(x.shape[-2]), int(x.shape[-1])
+
+
+def patches(x, grid: tuple[int, int]):
+    """(B, C, H, W) input -> list of G (B, F) patches, row-major over the grid (regions edged at floor(i·H/h))."""
+    H, W = x.shape[-2:]
+    gh, gw = grid
+    rows = [(i * H) // gh for i in range(gh + 1)]
+    cols = [(j * W) // gw for j in range(gw + 1)]
+    return [x[:, :, rows[i]:rows[i + 1], cols[j]:cols[j + 1]].reshape(x.shape[0], -1)
+            for i in range(gh) for j in range(gw)]
+
+
+def token_features(act):
+    """(B, N, D) or (B, C, h, w) activations -> (T, B, F): every token's (or position's) features."""
+    if act.dim() == 4:
+        return act.flatten(2).permute(2, 0, 1)
+    return act.permute(1, 0, 2)
+
+
+def batched_gram(x):
+    """(T, B, F) -> (T, B, B) linear Grams of batch-centred features, float32 (as ``cka.gram``)."""
+    import torch
+
+    x = x.to(torch.float32)
+    x = x - x.mean(dim=1, keepdim=True)
+    return x @ x.transpose(1, 2)
+
+
+@dataclass(frozen=True)
+class LocalizationStatistic(Statistic):
+    """Per-batch Grams of every token of each tap, and of the input patch at every grid position."""
+
+    layers: tuple[str, ...]
+    name: str = "localization"
+    version: int = 1
+
+    def params(self, loaded: LoadedModel) -> dict:
+        return {"layers": list(self.layers)}
+
+    def taps(self, loaded: LoadedModel) -> list[str]:
+        return list(self.layers)
+
+    def compute(self, acts: dict, loaded: LoadedModel, batch: Batch) -> dict[str, np.ndarray]:
+        import torch
+
+        with torch.inference_mode():
+            x = to_tensor(batch.images, loaded)
+            out, patch_grams = {}, {}
+            for i, tap in enumerate(self.layers):
+                act = acts[tap]
+                grid = token_grid(loaded, tap, act)
+                if grid[0] * grid[1] > MAX_POSITIONS:
+                    raise VitlabError(f"{tap} has a {grid[0]}x{grid[1]} grid: too many positions for a localization "
+                                      f"map (at most {MAX_POSITIONS}); pick a later block or smaller images")
+                if grid not in patch_grams:
+                    patch_grams[grid] = batched_gram(torch.stack(patches(x, grid))).cpu().numpy()
+                out[f"tokens_{i}"] = batched_gram(token_features(act)).cpu().numpy()
+                out[f"patches_{i}"] = patch_grams[grid]
+                out[f"grid_{i}"] = np.array(grid)
+        return out
+
+
+@dataclass
+class LocalizationResult:
+    """CKA (T, G) between every token of one layer and the input patch at every grid position."""
+
+    model: str
+    layer: str
+    grid: tuple[int, int]
+    prefix: int  # tokens without a position (CLS) come first
+    cka: np.ndarray  # (T, G)
+    images: int
+    warnings: list[str] = field(default_factory=list)
+
+    def own_position(self, t: int) -> int | None:
+        return None if t < self.prefix else t - self.prefix
+
+    def summary(self):
+        """Per token: argmax position, CKA at its own position, rank of its own position (1 = best), localized."""
+        import pandas as pd
+
+        rows = []
+        for t in range(self.cka.shape[0]):
+            own, row = self.own_position(t), self.cka[t]
+            best = int(np.nanargmax(row)) if np.isfinite(row).any() else -1
+            rows.append({"model": self.model, "layer": self.layer, "token": t, "kind": "cls" if own is None else
+                         "spatial", "token_row": -1 if own is None else own // self.grid[1],
+                         "token_col": -1 if own is None else own % self.grid[1], "argmax_position": best,
+                         "own_cka": np.nan if own is None else float(row[own]),
+                         "max_cka": float(np.nanmax(row)) if best >= 0 else np.nan,
+                         "own_rank": np.nan if own is None else int((row > row[own]).sum() + 1),
+                         "localized": own is not None and best == own})
+        return pd.DataFrame(rows)
+
+    def to_frame(self):
+        """One row per (token, grid position): model, layer, token, kind, token_row/col, position, pos_row/col, cka."""
+        import pandas as pd
+
+        T, G = self.cka.shape
+        t, g = np.meshgrid(np.arange(T), np.arange(G), indexing="ij")
+        own = t - self.prefix
+        return pd.DataFrame({
+            "model": self.model, "layer": self.layer, "token": t.ravel(),
+            "kind": np.where(own.ravel() < 0, "cls", "spatial"),
+            "token_row": np.where(own >= 0, own // self.grid[1], -1).ravel(),
+            "token_col": np.where(own >= 0, own % self.grid[1], -1).ravel(),
+            "position": g.ravel(), "pos_row": (g // self.grid[1]).ravel(), "pos_col": (g % self.grid[1]).ravel(),
+            "own": (own == g).ravel(), "cka": self.cka.ravel()})
+
+
+@dataclass
+class LocalizationReport:
+    results: list[LocalizationResult]
+    info: RunInfo
+
+    def to_frame(self):
+        import pandas as pd
+
+        return pd.concat([r.to_frame() for r in self.results], ignore_index=True)
+
+    def summary(self):
+        import pandas as pd
+
+        return pd.concat([r.summary() for r in self.results], ignore_index=True)
+
+    @property
+    def warnings(self) -> list[str]:
+        return [w for r in self.results for w in r.warnings]
+
+
+def default_layers(model) -> list[str]:
+    """First, middle and last block outputs (ViT/Mixer resid_post; CNN blocks)."""
+    fam = taps_mod.family(model)
+    names = [t for t in taps_mod.default_taps(model) if fam not in ("vit", "mixer") or t.endswith(".resid_post")]
+    picks = sorted({0, len(names) // 2, len(names) - 1})
+    return [names[i] for i in picks]
+
+
+def localization(models: Sequence[LoadedModel], source: ImageSource, *,
+                 layers: Sequence[Sequence[str] | None] | None = None, images: int | None = None,
+                 batch_size: int = 64, shuffle: int | None = None, store: Store | None = None,
+                 progress: Progress | None = None, amp: bool = False) -> LocalizationReport:
+    """Token-to-input-patch CKA maps of ``layers[m]`` of every model (default: first, middle and last block)."""
+    if not models:
+        raise VitlabError("give at least one model")
+    layers = list(layers) if layers is not None else [None] * len(models)
+    if len(layers) != len(models):
+        raise VitlabError(f"{len(layers)} layer lists given for {len(models)} models")
+    stats = []
+    for m, ls in zip(models, layers):
+        ls = tuple(ls) if ls else tuple(default_layers(m.model))
+        taps_mod.check_taps(m.model, ls)
+        stats.append(LocalizationStatistic(ls))
+    accs: list[list[cka_mod.MinibatchCKA] | None] = [None] * len(models)
+    grids: list[list] = [[] for _ in models]
+    info = RunInfo()
+    for _, found in stream(models, source, select(source, images, shuffle), batch_size, [[s] for s in stats],
+                           store=store, progress=progress, amp=amp, info=info):
+        for k, (stat, per_model) in enumerate(zip(stats, found)):
+            arrays = per_model[stat.name]
+            if accs[k] is None:
+                accs[k] = [_accumulator(arrays[f"tokens_{i}"].shape[0], arrays[f"patches_{i}"].shape[0])
+                           for i in range(len(stat.layers))]
+                grids[k] = [tuple(int(v) for v in arrays[f"grid_{i}"]) for i in range(len(stat.layers))]
+            for i, acc in enumerate(accs[k]):
+                acc.update(cka_mod.centred(arrays[f"tokens_{i}"]), cka_mod.centred(arrays[f"patches_{i}"]))
+    if accs[0] is None:
+        raise VitlabError("no batch of 4 or more readable images: localization needs at least 4 images")
+    results = []
+    for m, stat, acc_list, grid_list in zip(models, stats, accs, grids):
+        prefix = taps_mod.num_prefix_tokens(m.model)
+        for tap, acc, grid in zip(stat.layers, acc_list, grid_list):
+            res = acc.compute(m.label, "input")
+            results.append(LocalizationResult(m.label, tap, grid, prefix, res.cka, res.images, res.warnings))
+    return LocalizationReport(results, info)
+
+
+def _accumulator(tokens: int, positions: int) -> cka_mod.MinibatchCKA:
+    return cka_mod.MinibatchCKA([f"token {t}" for t in range(tokens)], [f"patch {g}" for g in range(positions)])
