@@ -109,12 +109,14 @@ def _forward(loaded: LoadedModel, images: list, tap_names: list[str], amp: bool)
 
 def stream(models: Sequence[LoadedModel], source: ImageSource, indices: Sequence[int], batch_size: int,
            statistics: Sequence[Sequence[Statistic]], *, store: Store | None = None, progress: Progress | None = None,
-           amp: bool = False, shard: tuple[int, int] = (0, 1), info: RunInfo | None = None
+           amp: bool = False, shard: tuple[int, int] = (0, 1), info: RunInfo | None = None,
+           min_batch: int = cka_mod.MIN_UNBIASED_BATCH
            ) -> Iterator[tuple[Batch, list[dict[str, dict[str, np.ndarray]]]]]:
     """Yield ``(batch, [per model: {statistic name: arrays}])`` for each batch of ``indices``.
 
     ``statistics[m]`` lists the statistics of ``models[m]``. ``shard=(rank, world)`` takes every world-th batch
-    (torch.distributed). Batches left with fewer than 4 readable images are dropped and reported in ``info``.
+    (torch.distributed). Batches left with fewer than ``min_batch`` readable images (4, for the unbiased HSIC)
+    are dropped and reported in ``info``; per-image statistics (attention distance) pass ``min_batch=1``.
     """
     store = store or Store(None)
     info = info if info is not None else RunInfo()
@@ -134,8 +136,9 @@ def stream(models: Sequence[LoadedModel], source: ImageSource, indices: Sequence
         batch.ids, batch.labels = meta["ids"], meta["labels"]
         batch.skipped = [tuple(s) for s in meta["skipped"]]
         info.skipped_images += [s for s in batch.skipped if s not in info.skipped_images]
-        if len(batch.ids) < cka_mod.MIN_UNBIASED_BATCH:
-            info.dropped_batches.append(f"batch {batch.index}: {len(batch.ids)} readable image(s), fewer than 4")
+        if len(batch.ids) < max(1, min_batch):
+            info.dropped_batches.append(f"batch {batch.index}: {len(batch.ids)} readable image(s), "
+                                        f"fewer than {max(1, min_batch)}")
             continue
         if missing:
             info.batches_computed += 1
