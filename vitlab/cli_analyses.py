@@ -193,4 +193,61 @@ def run_localization(args) -> int:
     return 0
 
 
-ANALYSIS_COMMANDS = [add_skip_ratio, add_remove_skip, add_localization]
+# ---------------------------------------------------------------- probe (Figs 11, 13)
+
+
+def add_probe(sub) -> None:
+    p = sub.add_parser("probe", help="few-shot linear probes per layer and representation (Figs 11, 13)")
+    add_model_options(p)
+    p.add_argument("--data", "-d", default="fashion-mnist:test",
+                   help="labelled data: fashion-mnist[:train|test] | cifar10[:split] | cifar100[:split] | FOLDER "
+                        "with one sub-folder per class")
+    p.add_argument("--shots", type=int, default=10, help="training images per class")
+    p.add_argument("--val-shots", type=int, default=None, help="held-out images per class for choosing λ "
+                                                               "(default: --shots)")
+    p.add_argument("--test", type=int, default=500, help="test images")
+    p.add_argument("--seed", type=int, default=0, help="seed of the split")
+    p.add_argument("--layers", default=None, help="comma-separated taps (default: every block output)")
+    p.add_argument("--reps", default=None, help="comma-separated representations: cls, gap, gap_cls, first, token "
+                                                "(default: all that the model has)")
+    p.add_argument("--tokens", type=int, default=8, help="individual tokens probed per layer for 'token'")
+    p.add_argument("--batch-size", "-b", type=int, default=64)
+    p.add_argument("--no-cache", action="store_true", help="neither read nor write the disk cache")
+    p.add_argument("--cache-dir", default=None)
+    add_out_option(p, "results/probe")
+    p.set_defaults(func=run_probe, images=None, shuffle=None)
+
+
+def run_probe(args) -> int:
+    from .charts import save
+    from .charts.probes import probe_lines
+    from .data import open_source
+    from .probes import probes
+
+    t0 = time.perf_counter()
+    store, source = open_store(args), open_source(args.data)
+    models = load_models(args.model, args.device)
+    relabel(models, args.model)
+    layers = [t.strip() for t in args.layers.split(",")] if args.layers else None
+    reps = [t.strip() for t in args.reps.split(",")] if args.reps else None
+    report = _run_with_progress("probe", probes, models, source, shots=args.shots, val_shots=args.val_shots,
+                                test=args.test, seed=args.seed, layers=[layers] * len(models), reps=reps,
+                                tokens=args.tokens, batch_size=args.batch_size, store=store)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    frame = report.to_frame()
+    frame.to_csv(out / "probe.csv", index=False)
+    written = save(probe_lines(frame), out, "probe_accuracy")
+    split = report.split
+    _finish(out, "probe", models, args, report.info, {
+        "shots": args.shots, "val_shots": args.val_shots or args.shots, "seed": args.seed,
+        "split": {"train": len(split.train), "val": len(split.val), "test": len(split.test), "classes": split.classes},
+        "best": frame.loc[frame.groupby(["model", "representation"])["accuracy"].idxmax()].to_dict("records")}, t0)
+    best = frame.loc[frame.groupby("model")["accuracy"].idxmax()]
+    for _, r in best.iterrows():
+        print(f"{r['model']}: best {r['accuracy']:.3f} at {r['layer']} ({r['representation']})")
+    print(f"{args.shots}-shot probes on {len(split.test)} test images: {out / 'probe.csv'}, {len(written)} chart files")
+    return 0
+
+
+ANALYSIS_COMMANDS = [add_skip_ratio, add_remove_skip, add_localization, add_probe]

@@ -1,0 +1,123 @@
+"""Few-shot least-squares probes against numpy.linalg.lstsq; splits; representations; an end-to-end check."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+import vitlab
+from vitlab import VitlabError, probes, taps
+from vitlab.data import decode, plan_batches, to_tensor
+
+
+def lstsq_weights(x, y, classes, l2):
+    """Independent reference: standardise + bias column as big_vision, then ridge as an augmented lstsq."""
+    x = np.asarray(x, dtype=np.float64)
+    xd = (x - x.mean(0)) / (x.std(0) + 1e-5)
+    xd = np.hstack([xd, np.full((len(x), 1), 100.0)])
+    t = 2.0 * np.eye(classes)[y] - 1.0
+    a = np.vstack([xd, np.sqrt(l2) * np.eye(xd.shape[1])])
+    b = np.vstack([t, np.zeros((xd.shape[1], classes))])
+    return np.linalg.lstsq(a, b, rcond=None)[0]
+
+
+@pytest.mark.parametrize("n,d", [(40, 6), (12, 50)])  # primal (N >= D) and dual (N < D) forms
+def test_weights_match_lstsq(n, d):
+    rng = np.random.default_rng(n)
+    x, y = rng.normal(size=(n, d)) * 3 + 5, rng.integers(0, 4, n)
+    probe = probes.fit(x, y, 4)
+    for l2 in (2.0**-6, 1.0, 2.0**8):
+        np.testing.assert_allclose(probe.weights(l2), lstsq_weights(x, y, 4, l2), rtol=1e-6, atol=1e-9)
+
+
+def test_l2_selection_and_accuracy():
+    rng = np.random.default_rng(1)
+    centres = rng.normal(size=(3, 8)) * 4
+    y = np.repeat(np.arange(3), 10)
+    x = centres[y] + rng.normal(size=(30, 8))
+    probe = probes.fit(x, y, 3)
+    assert probe.accuracy(x, y, 1.0) == 1.0  # separable training data
+    # identical validation accuracy for every λ: the tie goes to the largest λ
+    l2, acc = probes.select_l2(probe, x[:1], y[:1], grid=(0.5, 1.0, 2.0))
+    assert l2 == 2.0 and acc == 1.0
+
+
+def test_split(fmnist_source):
+    s = probes.few_shot_split(fmnist_source, shots=3, val_shots=2, test=50, seed=4)
+    assert len(s.train) == 30 and len(s.val) == 20 and len(s.test) == 50 and s.classes == 10
+    assert not (set(s.train) & set(s.val)) and not (set(s.test) & (set(s.train) | set(s.val)))
+    counts = np.bincount([fmnist_source.label(i) for i in s.train], minlength=10)
+    assert (counts == 3).all()
+    assert probes.few_shot_split(fmnist_source, 3, 2, 50, seed=4) == s
+    with pytest.raises(VitlabError, match="no labels"):
+        probes.few_shot_split(vitlab.open_source("samples"))
+    with pytest.raises(VitlabError, match="too few"):
+        probes.few_shot_split(fmnist_source, shots=5000)
+
+
+def test_representations(tiny_vit, tiny_resnet):
+    x = torch.arange(2 * 101 * 3, dtype=torch.float32).reshape(2, 101, 3)
+    m = tiny_vit.model
+    assert probes.representations(m) == ["cls", "gap", "gap_cls", "first", "token"]
+    assert probes.representations(tiny_resnet.model) == ["gap", "token"]
+    assert torch.equal(probes.represent(x, m, "cls", 4), x[:, 0])
+    assert torch.equal(probes.represent(x, m, "gap", 4), x[:, 1:].mean(1))
+    assert torch.equal(probes.represent(x, m, "gap_cls", 4), x.mean(1))
+    assert torch.equal(probes.represent(x, m, "token", 4), x[:, [1, 34, 67, 100]])
+    assert probes.token_sample(5, 8) == [0, 1, 2, 3, 4]
+
+
+def test_end_to_end_against_manual(tiny_vit, fmnist_source, store):
+    layers = ["blocks.1.resid_post", "blocks.5.resid_post"]
+    rep = probes.probes([tiny_vit], fmnist_source, shots=2, val_shots=2, test=24, seed=0, layers=[layers],
+                        reps=["cls", "gap", "token"], tokens=2, batch_size=32, store=store)
+    frame = rep.to_frame()
+    assert len(frame) == 6 and frame["accuracy"].between(0, 1).all() and set(frame["tokens"]) == {1, 2}
+    split = rep.split
+    feats, labels = {}, {}
+    for part in ("train", "val", "test"):
+        idx = getattr(split, part)
+        batch = decode(fmnist_source, plan_batches(fmnist_source, idx, len(idx))[0])
+        with taps.capture(tiny_vit.model, layers) as acts, torch.no_grad():
+            tiny_vit.model(to_tensor(batch.images, tiny_vit))
+        feats[part] = {t: acts[t].double().numpy() for t in layers}
+        labels[part] = np.array(batch.labels)
+    for tap in layers:
+        get = {"cls": lambda a: a[:, 0], "gap": lambda a: a[:, 1:].mean(1)}
+        for name, fn in get.items():
+            best = None
+            for l2 in probes.L2_GRID:
+                w = lstsq_weights(fn(feats["train"][tap]), labels["train"], 10, l2)
+                tr = fn(feats["train"][tap])
+
+                def acc(x, y):
+                    xd = np.hstack([(x - tr.mean(0)) / (tr.std(0) + 1e-5), np.full((len(x), 1), 100.0)])
+                    return np.mean((xd @ w).argmax(1) == y)
+                v = acc(fn(feats["val"][tap]), labels["val"])
+                if best is None or v >= best[0]:
+                    best = (v, l2, acc(fn(feats["test"][tap]), labels["test"]))
+            row = frame[(frame["layer"] == tap) & (frame["representation"] == name)].iloc[0]
+            assert row["val_accuracy"] == pytest.approx(best[0]) and row["accuracy"] == pytest.approx(best[2])
+    again = probes.probes([tiny_vit], fmnist_source, shots=2, val_shots=2, test=24, seed=0, layers=[layers],
+                          reps=["cls", "gap", "token"], tokens=2, batch_size=32, store=store)
+    assert again.info.batches_computed == 0
+    with pytest.raises(VitlabError, match="no representation"):
+        probes.probe_model(tiny_vit, fmnist_source, split, reps=["nope"])
+
+
+def test_cli_and_chart(tmp_path):
+    from vitlab.charts.probes import probe_lines
+    from vitlab.cli import main
+
+    out = tmp_path / "probe"
+    assert main(["probe", "-m", "test_vit@random", "--shots", "1", "--test", "8", "--layers", "blocks.5.resid_post",
+                 "--reps", "gap,first", "-o", str(out), "--no-cache"]) == 0
+    for name in ("probe.csv", "probe_accuracy.png", "probe_accuracy.svg", "run.json"):
+        assert (out / name).is_file(), name
+    import pandas as pd
+
+    frame = pd.read_csv(out / "probe.csv")
+    assert set(frame["representation"]) == {"gap", "first"}
+    assert probe_lines(frame).to_dict()["mark"]["type"] == "line"
+    assert main(["probe", "-m", "test_vit@random", "--data", "samples", "-o", str(out)]) == 2

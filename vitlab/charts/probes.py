@@ -1,0 +1,30 @@
+"""Few-shot probe charts (Raghu et al. 2021, Figs 11 and 13); input: ``ProbeResult.to_frame()``."""
+
+from __future__ import annotations
+
+import altair as alt
+import pandas as pd
+
+from ..errors import VitlabError
+
+REP_NAMES = {"cls": "CLS token", "gap": "GAP (spatial mean)", "gap_cls": "GAP incl. CLS", "first": "first token",
+             "token": "individual tokens (mean)"}
+
+
+def probe_lines(frame: pd.DataFrame, title: str | None = None, width: int = 420):
+    """Test accuracy against normalised layer depth: one line per model and representation."""
+    if frame.empty:
+        raise VitlabError("no probe results to draw")
+    data = frame.copy()
+    data["representation_name"] = data["representation"].map(REP_NAMES).fillna(data["representation"])
+    shots = sorted(set(data["shots"]))
+    return alt.Chart(data).mark_line(point=True).encode(
+        x=alt.X("depth:Q", title="normalised layer depth", scale=alt.Scale(domain=[0, 1])),
+        y=alt.Y("accuracy:Q", title="few-shot test accuracy", scale=alt.Scale(domain=[0, 1])),
+        color=alt.Color("model:N", legend=alt.Legend(labelLimit=300)),
+        strokeDash=alt.StrokeDash("representation_name:N", title="representation",
+                                  legend=alt.Legend(symbolType="stroke", symbolStrokeWidth=2, symbolSize=400)),
+        tooltip=["model", "layer", "representation_name", alt.Tooltip("accuracy:Q", format=".3f"),
+                 alt.Tooltip("val_accuracy:Q", format=".3f"), alt.Tooltip("l2:Q", format=".3g"), "tokens"],
+    ).properties(width=width, height=280,
+                 title=title or f"{'/'.join(map(str, shots))}-shot linear probe accuracy by layer")

@@ -1,0 +1,303 @@
+"""Few-shot linear probes per layer and per representation (Raghu et al. 2021, Sec. 5, Figs 11 and 13, App. F).
+
+The probe is the closed-form regularised least-squares classifier of the paper and of big_vision's few-shot
+evaluator (``big_vision/evaluators/fewshot_lsr.py``): features are standardised with the training mean and
+standard deviation (+1e-5), a constant feature of 100 is appended for the bias (large, so it is almost
+unregularised), targets are one-hot vectors rescaled to {-1, 1}^C, and
+
+    W = (XᵀX + λI)⁻¹ Xᵀ Y   (N >= D),   W = Xᵀ (X Xᵀ + λI)⁻¹ Y   (N < D),
+
+computed from one eigendecomposition for every λ. λ is chosen from 2^-10 .. 2^19 (big_vision's grid) by accuracy
+on a held-out split of labelled examples (ties go to the larger λ); accuracy is then measured on a test split.
+
+Representations of a layer's tokens (B, N, D); prefix tokens (CLS) come first:
+
+- ``cls``: token 0 of a CLS model;  ``gap``: the mean of the spatial tokens (positions, for a CNN);
+- ``gap_cls``: the mean of all tokens, CLS included;  ``first``: token 0, whatever it is (a spatial token in a GAP
+  model);  ``token``: one probe per individual spatial token, accuracies averaged over a spread sample of tokens.
+
+    labelled source ─few_shot_split─► train/val/test ─run.stream(ProbeFeatures)─► features ─probe─► ProbeResult
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Sequence
+
+import numpy as np
+
+from . import taps as taps_mod
+from .cache import Store
+from .data import Batch, ImageSource
+from .errors import VitlabError
+from .models import LoadedModel
+from .run import Progress, RunInfo, Statistic, stream
+
+L2_GRID = tuple(2.0**i for i in range(-10, 20))
+BIAS_CONSTANT = 100.0
+REPRESENTATIONS = ("cls", "gap", "gap_cls", "first", "token")
+
+
+# ---------------------------------------------------------------- the closed-form probe
+
+
+@dataclass
+class RidgeProbe:
+    """An eigendecomposition of the standardised training features: W for any λ without refactoring."""
+
+    mean: np.ndarray
+    std: np.ndarray
+    eigs: np.ndarray
+    lhs: np.ndarray
+    rhs: np.ndarray
+
+    def weights(self, l2: float) -> np.ndarray:
+        """(D + 1, C): the regularised least-squares solution for ``l2``."""
+        return (self.lhs / (self.eigs + l2)[None, :]) @ self.rhs
+
+    def design(self, x: np.ndarray) -> np.ndarray:
+        """Standardise with the training statistics and append the bias feature: (n, D) -> (n, D + 1)."""
+        x = (np.asarray(x, dtype=np.float64) - self.mean) / self.std
+        return np.pad(x, ((0, 0), (0, 1)), constant_values=BIAS_CONSTANT)
+
+    def accuracy(self, x: np.ndarray, y: np.ndarray, l2: float) -> float:
+        return float(np.mean(np.argmax(self.design(x) @ self.weights(l2), axis=1) == np.asarray(y)))
+
+
+def targets(y: np.ndarray, num_classes: int) -> np.ndarray:
+    """One-hot rescaled to {-1, 1}: (n,) -> (n, C)."""
+    return 2.0 * np.eye(num_classes)[np.asarray(y)] - 1.0
+
+
+def fit(x: np.ndarray, y: np.ndarray, num_classes: int) -> RidgeProbe:
+    """Precompute the probe of features ``x`` (n, D) and labels ``y`` (n,) in float64 (big_vision's cache)."""
+    x = np.asarray(x, dtype=np.float64)
+    mean, std = x.mean(axis=0, keepdims=True), x.std(axis=0, keepdims=True) + 1e-5
+    probe = RidgeProbe(mean, std, np.empty(0), np.empty(0), np.empty(0))
+    xd, t = probe.design(x), targets(y, num_classes)
+    if xd.shape[0] >= xd.shape[1]:
+        probe.eigs, q = np.linalg.eigh(xd.T @ xd)
+        probe.rhs, probe.lhs = q.T @ (xd.T @ t), q
+    else:
+        probe.eigs, q = np.linalg.eigh(xd @ xd.T)
+        probe.rhs, probe.lhs = q.T @ t, xd.T @ q
+    return probe
+
+
+def select_l2(probe: RidgeProbe, x_val: np.ndarray, y_val: np.ndarray, grid: Sequence[float] = L2_GRID
+              ) -> tuple[float, float]:
+    """(λ, validation accuracy): the best λ on the held-out split; ties go to the larger λ."""
+    accs = [probe.accuracy(x_val, y_val, l2) for l2 in grid]
+    best = max(range(len(grid)), key=lambda i: (accs[i], grid[i]))
+    return float(grid[best]), float(accs[best])
+
+
+# ---------------------------------------------------------------- splits and features
+
+
+@dataclass(frozen=True)
+class Split:
+    train: list[int]
+    val: list[int]
+    test: list[int]
+    classes: int
+
+
+def few_shot_split(source: ImageSource, shots: int = 10, val_shots: int | None = None, test: int = 500,
+                   seed: int = 0) -> Split:
+    """Per class ``shots`` training and ``val_shots`` (default = shots) held-out images, then ``test`` others,
+    all drawn from a seeded permutation of a labelled source."""
+    if not source.has_labels:
+        raise VitlabError(f"data source '{source.name}' has no labels: probes need Fashion-MNIST, CIFAR, or a "
+                          "folder with one sub-folder per class")
+    if shots < 1:
+        raise VitlabError(f"--shots must be positive, not {shots}")
+    val_shots = shots if val_shots is None else val_shots
+    if val_shots < 1:
+        raise VitlabError(f"the held-out split needs at least one image per class to choose λ, not {val_shots}")
+    order = np.random.default_rng(seed).permutation(len(source))
+    need, train, val = len(source.classes), {}, {}
+    for i in order:
+        c = source.label(int(i))
+        if len(train.setdefault(c, [])) < shots:
+            train[c].append(int(i))
+        elif len(val.setdefault(c, [])) < val_shots:
+            val[c].append(int(i))
+        elif sum(map(len, val.values())) >= need * val_shots:
+            break
+    used = {i for part in (train, val) for v in part.values() for i in v}
+    rest = [int(i) for i in order if int(i) not in used][:test]
+    short = [source.classes[c] for c in range(need) if len(train.get(c, [])) < shots or len(val.get(c, [])) < val_shots]
+    if short or len(rest) < 1:
+        raise VitlabError(f"data source '{source.name}' has too few images for {shots}+{val_shots} per class and a "
+                          f"test split (short: {', '.join(short) or 'test'}); lower --shots or add images")
+    return Split(sorted(sum(train.values(), [])), sorted(sum(val.values(), [])), rest, need)
+
+
+def representations(model) -> list[str]:
+    """The representations that exist for ``model``'s family."""
+    if taps_mod.family(model) in ("resnet", "resnetv2"):
+        return ["gap", "token"]
+    prefix = taps_mod.num_prefix_tokens(model)
+    return (["cls"] if taps_mod.has_cls_token(model) else []) + ["gap"] + (["gap_cls"] if prefix else []) + [
+        "first", "token"]
+
+
+def token_sample(spatial: int, count: int) -> list[int]:
+    """``count`` spatial token indices spread evenly over ``spatial`` tokens (all when fewer)."""
+    if count >= spatial:
+        return list(range(spatial))
+    return sorted({int(round(v)) for v in np.linspace(0, spatial - 1, count)})
+
+
+def represent(act, model, rep: str, tokens: int):
+    """(B, N, D) or (B, C, h, w) -> (B, D) or, for 'token', (B, K, D)."""
+    x = act.flatten(2).transpose(1, 2) if act.dim() == 4 else act
+    prefix = taps_mod.num_prefix_tokens(model)
+    if rep == "cls" or rep == "first":
+        return x[:, 0]
+    if rep == "gap":
+        return x[:, prefix:].mean(dim=1)
+    if rep == "gap_cls":
+        return x.mean(dim=1)
+    if rep == "token":
+        return x[:, [prefix + k for k in token_sample(x.shape[1] - prefix, tokens)]]
+    raise VitlabError(f"representation must be one of {', '.join(REPRESENTATIONS)}, not '{rep}'")
+
+
+@dataclass(frozen=True)
+class ProbeFeatures(Statistic):
+    """Per-batch features of each layer and representation (float32; small image sets, cached per batch)."""
+
+    layers: tuple[str, ...]
+    reps: tuple[str, ...]
+    tokens: int = 8  # individual tokens probed per layer (spread over the grid)
+    name: str = "probe-features"
+    version: int = 1
+
+    def params(self, loaded: LoadedModel) -> dict:
+        return {"layers": list(self.layers), "reps": list(self.reps), "tokens": self.tokens}
+
+    def taps(self, loaded: LoadedModel) -> list[str]:
+        return list(self.layers)
+
+    def compute(self, acts: dict, loaded: LoadedModel, batch: Batch) -> dict[str, np.ndarray]:
+        return {f"{rep}|{tap}": represent(acts[tap], loaded.model, rep, self.tokens).float().cpu().numpy()
+                for tap in self.layers for rep in self.reps}
+
+
+def default_layers(model) -> list[str]:
+    """Every block output (ViT/Mixer ``resid_post``; each CNN block)."""
+    fam = taps_mod.family(model)
+    return [t for t in taps_mod.default_taps(model) if fam not in ("vit", "mixer") or t.endswith(".resid_post")]
+
+
+# ---------------------------------------------------------------- running
+
+
+@dataclass
+class ProbeResult:
+    """Test accuracy of the few-shot probe for every layer and representation of one model."""
+
+    model: str
+    rows: list[dict]
+    shots: int
+    images: dict[str, int]
+    warnings: list[str] = field(default_factory=list)
+
+    def to_frame(self):
+        """model, layer, layer_index, depth (normalised, (i+1)/L), representation, accuracy, val_accuracy, l2, shots,
+        tokens (individual tokens averaged; 1 otherwise)."""
+        import pandas as pd
+
+        return pd.DataFrame(self.rows)
+
+
+@dataclass
+class ProbeReport:
+    results: list[ProbeResult]
+    split: Split
+    info: RunInfo
+
+    def to_frame(self):
+        import pandas as pd
+
+        return pd.concat([r.to_frame() for r in self.results], ignore_index=True)
+
+
+def _probe_one(xs: dict[str, np.ndarray], ys: dict[str, np.ndarray], classes: int) -> tuple[float, float, float]:
+    """(test accuracy, validation accuracy, λ) of one feature set."""
+    probe = fit(xs["train"], ys["train"], classes)
+    l2, val = select_l2(probe, xs["val"], ys["val"])
+    return probe.accuracy(xs["test"], ys["test"], l2), val, l2
+
+
+def _gather(model: LoadedModel, source: ImageSource, split: Split, stat: ProbeFeatures, batch_size: int, store,
+            progress, info) -> tuple[dict, dict]:
+    """Features {split: {key: (n, ...)}} and labels {split: (n,)} (unreadable images are left out)."""
+    feats: dict[str, dict[str, list]] = {}
+    labels: dict[str, list] = {}
+    for part in ("train", "val", "test"):
+        for batch, found in stream([model], source, getattr(split, part), batch_size, [[stat]], store=store,
+                                   progress=progress, info=info):
+            for k, v in found[0][stat.name].items():
+                feats.setdefault(part, {}).setdefault(k, []).append(v)
+            labels.setdefault(part, []).extend(batch.labels)
+    if set(feats) != {"train", "val", "test"}:
+        raise VitlabError("a split has no batch of 4 or more readable images: raise --shots or the test size")
+    return ({p: {k: np.concatenate(v) for k, v in d.items()} for p, d in feats.items()},
+            {p: np.array(v) for p, v in labels.items()})
+
+
+def probe_model(model: LoadedModel, source: ImageSource, split: Split, *, layers: Sequence[str] | None = None,
+                reps: Sequence[str] | None = None, tokens: int = 8, batch_size: int = 64, store: Store | None = None,
+                progress: Progress | None = None, info: RunInfo | None = None) -> ProbeResult:
+    """Few-shot probe accuracy of every layer x representation of one model (Figs 11, 13)."""
+    layers = tuple(layers or default_layers(model.model))
+    taps_mod.check_taps(model.model, layers)
+    allowed = representations(model.model)
+    reps = tuple(reps or allowed)
+    bad = [r for r in reps if r not in allowed]
+    if bad:
+        raise VitlabError(f"{model.label} has no representation {', '.join(bad)}: choose from {', '.join(allowed)}")
+    stat = ProbeFeatures(layers, reps, tokens)
+    feats, labels = _gather(model, source, split, stat, batch_size, store, progress, info or RunInfo())
+    rows = []
+    for i, tap in enumerate(layers):
+        for rep in reps:
+            key = f"{rep}|{tap}"
+            if rep == "token":  # one probe per sampled token; mean accuracy
+                per = [_probe_one({p: feats[p][key][:, k] for p in feats}, labels, split.classes)
+                       for k in range(feats["train"][key].shape[1])]
+                acc, val, l2 = (float(np.mean([r[j] for r in per])) for j in range(3))
+                n_tok = len(per)
+            else:
+                (acc, val, l2), n_tok = _probe_one({p: feats[p][key] for p in feats}, labels, split.classes), 1
+            rows.append({"model": model.label, "layer": tap, "layer_index": i, "depth": (i + 1) / len(layers),
+                         "representation": rep, "accuracy": acc, "val_accuracy": val, "l2": l2,
+                         "shots": len(split.train) // split.classes, "tokens": n_tok})
+    return ProbeResult(model.label, rows, len(split.train) // split.classes,
+                       {p: int(len(v)) for p, v in labels.items()})
+
+
+def probes(models: Sequence[LoadedModel], source: ImageSource, *, shots: int = 10, val_shots: int | None = None,
+           test: int = 500, seed: int = 0, layers: Sequence[Sequence[str] | None] | None = None,
+           reps: Sequence[str] | None = None, tokens: int = 8, batch_size: int = 64, store: Store | None = None,
+           progress: Progress | None = None) -> ProbeReport:
+    """Few-shot linear probes of every model on one labelled source (the same split for every model).
+
+    ``reps`` given explicitly are used where a model has them (e.g. 'cls' is left out for a GAP model).
+    """
+    if not models:
+        raise VitlabError("give at least one model")
+    split = few_shot_split(source, shots, val_shots, test, seed)
+    layers = list(layers) if layers is not None else [None] * len(models)
+    info = RunInfo()
+    results = []
+    for m, ls in zip(models, layers):
+        mine = [r for r in reps if r in representations(m.model)] if reps else None
+        if reps and not mine:
+            raise VitlabError(f"{m.label} has none of the representations {', '.join(reps)}")
+        results.append(probe_model(m, source, split, layers=ls, reps=mine, tokens=tokens, batch_size=batch_size,
+                                   store=store, progress=progress, info=info))
+    return ProbeReport(results, split, info)
