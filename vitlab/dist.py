@@ -45,6 +45,10 @@ DEFAULT_TIMEOUT_S = 1800.0  # the gloo default; raise it when ranks' caches are 
 WATCH_INTERVAL_S = 1.0
 
 
+class PeerLost(VitlabError):
+    """A collective broke or timed out: another rank stopped, died or is stuck."""
+
+
 @dataclass(frozen=True)
 class Context:
     """This process's place in the run: rank, world size, local device index and backend (None: one process)."""
@@ -300,7 +304,8 @@ def all_reduce_sum(values: np.ndarray) -> np.ndarray:
 
     device = f"cuda:{torch.cuda.current_device()}" if _CONTEXT and _CONTEXT.backend == "nccl" else "cpu"
     t = torch.as_tensor(np.ascontiguousarray(values, dtype=np.float64), device=device)
-    tdist.all_reduce(t, op=tdist.ReduceOp.SUM)
+    with _collective("all_reduce"):
+        tdist.all_reduce(t, op=tdist.ReduceOp.SUM)
     return t.cpu().numpy()
 
 
@@ -311,8 +316,23 @@ def gather_objects(obj: Any) -> list:
     if not (tdist.is_available() and tdist.is_initialized()):
         return [obj]
     out: list = [None] * tdist.get_world_size()
-    tdist.all_gather_object(out, obj)
+    with _collective("all_gather"):
+        tdist.all_gather_object(out, obj)
     return out
+
+
+@contextmanager
+def _collective(what: str) -> Iterator[None]:
+    """Turn a broken or timed-out collective into a message that says what probably happened."""
+    try:
+        yield
+    except VitlabError:
+        raise
+    except Exception as e:
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise PeerLost(f"{what} across ranks failed ({first[:300]}): another rank stopped or is stuck; look for "
+                          "its message above, or for a process killed for memory. A rank that is only slow "
+                          "(uneven cache) needs a larger VITLAB_DIST_TIMEOUT (seconds)") from e
 
 
 def reduce_run_info(info):
@@ -392,7 +412,7 @@ def _start_watcher(rank: int, world: int) -> None:
 def _describe(e: BaseException) -> str:
     ctx = _CONTEXT or Context()
     what = str(e) if isinstance(e, VitlabError) else f"{type(e).__name__}: {e}"
-    return f"rank {ctx.rank} of {ctx.world} failed: {what}"
+    return f"rank {ctx.rank} of {ctx.world} {'stopped' if isinstance(e, PeerLost) else 'failed'}: {what}"
 
 
 @contextmanager
@@ -436,7 +456,8 @@ def finish() -> None:
         _CONTEXT = None
         return
     if tdist.is_initialized():
-        tdist.barrier()  # rank 0 may host the store: nobody leaves while another rank still needs it
+        with _collective("the final barrier"):
+            tdist.barrier()  # rank 0 may host the store: nobody leaves while another rank still needs it
     if _WATCH is not None:
         _WATCH.stop.set()
         _WATCH.thread.join(timeout=2 * WATCH_INTERVAL_S)

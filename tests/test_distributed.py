@@ -1,0 +1,212 @@
+"""torch.distributed scale-out on CPU (gloo, 2 processes on localhost): results equal the single-process ones.
+
+Three launches, each a few tiny processes: the ``cka`` command under ``torchrun`` (5 usable batches, an odd
+number, plus a dropped short batch, so the ranks get unequal shares), the accumulator reductions with an abrupt
+death of one rank, and the ``cka`` command with one rank failing on purpose.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+
+import numpy as np
+import pandas as pd
+import pytest
+
+pytestmark = pytest.mark.distributed
+
+DATA = ["-d", "fashion-mnist:test", "-n", "22", "-b", "4", "--device", "cpu"]  # 5 batches of 4 + one of 2
+MODELS = ["-m", "test_vit@random", "-m", "test_vit@random:1"]  # two models: cross-model pairs too
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _env(**extra) -> dict:
+    env = {k: v for k, v in os.environ.items() if k not in ("WORLD_SIZE", "RANK", "LOCAL_RANK", "MASTER_ADDR",
+                                                             "MASTER_PORT")}
+    return dict(env, HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1", VITLAB_DIST_TIMEOUT="60", **extra)
+
+
+def _launch_pair(script: str, args: list[str], timeout: float = 90, **extra) -> list[tuple[int, str, float]]:
+    """Start ranks 0 and 1 of a 2-process group by hand (the env:// variables torchrun would set)."""
+    port, t0 = _free_port(), time.perf_counter()
+    procs = [subprocess.Popen([sys.executable, script, *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                              text=True, env=_env(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), WORLD_SIZE="2",
+                                                  RANK=str(r), LOCAL_RANK=str(r), **extra))
+             for r in range(2)]
+    out = []
+    for p in procs:
+        try:
+            text, _ = p.communicate(timeout=max(1.0, timeout - (time.perf_counter() - t0)))
+        except subprocess.TimeoutExpired:
+            for q in procs:
+                q.kill()
+            pytest.fail(f"a rank did not finish within {timeout} s: the failure path hangs")
+        out.append((p.returncode, text, time.perf_counter() - t0))
+    return out
+
+
+def _cka_frame(folder) -> pd.DataFrame:
+    return pd.read_csv(folder / "cka.csv").sort_values(["model_a", "layer_a", "model_b", "layer_b"],
+                                                      ignore_index=True)
+
+
+def test_cka_under_torchrun_equals_single_process_and_fills_the_cache(tmp_path):
+    from vitlab import cli
+
+    cache, out2 = tmp_path / "cache2", tmp_path / "out2"
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--master_addr=127.0.0.1",
+           f"--master_port={_free_port()}", "-m", "vitlab", "cka", *MODELS, *DATA, "--cache-dir", str(cache),
+           "-o", str(out2)]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=150, env=_env())
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.count("CKA over 20 images") == 1  # rank 0 alone reports and writes
+    run2 = json.loads((out2 / "run.json").read_text())
+    assert (run2["processes"], run2["images"], run2["batches_computed"], run2["batches_from_cache"]) == (2, 20, 5, 0)
+    assert len(run2["dropped_batches"]) == 1 and run2["dropped_batches"][0].startswith("batch 5")  # rank 1's
+
+    # a later single-process run finds every batch that either rank cached
+    assert cli.main(["cka", *MODELS, *DATA, "--cache-dir", str(cache), "-o", str(tmp_path / "out1")]) == 0
+    run1 = json.loads((tmp_path / "out1" / "run.json").read_text())
+    assert (run1["batches_computed"], run1["batches_from_cache"]) == (0, 5)
+    assert cli.main(["cka", *MODELS, *DATA, "--no-cache", "-o", str(tmp_path / "out0")]) == 0
+
+    ref, two, cached = _cka_frame(tmp_path / "out0"), _cka_frame(out2), _cka_frame(tmp_path / "out1")
+    assert len(ref) == len(two) == 4 * 12 * 12  # (2 models)^2 ordered pairs x 12 x 12 taps
+    assert (ref[["model_a", "layer_a", "model_b", "layer_b"]] == two[["model_a", "layer_a", "model_b", "layer_b"]]
+            ).all().all()
+    np.testing.assert_allclose(two["cka"], ref["cka"], rtol=0, atol=1e-12)
+    np.testing.assert_allclose(cached["cka"], ref["cka"], rtol=0, atol=1e-12)
+
+
+REDUCE_WORKER = textwrap.dedent('''
+    import json, os, sys
+    import numpy as np
+    from vitlab import dist
+    from vitlab.cka import MinibatchCKA, centred
+    from vitlab.errors import VitlabError
+    from vitlab.run import RunInfo
+
+    class Extremes:
+        """A statistic that is not a sum (largest value seen): it must go through merge, not a summed state."""
+        def __init__(self): self.top, self.n = np.full(3, -np.inf), 0
+        def update(self, x): self.top, self.n = np.maximum(self.top, x.max(0)), self.n + len(x)
+        def merge(self, o): self.top, self.n = np.maximum(self.top, o.top), self.n + o.n; return self
+        def state(self): return {"top": self.top, "n": np.array(self.n)}
+        def load_state(self, s): self.top, self.n = np.array(s["top"]), int(s["n"]); return self
+
+    def batches():
+        rng = np.random.default_rng(0)
+        for n in (6, 5, 7, 4, 6):  # five batches of unequal sizes: ranks take 3 and 2
+            x = rng.normal(size=(n, 8)) + 5.0
+            feats = [x, np.tanh(x @ rng.normal(size=(8, 6))), x[:, :3] ** 2]
+            yield np.stack([f @ f.T for f in feats]), x[:, :3], rng.uniform(0, 50, size=(2, 2, 3, n))
+
+    def fill(accs, chosen):
+        for grams, x, dist_ in chosen:
+            c = centred(grams)
+            accs["cka"].update(c)
+            accs["cross"].update(c[:2], c[1:])
+            accs["extremes"].update(x)
+            if "attn" in accs:
+                accs["attn"].update({"raw": dist_[0], "renorm": dist_[1]})
+
+    def make():
+        accs = {"cka": MinibatchCKA(list("abc"), list("abc")), "cross": MinibatchCKA(list("ab"), list("bc")),
+                "extremes": Extremes()}
+        try:
+            from vitlab.attention import AttentionDistanceAccumulator
+            accs["attn"] = AttentionDistanceAccumulator([0, 1], 3)
+        except ImportError:
+            pass
+        return accs
+
+    def main():
+        ctx = dist.context()
+        all_batches = list(batches())
+        mine, single = make(), make()
+        fill(mine, all_batches[ctx.rank::ctx.world])
+        fill(single, all_batches)
+        ctx.reduce(mine)
+        info = RunInfo(ctx.rank + 1, 2 * ctx.rank, [("shared.png", "x"), (f"r{ctx.rank}.png", "y")],
+                       [f"batch {9 - 4 * ctx.rank}: 2 readable image(s)"], float(ctx.rank + 1))
+        ctx.reduce_info(info)
+        gathered = ctx.gather(ctx.rank * 10)
+        if ctx.is_main:
+            out = {k: {"dist": {s: np.asarray(v).tolist() for s, v in mine[k].state().items()},
+                       "single": {s: np.asarray(v).tolist() for s, v in single[k].state().items()}} for k in mine}
+            out["info"] = {"computed": info.batches_computed, "cached": info.batches_from_cache,
+                           "skipped": info.skipped_images, "dropped": info.dropped_batches, "seconds": info.seconds}
+            out["gathered"] = gathered
+            out["cka_values"] = [mine["cka"].compute().cka.tolist(), single["cka"].compute().cka.tolist()]
+            open(sys.argv[1], "w").write(json.dumps(out))
+        if ctx.rank == 1:
+            import time; time.sleep(1.0)  # let rank 0 finish receiving, then vanish
+            os._exit(3)  # dies without a word while rank 0 waits in a collective
+        ctx.reduce(mine)
+
+    try:
+        with dist.guard():
+            main()
+    except VitlabError as e:
+        print(f"vitlab: error: {e}", file=sys.stderr)
+        sys.exit(2)
+''')
+
+
+def test_reductions_equal_single_process_and_a_dead_rank_stops_the_other(tmp_path):
+    script, result = tmp_path / "reduce_worker.py", tmp_path / "reduced.json"
+    script.write_text(REDUCE_WORKER)
+    (rc0, log0, _), (rc1, _, _) = _launch_pair(str(script), [str(result)], timeout=80)
+    got = json.loads(result.read_text())
+    for name in ("cka", "cross", "extremes", "attn"):
+        if name not in got:
+            continue
+        for key, ref in got[name]["single"].items():
+            np.testing.assert_allclose(got[name]["dist"][key], ref, rtol=1e-13, atol=1e-12, err_msg=f"{name}.{key}")
+    np.testing.assert_allclose(got["cka_values"][0], got["cka_values"][1], rtol=0, atol=1e-12)
+    assert got["extremes"]["dist"]["n"] == 28  # every image counted once
+    assert got["info"] == {"computed": 3, "cached": 2, "skipped": [["shared.png", "x"], ["r0.png", "y"],
+                                                                   ["r1.png", "y"]],
+                           "dropped": ["batch 5: 2 readable image(s)", "batch 9: 2 readable image(s)"], "seconds": 2.0}
+    assert got["gathered"] == [0, 10]
+    assert rc1 == 3
+    assert rc0 == 2, log0
+    assert "rank 0 of 2 stopped: all_gather across ranks failed" in log0
+
+
+FAIL_WORKER = textwrap.dedent('''
+    import os, sys
+    import vitlab.data
+    from vitlab import cli
+    from vitlab.errors import VitlabError
+
+    if os.environ["RANK"] == "1":
+        def broken(text):
+            raise VitlabError(f"data source '{text}': injected failure on this rank only")
+        vitlab.data.open_source = broken
+    sys.exit(cli.main(sys.argv[1:]))
+''')
+
+
+def test_a_failing_rank_stops_the_run_with_its_message(tmp_path):
+    script = tmp_path / "fail_worker.py"
+    script.write_text(FAIL_WORKER)
+    (rc0, log0, t0), (rc1, log1, _) = _launch_pair(
+        str(script), ["cka", "-m", "test_vit@random", *DATA, "--no-cache", "-o", str(tmp_path / "out")], timeout=80)
+    assert rc1 == 2, log1
+    assert "vitlab: error: rank 1 of 2 failed: data source 'fashion-mnist:test': injected failure" in log1
+    assert rc0 != 0, log0
+    assert "rank 1 of 2 failed: data source 'fashion-mnist:test': injected failure" in log0
+    assert "stopping rank 0 of 2" in log0
+    assert not (tmp_path / "out" / "run.json").exists()
