@@ -275,7 +275,7 @@ def attention_distance(loaded: LoadedModel, source: ImageSource, *, images: int 
     layers = [int(t.split(".")[1]) for t in stat.taps(loaded)]
     acc = AttentionDistanceAccumulator(layers, loaded.model.blocks[layers[0]].attn.num_heads)
     for _, found in stream([loaded], source, select(source, images, shuffle), batch_size, [[stat]], store=store,
-                           progress=progress, amp=amp, info=info):
+                           progress=progress, amp=amp, info=info, min_batch=1):
         acc.update(found[0][stat.name])
     return acc.compute(loaded.label, image_side(loaded), renormalise)
 
