@@ -250,4 +250,58 @@ def run_probe(args) -> int:
     return 0
 
 
-ANALYSIS_COMMANDS = [add_skip_ratio, add_remove_skip, add_localization, add_probe]
+# ---------------------------------------------------------------- compare-checkpoints (Fig 12)
+
+
+def add_compare_checkpoints(sub) -> None:
+    p = sub.add_parser("compare-checkpoints", help="block-by-block CKA between two checkpoints of one architecture "
+                                                   "(Fig 12)")
+    p.add_argument("--pair", nargs=2, action="append", required=True, metavar=("A", "B"),
+                   help="two model specs of the same architecture (repeat for several pairs), e.g. "
+                        "zoo:vit-cls-3pct zoo:vit-cls")
+    p.add_argument("--device", default="auto", help="auto (CUDA when present), cpu, cuda, cuda:N")
+    add_data_options(p)
+    p.add_argument("--tokens", choices=("all", "cls", "gap"), default="all",
+                   help="representation: all tokens flattened, CLS token, or mean of spatial tokens")
+    p.add_argument("--amp", action="store_true", help="bf16 autocast on GPU")
+    add_out_option(p, "results/compare-checkpoints")
+    p.set_defaults(func=run_compare_checkpoints)
+
+
+def run_compare_checkpoints(args) -> int:
+    from .charts import cka_heatmap, save, save_all
+    from .charts.checkpoints import checkpoint_lines
+    from .checkpoints import compare_checkpoints
+
+    from .data import open_source
+    from .models import load
+
+    t0 = time.perf_counter()
+    store, source = open_store(args), open_source(args.data)
+    loaded: dict[str, object] = {}
+    for spec in (s for pair in args.pair for s in pair):
+        if spec not in loaded:
+            loaded[spec] = load(spec, args.device)
+            loaded[spec].display = spec
+    pairs = [(loaded[a], loaded[b]) for a, b in args.pair]
+    res = _run_with_progress("compare-checkpoints", compare_checkpoints, pairs, source, images=args.images,
+                             batch_size=args.batch_size, shuffle=args.shuffle, tokens=args.tokens, store=store,
+                             amp=args.amp)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    frame = res.to_frame()
+    frame.to_csv(out / "checkpoints.csv", index=False)
+    written = save(checkpoint_lines(frame), out, "checkpoint_cka")
+    written += save_all({f"cka_{a}__vs__{b}": cka_heatmap(m.to_frame()) for (a, b), m in
+                         zip(res.pairs, res.matrices)}, out)
+    _finish(out, "compare-checkpoints", list(loaded.values()), args, res.info,
+            {"pairs": [list(p) for p in res.pairs], "tokens": args.tokens, "images_used": res.images}, t0,
+            res.warnings)
+    for (a, b), curve in zip(res.pairs, res.curves):
+        print(f"{a} vs {b}: CKA {curve[0]:.3f} (first layer) ... {curve[-1]:.3f} (last layer)")
+    print(f"over {res.images} images: {out / 'checkpoints.csv'}, {len(written)} chart files")
+    return 0
+
+
+ANALYSIS_COMMANDS = [add_skip_ratio, add_remove_skip, add_localization, add_probe,
+                     add_compare_checkpoints]
