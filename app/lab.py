@@ -1,0 +1,406 @@
+"""UI glue shared by the pages: the sidebar pickers, cached models and sources, progress with Cancel, errors
+in place, export buttons. No numerics here (STYLE.md #11): every number on screen comes from `vitlab`.
+
+Widget values are copied into plain session-state keys (``lab.*``) on every run, because Streamlit deletes a
+keyed widget's state after a run in which it is not drawn (FACTS.md); pages read only :func:`settings`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import functools
+import os
+import traceback
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import streamlit as st
+
+import vitlab
+from vitlab import charts
+from vitlab.charts.common import slug
+
+OTHER = "timm model name…"
+CHECKPOINT = "checkpoint file…"
+FOLDER = "folder"
+UPLOADS = "uploads"
+SOURCES = {
+    "fashion-mnist:test": "Fashion-MNIST test set (bundled)",
+    "samples": "Bundled sample photographs",
+    "cifar10:test": "CIFAR-10 test set",
+    "cifar100:test": "CIFAR-100 test set",
+    FOLDER: "A folder of images…",
+    UPLOADS: "Uploaded images…",
+}
+DEVICES = ("auto", "cpu", "cuda")
+# Small defaults: the zoo models on 64 bundled Fashion-MNIST images give the first heatmap in seconds on a CPU.
+# VITLAB_MODEL_A / _B / VITLAB_DATA start the app on other choices (tests, demos).
+DEFAULTS: dict[str, Any] = {
+    "model_a": os.environ.get("VITLAB_MODEL_A", "zoo:vit-cls"),
+    "model_b": os.environ.get("VITLAB_MODEL_B", "zoo:resnet"),
+    "source": os.environ.get("VITLAB_DATA", "fashion-mnist:test"),
+    "folder": "",
+    "images": int(os.environ.get("VITLAB_IMAGES", 64)),
+    "batch_size": int(os.environ.get("VITLAB_BATCH_SIZE", 32)),
+    "device": os.environ.get("VITLAB_DEVICE", "auto"),
+}
+MEMO_SIZE = 24  # results kept per browser session, so that a click re-draws without re-reading the cache
+
+
+@dataclass(frozen=True)
+class Settings:
+    """The sidebar's choices, as plain values."""
+
+    model_a: str
+    model_b: str
+    source: str  # a data-source string for vitlab.open_source, or 'uploads'
+    images: int
+    batch_size: int
+    device: str
+    uploads: tuple[tuple[str, bytes], ...] = ()
+
+    @property
+    def key(self) -> tuple:
+        """Identifies the inputs of a computation (uploads by name and size; their bytes are in the batch keys)."""
+        return (self.model_a, self.model_b, self.source, self.images, self.batch_size, self.device,
+                tuple((n, len(b)) for n, b in self.uploads))
+
+
+# ------------------------------------------------------------------------------------------- sidebar
+
+
+def _plain(name: str) -> Any:
+    key = f"lab.{name}"
+    if key not in st.session_state:
+        st.session_state[key] = DEFAULTS.get(name)
+    return st.session_state[key]
+
+
+def _seed(widget_key: str, value: Any) -> str:
+    """Give a widget its value from plain state when Streamlit has dropped the widget's own state."""
+    if widget_key not in st.session_state:
+        st.session_state[widget_key] = value
+    return widget_key
+
+
+def zoo_specs() -> list[str]:
+    from vitlab import zoo
+
+    return [f"zoo:{n}" for n in zoo.names()]
+
+
+def model_choices() -> list[str]:
+    return zoo_specs() + list(vitlab.PAPER_MODELS) + [OTHER, CHECKPOINT]
+
+
+def _describe_choice(choice: str) -> str:
+    if choice in vitlab.PAPER_MODELS:
+        return f"{choice}  ({vitlab.PAPER_MODELS[choice]})"
+    return choice
+
+
+def _is_checkpoint(spec: str) -> bool:
+    _, _, weights = spec.partition("@")
+    return weights.lower().endswith(vitlab.models.CHECKPOINT_SUFFIXES)
+
+
+def model_picker(slot: str, label: str) -> str:
+    """Zoo model, paper model by friendly name, any timm name (``NAME[@random]``), or a checkpoint file."""
+    spec = _plain(slot)
+    choices = model_choices()
+    kind_default = spec if spec in choices else (CHECKPOINT if _is_checkpoint(spec) else OTHER)
+    kind = st.selectbox(label, choices, key=_seed(f"w.{slot}.kind", kind_default), format_func=_describe_choice)
+    if kind == OTHER:
+        text = st.text_input(f"{label}: timm name", key=_seed(f"w.{slot}.text", "" if spec in choices else spec),
+                             placeholder="vit_small_patch16_224.augreg_in21k, test_vit@random",
+                             help="Any timm model name, optionally @random[:SEED] for random weights")
+        spec = text.strip()
+    elif kind == CHECKPOINT:
+        arch0, _, path0 = spec.partition("@") if _is_checkpoint(spec) else ("", "", "")
+        arch = st.text_input(f"{label}: architecture", key=_seed(f"w.{slot}.arch", arch0),
+                             placeholder="vit_base_patch16_224")
+        path = st.text_input(f"{label}: checkpoint file", key=_seed(f"w.{slot}.path", path0),
+                             placeholder="/path/to/weights.safetensors")
+        spec = f"{arch.strip()}@{path.strip()}" if arch.strip() and path.strip() else ""
+    else:
+        spec = kind
+    st.session_state[f"lab.{slot}"] = spec
+    return spec
+
+
+def source_picker() -> str:
+    source = _plain("source")
+    choice_default = source if source in SOURCES else FOLDER
+    choice = st.selectbox("Images", list(SOURCES), key=_seed("w.source", choice_default), format_func=SOURCES.get)
+    if choice == FOLDER:
+        folder = st.text_input("Folder", key=_seed("w.folder", _plain("folder") or ("" if source in SOURCES else source)),
+                               placeholder="/path/to/images (sub-folders = classes)")
+        st.session_state["lab.folder"] = folder.strip()
+        source = folder.strip()
+    elif choice == UPLOADS:
+        files = st.file_uploader("Upload images", type=[s.lstrip(".") for s in vitlab.data.IMAGE_SUFFIXES],
+                                 accept_multiple_files=True, key="w.uploads")
+        if files:
+            st.session_state["lab.uploads"] = tuple((f.name, f.getvalue()) for f in files)
+        source = UPLOADS
+    else:
+        source = choice
+    st.session_state["lab.source"] = source
+    return source
+
+
+def sidebar() -> None:
+    """The shared pickers (drawn by the entrypoint on every page) and the cache status."""
+    with st.sidebar:
+        st.subheader("Models")
+        model_picker("model_a", "Model A")
+        model_picker("model_b", "Model B")
+        st.subheader("Data")
+        source_picker()
+        c1, c2 = st.columns(2)
+        images = c1.number_input("Images", 4, 100_000, step=16, key=_seed("w.images", _plain("images")))
+        batch = c2.number_input("Batch size", 4, 4096, step=8, key=_seed("w.batch_size", _plain("batch_size")))
+        device = st.selectbox("Device", DEVICES, key=_seed("w.device", _plain("device")))
+        st.session_state.update({"lab.images": int(images), "lab.batch_size": int(batch), "lab.device": device})
+        status_ui()
+
+
+def settings() -> Settings:
+    """The current sidebar choices (plain values that survive page switches)."""
+    return Settings(_plain("model_a"), _plain("model_b"), _plain("source"), int(_plain("images")),
+                    int(_plain("batch_size")), _plain("device"), tuple(st.session_state.get("lab.uploads", ())))
+
+
+# ------------------------------------------------------------------------------------- status, weights
+
+
+def weights_status(spec: str) -> str:
+    """Where a spec's weights come from, in words; 'download' when the hub must be asked (before loading)."""
+    try:
+        ms = vitlab.parse_spec(spec)
+    except vitlab.VitlabError as e:
+        return f"invalid: {e}"
+    if ms.weights == "zoo":
+        from vitlab import zoo
+
+        try:
+            return "zoo checkpoint" if zoo.checkpoint_path(ms.name).is_file() else "zoo checkpoint missing"
+        except vitlab.VitlabError as e:
+            return f"invalid: {e}"
+    if ms.weights.startswith("random"):
+        return "random weights"
+    if ms.weights != "pretrained":
+        return "local checkpoint"
+    hub = _hub_file(ms.name)
+    if hub is None:
+        return "timm download (not from the Hugging Face hub)"
+    return "in the local hub cache" if _hub_cached(*hub) else "download needed"
+
+
+def _hub_file(name: str) -> tuple[str, list[str]] | None:
+    """(repo id, candidate file names) of a timm model's pretrained weights on the Hugging Face hub."""
+    import timm.models
+
+    try:
+        cfg = timm.models.get_pretrained_cfg(name)
+    except Exception:  # unknown name: loading reports it with suggestions
+        return None
+    if cfg is None or not getattr(cfg, "hf_hub_id", None):
+        return None
+    named = getattr(cfg, "hf_hub_filename", None)
+    return cfg.hf_hub_id, [named] if named else ["model.safetensors", "pytorch_model.bin"]
+
+
+def _hub_cached(repo: str, files: list[str]) -> bool:
+    from huggingface_hub import try_to_load_from_cache
+
+    repo_id, _, revision = repo.partition("@")
+    return any(isinstance(try_to_load_from_cache(repo_id, f, revision=revision or None), str) for f in files)
+
+
+def download_weights(spec: str, bar) -> None:
+    """Fetch a pretrained spec's weights into the hub cache with a Streamlit progress bar (bytes)."""
+    from huggingface_hub import hf_hub_download
+    from tqdm.auto import tqdm
+
+    ms = vitlab.parse_spec(spec)
+    repo, files = _hub_file(ms.name) or (None, [])
+    if repo is None or not vitlab.models.hub_reachable():
+        return  # loading reports the offline case in words
+
+    class _Bar(tqdm):
+        def update(self, n=1):
+            super().update(n)
+            if self.total:
+                bar.progress(min(1.0, self.n / self.total), text=f"downloading {spec}: {self.n / 2**20:.0f} of "
+                                                                   f"{self.total / 2**20:.0f} MiB")
+
+    repo_id, _, revision = repo.partition("@")
+    for f in files:
+        try:
+            hf_hub_download(repo_id, f, revision=revision or None, tqdm_class=_Bar)
+            return
+        except Exception:  # noqa: BLE001 - the next candidate file; loading reports a final failure
+            continue
+
+
+def status_ui() -> None:
+    s = settings()
+    with st.expander("Status", expanded=False):
+        for slot, spec in (("A", s.model_a), ("B", s.model_b)):
+            st.caption(f"Model {slot} `{spec or '—'}`: {weights_status(spec) if spec else 'not chosen'}")
+        loaded = _loaded_registry()
+        st.caption("Loaded models: " + (", ".join(f"`{k[0]}` ({k[1]})" for k in loaded) if loaded else "none yet"))
+        info = store().info()
+        if info.get("enabled"):
+            st.caption(f"Disk cache: {info['entries']} entries, {info['bytes'] / 2**20:.1f} MiB of "
+                       f"{info['size_limit'] / 2**30:.0f} GiB in `{info['directory']}`")
+
+
+# ------------------------------------------------------------------------------- models, data, store
+
+
+@st.cache_resource(show_spinner=False)
+def store() -> vitlab.Store:
+    return vitlab.Store("default")
+
+
+@st.cache_resource(show_spinner=False)
+def _loaded_registry() -> dict:
+    return {}
+
+
+@st.cache_resource(show_spinner=False, max_entries=8)
+def _load(spec: str, device: str) -> vitlab.LoadedModel:
+    loaded = vitlab.load(spec, None if device == "auto" else device)
+    _loaded_registry()[(spec, loaded.device)] = loaded.fingerprint
+    return loaded
+
+
+def model(spec: str, device: str, display: str | None = None) -> vitlab.LoadedModel:
+    """A loaded model, shared between sessions (keyed by spec and device); weights to fetch show a progress bar."""
+    if not spec:
+        raise vitlab.VitlabError("no model chosen: pick one in the sidebar, or type a timm model name")
+    if weights_status(spec) == "download needed":
+        bar = st.progress(0.0, text=f"{spec}: its weights need a download")
+        download_weights(spec, bar)
+        bar.empty()
+    with st.spinner(f"Loading {spec}…"):
+        loaded = _load(spec, device)
+    # a copy that shares the module: the label is per use, the cached object stays untouched
+    return dataclasses.replace(loaded, display=display) if display else loaded
+
+
+def models(s: Settings) -> tuple[vitlab.LoadedModel, vitlab.LoadedModel]:
+    """Model A and model B; the same spec twice is labelled 'A' and 'B' so their tables stay apart."""
+    same = s.model_a == s.model_b
+    a = model(s.model_a, s.device, f"{s.model_a} (A)" if same else None)
+    b = model(s.model_b, s.device, f"{s.model_b} (B)" if same else None)
+    return a, b
+
+
+@st.cache_resource(show_spinner=False, max_entries=4)
+def _dataset(text: str) -> vitlab.ImageSource:
+    return vitlab.open_source(text)
+
+
+def source(s: Settings) -> vitlab.ImageSource:
+    if s.source == UPLOADS:
+        return vitlab.uploads_source(s.uploads)
+    if s.source in SOURCES:
+        return _dataset(s.source)
+    if not s.source:
+        raise vitlab.VitlabError("no folder given: type the path of a folder of images in the sidebar")
+    return vitlab.open_source(s.source)  # a folder: listed afresh, so new files are seen
+
+
+# ------------------------------------------------------------------------------ running, errors, export
+
+
+@contextlib.contextmanager
+def guard():
+    """Show an error in place, in words, and let the rest of the page run on."""
+    try:
+        yield
+    except vitlab.VitlabError as e:
+        st.error(str(e))
+    except MemoryError:
+        st.error("Out of memory: lower the batch size or the number of images in the sidebar.")
+    except RuntimeError as e:
+        if "out of memory" in str(e).lower():
+            st.error("Out of memory: lower the batch size or the number of images in the sidebar.")
+        else:
+            _unexpected(e)
+    except Exception as e:  # noqa: BLE001 - anything else is still shown in place, never a dead page
+        _unexpected(e)
+
+
+def _unexpected(e: Exception) -> None:
+    st.error(f"Unexpected error ({type(e).__name__}): {e}")
+    with st.expander("Details"):
+        st.code(traceback.format_exc())
+
+
+def _memo() -> dict:
+    return st.session_state.setdefault("lab.memo", {})
+
+
+def _cancel(flag: str) -> None:
+    st.session_state[flag] = True
+
+
+def compute(key: tuple, fn: Callable[[Callable], Any], label: str) -> Any:
+    """``fn(progress)`` with a progress bar and a Cancel button; remembered per session under ``key``.
+
+    Cancel reruns the script, which stops ``fn`` at its next progress report; the page then offers to start again.
+    Returns None when cancelled. Results persist on disk through the engine's cache, so a restart is fast too.
+    """
+    box = st.empty()  # drawn on every run, so the page's element tree keeps its shape (no stale duplicates)
+    memo = _memo()
+    if key in memo:
+        return memo[key]
+    flag = f"lab.cancelled.{label}"
+    if st.session_state.get(flag):
+        with box.container():
+            st.info(f"{label}: cancelled.")
+            if st.button(f"Run {label} again", key=f"lab.again.{label}"):
+                st.session_state[flag] = False
+                st.rerun()
+        return None
+    with box.container():
+        bar = st.progress(0.0, text=f"{label}: starting")
+        st.button("Cancel", key=f"lab.cancel.{label}", on_click=_cancel, args=(flag,))
+
+    def progress(done: int, total: int, text: str) -> None:
+        bar.progress(min(1.0, done / total) if total else 0.0, text=f"{label}: {text}")
+
+    try:
+        result = fn(progress)
+    finally:
+        box.empty()
+    memo[key] = result
+    while len(memo) > MEMO_SIZE:
+        memo.pop(next(iter(memo)))
+    return result
+
+
+MIME = {"png": "image/png", "svg": "image/svg+xml", "csv": "text/csv"}
+
+
+def export(chart, frame, stem: str, key: str) -> None:
+    """PNG / SVG / CSV download buttons; the files are made only when a button is pressed."""
+    cols = st.columns([1, 1, 1, 6])
+    for col, fmt in zip(cols, ("png", "svg", "csv")):
+        col.download_button(fmt.upper(), data=functools.partial(charts.to_bytes, chart, fmt, frame),
+                            file_name=f"{slug(stem)}.{fmt}", mime=MIME[fmt], key=f"dl.{key}.{fmt}",
+                            on_click="ignore", help=f"Download this chart as {fmt.upper()}")
+
+
+def run_caption(info, images: int) -> str:
+    """One line on what a run did (computed vs cached batches, skipped images)."""
+    text = (f"{images} images; {info.batches_computed} batches computed, {info.batches_from_cache} from the cache, "
+            f"{info.seconds:.1f} s")
+    if info.skipped_images:
+        text += f"; {len(info.skipped_images)} unreadable image(s) skipped"
+    return text

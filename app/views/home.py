@@ -1,0 +1,48 @@
+"""Home: what vitlab is, the chosen models and images, and what is cached."""
+
+import streamlit as st
+
+import lab
+import vitlab
+
+st.title("vitlab: do vision transformers see like CNNs?")
+st.markdown(
+    "A local lab for the analyses of Raghu et al. 2021, "
+    "[*Do Vision Transformers See Like Convolutional Neural Networks?*](https://arxiv.org/abs/2108.08810), "
+    "on any timm model: representation similarity (CKA), attention distances, receptive fields, skip "
+    "connections, spatial localization and linear probes. Each model runs once over the images; every statistic "
+    "is cached on disk, so a second visit is instant. Choose **model A**, **model B** and the **images** in the "
+    "sidebar; each page compares them."
+)
+
+s = lab.settings()
+left, right = st.columns(2)
+with left:
+    st.subheader("Models")
+    for slot, spec in (("A", s.model_a), ("B", s.model_b)):
+        st.markdown(f"**{slot}**: `{spec or '—'}` · {lab.weights_status(spec) if spec else 'not chosen'}")
+    with lab.guard():
+        a, b = lab.models(s)
+        for m in (a, b):
+            st.caption(f"{m.label}: family {vitlab.taps.family(m.model)}, input "
+                       f"{tuple(m.data_config['input_size'])}, {len(vitlab.taps.default_taps(m.model))} CKA taps, "
+                       f"device {m.device}, fingerprint {m.fingerprint}")
+with right:
+    st.subheader("Images")
+    with lab.guard():
+        src = lab.source(s)
+        st.markdown(f"`{src.name}`: {len(src)} images"
+                    + (f", classes {', '.join(src.classes[:10])}" if src.classes else "")
+                    + f"; the pages use the first {min(s.images, len(src))}, in batches of {s.batch_size}.")
+        shown = [(name, img) for name, img in vitlab.data.iter_images(src, range(min(8, len(src))))]
+        st.image([img for _, img in shown], caption=[name.split("/")[-1][:18] for name, _ in shown], width=72)
+
+st.subheader("Pages")
+st.page_link("views/similarity.py", label="Representation similarity: CKA within and across models (Figs 1-2)",
+             icon=":material/grid_on:")
+
+st.subheader("Cache")
+info = lab.store().info()
+if info.get("enabled"):
+    st.markdown(f"`{info['directory']}`: {info['entries']} entries, {info['bytes'] / 2**20:.1f} MiB "
+                f"(budget {info['size_limit'] / 2**30:.0f} GiB; set `VITLAB_CACHE_DIR`, `VITLAB_CACHE_GB`).")

@@ -1,0 +1,230 @@
+"""Streamlit AppTest tests of the app: every page renders, its widgets drive the engine, errors show in place.
+
+The zoo models (the app's defaults) are used when their checkpoints are in assets/zoo; otherwise timm's tiny
+random models on the bundled photographs, so the suite runs on a fresh checkout too.
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+APP = ROOT / "app"
+sys.path.insert(0, str(APP))
+
+pytest.importorskip("streamlit")
+from streamlit.testing.v1 import AppTest  # noqa: E402
+
+import vitlab  # noqa: E402
+
+ZOO_READY = all((ROOT / "assets" / "zoo" / f"{n}.safetensors").is_file() for n in ("vit-cls", "resnet"))
+if ZOO_READY:
+    SETTINGS = {"lab.model_a": "zoo:vit-cls", "lab.model_b": "zoo:resnet", "lab.source": "fashion-mnist:test",
+                "lab.images": 32, "lab.batch_size": 16}
+else:
+    SETTINGS = {"lab.model_a": "test_vit@random", "lab.model_b": "test_resnet@random", "lab.source": "samples",
+                "lab.images": 8, "lab.batch_size": 4}
+TIMEOUT = 180
+
+
+@pytest.fixture(scope="module", autouse=True)
+def cache_dir(tmp_path_factory):
+    """A fresh disk cache for this module (the Store is created once per process by st.cache_resource)."""
+    d = tmp_path_factory.mktemp("vitlab-cache")
+    old = os.environ.get("VITLAB_CACHE_DIR")
+    os.environ["VITLAB_CACHE_DIR"] = str(d)
+    import lab
+
+    lab.store.clear()
+    yield d
+    lab.store.clear()
+    if old is None:
+        os.environ.pop("VITLAB_CACHE_DIR", None)
+    else:
+        os.environ["VITLAB_CACHE_DIR"] = old
+
+
+def start(page: str | None = None, **overrides) -> AppTest:
+    """The app on the entrypoint (as a browser opens it), then switched to ``page``."""
+    at = AppTest.from_file(str(APP / "Home.py"), default_timeout=TIMEOUT)
+    for k, v in {**SETTINGS, **overrides}.items():
+        at.session_state[k] = v
+    at.run()
+    if page:
+        at.switch_page(f"views/{page}.py").run()
+    assert not at.exception, [e.message for e in at.exception]
+    return at
+
+
+def charts(at: AppTest) -> list:
+    return list(at.get("vega_lite_chart"))
+
+
+def chart_values(chart) -> list[dict]:
+    """The rows a Vega-Lite chart was given (Streamlit sends them as Arrow IPC streams)."""
+    import pyarrow as pa
+
+    rows = []
+    for d in chart.proto.datasets:
+        rows += pa.ipc.open_stream(d.data.data).read_all().to_pandas().to_dict("records")
+    return rows
+
+
+# ------------------------------------------------------------------------------------------ structure
+
+
+def test_app_imports_no_torch_and_no_numpy():
+    """STYLE.md #11: pages and glue hold no numerics; the engine does them."""
+    banned = {"torch", "numpy", "scipy"}
+    found = []
+    for path in APP.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            names = []
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module:
+                names = [node.module]
+            found += [f"{path.relative_to(ROOT)}: {n}" for n in names if n.split(".")[0] in banned]
+    assert not found, found
+
+
+def test_defaults_are_the_zoo_models_on_fashion_mnist(monkeypatch):
+    import importlib
+
+    import lab
+
+    for var in ("VITLAB_MODEL_A", "VITLAB_MODEL_B", "VITLAB_DATA", "VITLAB_IMAGES", "VITLAB_BATCH_SIZE"):
+        monkeypatch.delenv(var, raising=False)
+    fresh = importlib.reload(lab)
+    assert fresh.DEFAULTS["model_a"] == "zoo:vit-cls"
+    assert fresh.DEFAULTS["model_b"] == "zoo:resnet"
+    assert fresh.DEFAULTS["source"] == "fashion-mnist:test"
+    assert fresh.DEFAULTS["images"] == 64 and fresh.DEFAULTS["batch_size"] == 32
+    # the pickers offer the zoo, the paper's models by friendly name, any timm name and a checkpoint file
+    choices = fresh.model_choices()
+    assert "zoo:vit-cls" in choices and "ViT-B/32" in choices and "BiT R50x1" in choices
+    assert fresh.OTHER in choices and fresh.CHECKPOINT in choices
+
+
+# ----------------------------------------------------------------------------------------------- home
+
+
+def test_home_renders_models_images_and_cache():
+    at = start()
+    text = " ".join(m.value for m in at.markdown)
+    assert SETTINGS["lab.model_a"] in text and SETTINGS["lab.model_b"] in text
+    assert "entries" in text  # the cache status
+    assert not at.error, [e.value for e in at.error]
+    assert at.sidebar.selectbox(key="w.device").value == "auto"
+
+
+def test_sidebar_choice_survives_a_page_switch():
+    at = start()
+    at.sidebar.number_input(key="w.images").set_value(12).run()
+    at.switch_page("views/similarity.py").run()
+    assert at.session_state["lab.images"] == 12
+    assert at.sidebar.number_input(key="w.images").value == 12
+
+
+def test_paper_model_by_friendly_name_says_it_needs_a_download_or_is_cached():
+    at = start(**{"lab.model_b": "ViT-B/32"})
+    assert at.sidebar.selectbox(key="w.model_b.kind").value == "ViT-B/32"
+    text = " ".join(m.value for m in at.markdown)
+    assert "ViT-B/32" in text and ("download needed" in text or "hub cache" in text)
+
+
+def test_unknown_model_shows_an_error_and_the_page_keeps_working():
+    at = start(**{"lab.model_a": "no_such_model_xyz"})
+    errors = [e.value for e in at.error]
+    assert any("unknown model 'no_such_model_xyz'" in e for e in errors), errors
+    assert at.sidebar.selectbox(key="w.model_a.kind").value == "timm model name…"
+    assert [t.value for t in at.title]  # the rest of the page still drew
+
+
+# ------------------------------------------------------------------------------------------ similarity
+
+
+def test_similarity_heatmap_matches_the_engine():
+    at = start("similarity")
+    assert not at.error, [e.value for e in at.error]
+    heat = charts(at)[0]
+    rows = chart_values(heat)
+    a = vitlab.load(SETTINGS["lab.model_a"], "cpu")
+    b = vitlab.load(SETTINGS["lab.model_b"], "cpu")
+    la, lb = vitlab.taps.default_taps(a.model), vitlab.taps.default_taps(b.model)
+    assert len(rows) == len(la) * len(lb)
+    report = vitlab.run.cka([a, b], vitlab.open_source(SETTINGS["lab.source"]), images=SETTINGS["lab.images"],
+                            batch_size=SETTINGS["lab.batch_size"])
+    want = report.pair(0, 1).to_frame()
+    got = {(r["layer_a"], r["layer_b"]): r["cka"] for r in rows}
+    for _, r in want.iterrows():
+        assert got[(r["layer_a"], r["layer_b"])] == pytest.approx(r["cka"], abs=1e-5)
+    assert [d.label for d in at.get("download_button")][:3] == ["PNG", "SVG", "CSV"]
+    assert "batches computed" in " ".join(c.value for c in at.caption)
+
+
+def test_similarity_views_and_layer_pair_detail():
+    at = start("similarity")
+    at.radio(key="sim.view").set_value("within B").run()
+    rows = chart_values(charts(at)[0])
+    assert {r["model_a"] for r in rows} == {r["model_b"] for r in rows}  # B against itself
+    layers = sorted({r["layer_a"] for r in rows})
+    at.selectbox(key="sim.bb.la").set_value(layers[-1]).run()
+    at.selectbox(key="sim.bb.lb").set_value(layers[-1]).run()
+    value = float(at.metric[0].value)
+    assert value == pytest.approx(1.0, abs=1e-4)  # a layer with itself
+    assert layers[-1] in at.metric[0].label
+
+
+def test_similarity_tokens_option_drives_the_engine_and_cls_on_a_cnn_is_an_error():
+    at = start("similarity")
+    before = {(r["layer_a"], r["layer_b"]): r["cka"] for r in chart_values(charts(at)[0])}
+    at.selectbox(key="sim.tokens").set_value("gap").run()
+    assert not at.error, [e.value for e in at.error]
+    after = {(r["layer_a"], r["layer_b"]): r["cka"] for r in chart_values(charts(at)[0])}
+    assert before.keys() == after.keys() and before != after
+    at.selectbox(key="sim.tokens").set_value("cls").run()  # model B is a CNN: no CLS token
+    assert any("CLS" in e.value for e in at.error), [e.value for e in at.error]
+    assert not at.exception
+
+
+def test_second_visit_comes_from_the_disk_cache():
+    start("similarity")
+    at = start("similarity")  # a new session: no in-memory results
+    caption = " ".join(c.value for c in at.caption)
+    assert "0 batches computed" in caption, caption
+
+
+def test_cancelled_run_offers_to_start_again():
+    at = start("similarity", **{"lab.cancelled.CKA": True})
+    assert any("cancelled" in i.value for i in at.info)
+    assert not charts(at)
+    at.button(key="lab.again.CKA").click().run()
+    assert charts(at) and not at.info
+
+
+def test_uploaded_images_are_a_source():
+    from io import BytesIO
+
+    from PIL import Image
+
+    at = start(**{"lab.source": "uploads"})
+    files = []
+    for k in range(4):
+        buf = BytesIO()
+        Image.new("RGB", (40, 40), (60 * k, 20, 200 - 40 * k)).save(buf, "PNG")
+        files.append((f"up{k}.png", buf.getvalue(), "image/png"))
+    at.sidebar.file_uploader(key="w.uploads").set_value(files).run()
+    assert len(at.session_state["lab.uploads"]) == 4
+    assert any("uploads" in m.value and "4 images" in m.value for m in at.markdown)
+
+
+def test_folder_that_does_not_exist_is_an_error_in_place(tmp_path):
+    at = start("similarity", **{"lab.source": str(tmp_path / "missing")})
+    assert any("missing" in e.value for e in at.error), [e.value for e in at.error]
+    assert at.sidebar.text_input(key="w.folder").value.endswith("missing")

@@ -1,0 +1,185 @@
+"""End-to-end: `streamlit run app/Home.py` on a local port, driven in headless Chromium by Playwright.
+
+Opens each page, clicks through its views, uploads an image, checks what is shown, and saves the screenshots
+used in the docs (docs/img/app_*.png). Marked `browser`: skipped by the quick run (`-m "not browser"`).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from io import BytesIO
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.browser
+
+ROOT = Path(__file__).resolve().parent.parent
+SHOTS = ROOT / "docs" / "img"
+CHROMIUM = "/usr/bin/chromium"
+ARGS = ["--no-sandbox", "--headless", "--disable-gpu", "--disable-dev-shm-usage", "--disable-background-networking",
+        "--disable-component-update", "--disable-sync", "--no-first-run"]
+ZOO_READY = all((ROOT / "assets" / "zoo" / f"{n}.safetensors").is_file() for n in ("vit-cls", "resnet"))
+# the app's own defaults when the zoo is trained; timm's tiny random models on the bundled photos otherwise
+ENV = ({"VITLAB_IMAGES": "64", "VITLAB_BATCH_SIZE": "32"} if ZOO_READY else
+       {"VITLAB_MODEL_A": "test_vit@random", "VITLAB_MODEL_B": "test_resnet@random", "VITLAB_DATA": "samples",
+        "VITLAB_IMAGES": "8", "VITLAB_BATCH_SIZE": "4"})
+SLOW = 240_000  # ms: first model load and first run on a busy 2-core machine
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _healthy(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(f"{url}/_stcore/health", timeout=2) as r:
+            return r.status == 200
+    except OSError:
+        return False
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    if not Path(CHROMIUM).exists():
+        pytest.skip(f"{CHROMIUM} is not installed (apt-get install chromium)")
+    pytest.importorskip("playwright")
+    tmp = tmp_path_factory.mktemp("app")
+    port = _free_port()
+    url = f"http://127.0.0.1:{port}"
+    env = {**os.environ, **ENV, "VITLAB_CACHE_DIR": str(tmp / "cache"), "HF_HUB_OFFLINE": "1"}
+    log = open(tmp / "streamlit.log", "wb")
+    cmd = ["nice", sys.executable, "-m", "streamlit", "run", str(ROOT / "app" / "Home.py"), "--server.headless",
+           "true", "--server.port", str(port), "--server.address", "127.0.0.1", "--server.fileWatcherType", "none",
+           "--browser.gatherUsageStats", "false"]
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        deadline = time.time() + 120
+        while not _healthy(url):
+            if proc.poll() is not None or time.time() > deadline:
+                pytest.fail(f"streamlit did not start: {(tmp / 'streamlit.log').read_text()[-2000:]}")
+            time.sleep(0.5)
+        yield url
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)  # the group started above: streamlit and nothing else
+        try:
+            proc.wait(15)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(5)
+        log.close()
+
+
+@pytest.fixture(scope="module")
+def page(server):
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=ARGS)
+        try:
+            pg = browser.new_page(viewport={"width": 1500, "height": 1100}, accept_downloads=True)
+            pg.set_default_timeout(SLOW)
+            pg.goto(server)
+            yield pg
+        finally:
+            browser.close()
+
+
+def _goto(page, server: str, path: str) -> None:
+    page.goto(f"{server}/{path}")
+    _settle(page)
+
+
+def _settle(page) -> None:
+    """Wait until the script run has finished (Streamlit shows a 'running' status widget meanwhile)."""
+    page.wait_for_timeout(500)
+    page.wait_for_function("() => !document.querySelector('[data-testid=\"stStatusWidget\"]')", timeout=SLOW)
+
+
+def _no_exception(page) -> None:
+    assert page.locator('[data-testid="stException"]').count() == 0, page.locator(
+        '[data-testid="stException"]').first.inner_text()
+
+
+def _shot(page, name: str) -> None:
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(SHOTS / f"app_{name}.png"), full_page=True)
+
+
+def _choose(page, label: str, option: str) -> None:
+    """Pick ``option`` in the selectbox labelled ``label``."""
+    box = page.locator('[data-testid="stSelectbox"]').filter(has_text=label).first
+    box.click()
+    page.get_by_role("option", name=option).first.click()
+    _settle(page)
+
+
+def test_home_shows_models_images_and_cache(page, server):
+    _goto(page, server, "")
+    page.get_by_text("vitlab: do vision transformers see like CNNs?").wait_for()
+    page.get_by_text("budget").first.wait_for()
+    _no_exception(page)
+    body = page.inner_text("body")
+    assert ("zoo:vit-cls" if ZOO_READY else "test_vit@random") in body
+    _shot(page, "home")
+
+
+def test_similarity_heatmap_click_selects_the_layer_pair(page, server):
+    _goto(page, server, "similarity")
+    chart = page.locator('[data-testid="stVegaLiteChart"]').first
+    chart.wait_for()
+    page.get_by_text("batches computed").first.wait_for()
+    _no_exception(page)
+    metric = page.locator('[data-testid="stMetric"]').first
+    before = metric.inner_text()
+    canvas = chart.locator("canvas, svg").first
+    box = canvas.bounding_box()
+    # the top rows are model A's last layers and the right columns model B's last ones: not the first pair
+    page.mouse.click(box["x"] + box["width"] * 0.55, box["y"] + box["height"] * 0.25)
+    _settle(page)
+    page.wait_for_function("(b) => document.querySelector('[data-testid=\"stMetric\"]').innerText != b", arg=before)
+    _settle(page)
+    after = metric.inner_text()
+    assert after != before
+    assert page.locator('[data-testid="stVegaLiteChart"]').count() == 1 + 2  # the heatmap and the two profiles
+    _no_exception(page)
+    _shot(page, "similarity")
+    with page.expect_download() as dl:
+        page.get_by_role("button", name="PNG").first.click()
+    path = dl.value.path()
+    assert Path(path).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert dl.value.suggested_filename.endswith(".png")
+
+
+def test_within_views_switch(page, server):
+    _goto(page, server, "similarity")
+    page.get_by_text("within B").click()
+    _settle(page)
+    page.locator('[data-testid="stVegaLiteChart"]').first.wait_for()
+    _no_exception(page)
+    labels = page.locator('[data-testid="stSelectbox"]').all_inner_texts()
+    model_b = "zoo:resnet" if ZOO_READY else "test_resnet@random"
+    assert sum(model_b in t for t in labels) >= 2, labels  # both layer pickers are model B's
+
+
+def test_upload_an_image(page, server):
+    from PIL import Image
+
+    _goto(page, server, "")
+    _choose(page, "Images", "Uploaded images…")
+    buf = BytesIO()
+    Image.new("RGB", (64, 48), (200, 30, 90)).save(buf, "PNG")
+    page.locator('[data-testid="stFileUploaderDropzoneInput"]').set_input_files(
+        files=[{"name": "red.png", "mimeType": "image/png", "buffer": buf.getvalue()}])
+    _settle(page)
+    page.get_by_text("1 images").first.wait_for()
+    _no_exception(page)
+    assert "uploads" in page.inner_text("body")
