@@ -7,7 +7,8 @@ import pytest
 import torch
 
 import vitlab
-from vitlab import VitlabError, interventions as iv, taps
+from vitlab import VitlabError, taps
+from vitlab import interventions as iv
 from vitlab.run import GramStatistic
 
 
@@ -40,9 +41,8 @@ def test_restores_exactly_and_matches_reference(tiny_vit, x, which):
 def test_restored_after_an_exception(tiny_vit, x):
     with torch.no_grad():
         before = tiny_vit.model(x)
-        with pytest.raises(RuntimeError):
-            with iv.remove_skip(tiny_vit.model, iv.SkipRemoval(0)):
-                raise RuntimeError("boom")
+        with pytest.raises(RuntimeError), iv.remove_skip(tiny_vit.model, iv.SkipRemoval(0)):
+            raise RuntimeError("boom")
         assert torch.equal(before, tiny_vit.model(x))
 
 
@@ -63,20 +63,17 @@ def test_mixer_reference():
 
 
 def test_bad_requests(tiny_vit, tiny_resnet):
-    with pytest.raises(VitlabError, match="block 9 does not exist"):
-        with iv.remove_skip(tiny_vit.model, iv.SkipRemoval(9)):
-            pass
-    with pytest.raises(VitlabError, match="one of attn, mlp, both"):
-        with iv.remove_skip(tiny_vit.model, iv.SkipRemoval(0, "neither")):
-            pass
-    with pytest.raises(VitlabError, match="ViT and Mixer"):
-        with iv.remove_skip(tiny_resnet.model, iv.SkipRemoval(0)):
-            pass
-    with iv.remove_skip(tiny_vit.model, iv.SkipRemoval(1)):
-        with pytest.raises(VitlabError, match="already"):
-            with iv.remove_skip(tiny_vit.model, iv.SkipRemoval(1, "attn")):
-                pass
-    assert "forward" not in vars(tiny_vit.model.blocks[1])
+    vit = tiny_vit.model
+    with pytest.raises(VitlabError, match="block 9 does not exist"), iv.remove_skip(vit, iv.SkipRemoval(9)):
+        pass
+    with pytest.raises(VitlabError, match="one of attn, mlp, both"), iv.remove_skip(vit, iv.SkipRemoval(0, "x")):
+        pass
+    with pytest.raises(VitlabError, match="ViT and Mixer"), iv.remove_skip(tiny_resnet.model, iv.SkipRemoval(0)):
+        pass
+    with iv.remove_skip(vit, iv.SkipRemoval(1)), pytest.raises(VitlabError, match="already"), \
+            iv.remove_skip(vit, iv.SkipRemoval(1, "attn")):
+        pass
+    assert "forward" not in vars(vit.blocks[1])
 
 
 def test_skip_removal_report_and_cache(tiny_vit, store):

@@ -7,7 +7,8 @@ import pytest
 import torch
 
 import vitlab
-from vitlab import VitlabError, localization as loc, taps
+from vitlab import VitlabError, taps
+from vitlab import localization as loc
 from vitlab.charts import localization as loc_charts
 from vitlab.data import decode, plan_batches, to_tensor
 

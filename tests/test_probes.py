@@ -91,7 +91,7 @@ def test_end_to_end_against_manual(tiny_vit, fmnist_source, store):
                 w = lstsq_weights(fn(feats["train"][tap]), labels["train"], 10, l2)
                 tr = fn(feats["train"][tap])
 
-                def acc(x, y):
+                def acc(x, y, tr=tr, w=w):
                     xd = np.hstack([(x - tr.mean(0)) / (tr.std(0) + 1e-5), np.full((len(x), 1), 100.0)])
                     return np.mean((xd @ w).argmax(1) == y)
                 v = acc(fn(feats["val"][tap]), labels["val"])

@@ -10,7 +10,7 @@ import vitlab
 from vitlab import VitlabError, skips, taps
 from vitlab.cache import pack, unpack
 from vitlab.charts import skips as skip_charts
-from vitlab.data import plan_batches, decode, to_tensor
+from vitlab.data import decode, plan_batches, to_tensor
 
 
 def _acts(loaded, source, n=8):

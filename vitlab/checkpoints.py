@@ -13,8 +13,8 @@ used in a CKA run over the same images, is not run again.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import numpy as np
 

@@ -9,8 +9,17 @@ import sys
 import time
 from pathlib import Path
 
-from .cli import (add_data_options, add_model_options, add_out_option, load_models, open_store, relabel,
-                  report_skips, tqdm_progress, write_json)
+from .cli import (
+    add_data_options,
+    add_model_options,
+    add_out_option,
+    load_models,
+    open_store,
+    relabel,
+    report_skips,
+    tqdm_progress,
+    write_json,
+)
 from .errors import VitlabError
 
 
@@ -272,7 +281,6 @@ def run_compare_checkpoints(args) -> int:
     from .charts import cka_heatmap, save, save_all
     from .charts.checkpoints import checkpoint_lines
     from .checkpoints import compare_checkpoints
-
     from .data import open_source
     from .models import load
 

@@ -19,9 +19,9 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import types
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Iterator, Sequence
 
 import numpy as np
 
@@ -199,13 +199,14 @@ class SkipRemovalResult:
 
 
 def skip_removal(loaded: LoadedModel, source: ImageSource, removal: SkipRemoval, *, images: int | None = None,
-                 batch_size: int = 64, shuffle: int | None = None, gram: GramStatistic = GramStatistic(),
+                 batch_size: int = 64, shuffle: int | None = None, gram: GramStatistic | None = None,
                  store: Store | None = None, progress: Progress | None = None) -> SkipRemovalResult:
     """Remove a skip of block ``removal.block`` post hoc; CKA maps and accuracy before and after (cf. Fig 8).
 
     Accuracy needs labels whose classes match the model's outputs; otherwise only top-1 agreement is reported.
     """
     _patched_forward(loaded.model, removal)  # validate before any forward pass
+    gram = gram or GramStatistic()
     indices = select(source, images, shuffle)
     info = RunInfo()
     g0, p0, labels = _pass(loaded, source, indices, batch_size, gram, store, progress, info)
@@ -220,7 +221,7 @@ def skip_removal(loaded: LoadedModel, source: ImageSource, removal: SkipRemoval,
     return SkipRemovalResult(
         loaded.label, removal, _cka_from_grams(g0, None, layers, layers, name0, name0),
         _cka_from_grams(g1, None, layers, layers, name1, name1), _cka_from_grams(g0, g1, layers, layers, name0, name1),
-        acc0, acc1, float((p0 == p1).mean()), int(len(p0)), info)
+        acc0, acc1, float((p0 == p1).mean()), len(p0), info)
 
 
 @dataclass

@@ -18,8 +18,8 @@ Shapes: B batch, T tokens (prefix + spatial, or h·w positions), G grid position
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Sequence
 
 import numpy as np
 

@@ -21,8 +21,8 @@ Representations of a layer's tokens (B, N, D); prefix tokens (CLS) come first:
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Sequence
 
 import numpy as np
 
@@ -131,7 +131,7 @@ def few_shot_split(source: ImageSource, shots: int = 10, val_shots: int | None =
     if short or len(rest) < 1:
         raise VitlabError(f"data source '{source.name}' has too few images for {shots}+{val_shots} per class and a "
                           f"test split (short: {', '.join(short) or 'test'}); lower --shots or add images")
-    return Split(sorted(sum(train.values(), [])), sorted(sum(val.values(), [])), rest, need)
+    return Split(sorted(i for v in train.values() for i in v), sorted(i for v in val.values() for i in v), rest, need)
 
 
 def representations(model) -> list[str]:
@@ -147,7 +147,7 @@ def token_sample(spatial: int, count: int) -> list[int]:
     """``count`` spatial token indices spread evenly over ``spatial`` tokens (all when fewer)."""
     if count >= spatial:
         return list(range(spatial))
-    return sorted({int(round(v)) for v in np.linspace(0, spatial - 1, count)})
+    return sorted({int(v) for v in np.rint(np.linspace(0, spatial - 1, count))})
 
 
 def represent(act, model, rep: str, tokens: int):
@@ -277,7 +277,7 @@ def probe_model(model: LoadedModel, source: ImageSource, split: Split, *, layers
                          "representation": rep, "accuracy": acc, "val_accuracy": val, "l2": l2,
                          "shots": len(split.train) // split.classes, "tokens": n_tok})
     return ProbeResult(model.label, rows, len(split.train) // split.classes,
-                       {p: int(len(v)) for p, v in labels.items()})
+                       {p: len(v) for p, v in labels.items()})
 
 
 def probes(models: Sequence[LoadedModel], source: ImageSource, *, shots: int = 10, val_shots: int | None = None,

@@ -19,8 +19,8 @@ Where the branches are (shapes: B batch, N tokens, D width, C channels, h/w feat
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Sequence
 
 import numpy as np
 
@@ -107,7 +107,7 @@ class SkipAccumulator:
         self.identity_err = np.full(len(self.layers), np.nan)
         self.images = 0
 
-    def update(self, stat: dict[str, np.ndarray]) -> "SkipAccumulator":
+    def update(self, stat: dict[str, np.ndarray]) -> SkipAccumulator:
         if stat["ratio_sum"].shape[0] != len(self.layers):
             raise VitlabError(f"skip statistics for {stat['ratio_sum'].shape[0]} sublayers given to an accumulator "
                               f"of {len(self.layers)}")
@@ -118,7 +118,7 @@ class SkipAccumulator:
         self.images += int(np.asarray(stat["count"]).sum())
         return self
 
-    def merge(self, other: "SkipAccumulator") -> "SkipAccumulator":
+    def merge(self, other: SkipAccumulator) -> SkipAccumulator:
         if other.layers != self.layers:
             raise VitlabError("cannot merge skip accumulators of different sublayers")
         if other.images:
@@ -130,13 +130,13 @@ class SkipAccumulator:
         return {"ratio_sum": self.ratio_sum, "cos_sum": self.cos_sum, "identity_err": self.identity_err,
                 "count": np.array([self.images])}
 
-    def load_state(self, state: dict[str, np.ndarray]) -> "SkipAccumulator":
+    def load_state(self, state: dict[str, np.ndarray]) -> SkipAccumulator:
         self.ratio_sum, self.cos_sum = (np.array(state[k], dtype=np.float64) for k in ("ratio_sum", "cos_sum"))
         self.identity_err = np.array(state["identity_err"], dtype=np.float64)
         self.images = int(np.asarray(state["count"]).sum())
         return self
 
-    def compute(self, model: str, prefix: int, family: str) -> "SkipResult":
+    def compute(self, model: str, prefix: int, family: str) -> SkipResult:
         if not self.images:
             raise VitlabError("no batch was accumulated: the skip ratios need at least one batch of 4 or more images")
         ratio, cos = self.ratio_sum / self.images, self.cos_sum / self.images
