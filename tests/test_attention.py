@@ -273,3 +273,26 @@ def test_cli_commands(tmp_path):
     assert main(["attention-parity", "-m", "test_vit@random", "-n", "2", "-o", str(tmp_path / "p")]) == 0
     assert pd.read_csv(tmp_path / "p" / "attention_parity.csv")["max_abs_diff_output"].max() < 1e-5
     assert main(["attention-distance", "-m", "test_resnet@random", "-n", "4", "-o", str(tmp_path / "x")]) == 2
+
+
+def test_charts_and_overlay(tiny_vit, samples, store):
+    from vitlab.charts import attention as ch
+
+    dist = A.attention_distance(tiny_vit, samples, images=4, batch_size=4, store=store).to_frame()
+    for chart in (ch.attention_distance_chart(dist), ch.attention_distance_chart(dist, "frac"),
+                  ch.sorted_heads_chart(dist, [0, 5])):
+        spec = chart.to_dict()
+        assert "distance" in json.dumps(spec["encoding"]["y"])
+    two = pd.concat([dist, dist.assign(model="other")])
+    assert "facet" in ch.attention_distance_chart(two).to_dict()
+    maps = A.head_maps(tiny_vit, samples, 0, 1, (0, 0), store=store)
+    spec = ch.attention_map_chart(maps, select="patch").to_dict()
+    assert "facet" in spec and "patch" in json.dumps(spec)
+    parity = A.capture_parity(tiny_vit, [samples.load(0)]).to_frame()
+    assert ch.parity_chart(parity).to_dict()["mark"]["type"] == "point"
+    assert ch.colourise(np.array([0.0, 1.0])).tolist() == [[0, 0, 4], [252, 255, 164]]
+    img = np.full((32, 48, 3), 100, np.uint8)
+    heat = np.zeros((2, 3))
+    heat[1, 2] = 5.0
+    out = ch.overlay(img, heat, alpha=1.0)
+    assert out.shape == (32, 48, 3) and out[31, 47].tolist() == [252, 255, 164] and out[0, 0].tolist() == [0, 0, 4]

@@ -91,8 +91,11 @@ def parity_chart(frame: pd.DataFrame):
                  title=f"Attention capture parity: {frame['model'].iloc[0]}")
 
 
-def attention_map_chart(frame: pd.DataFrame, size: int = 180, columns: int = 4):
-    """Heatmap of an AttentionMap frame over the patch grid; one panel per head when several; query marked."""
+def attention_map_chart(frame: pd.DataFrame, size: int = 180, columns: int = 4, select: str | None = None):
+    """Heatmap of an AttentionMap frame over the patch grid; one panel per head when several; query marked.
+
+    ``select`` names a point selection on (row, col): the app reads the clicked patch as the next query token.
+    """
     gh = int(frame["row"].max()) + 1
     heads = list(dict.fromkeys(frame["head"]))
     base = alt.Chart().encode(x=alt.X("col:O", title=None, axis=None),
@@ -100,6 +103,8 @@ def attention_map_chart(frame: pd.DataFrame, size: int = 180, columns: int = 4):
     rect = base.mark_rect().encode(
         color=alt.Color("weight:Q", scale=alt.Scale(scheme="inferno"), title="attention"),
         tooltip=["head", "row", "col", alt.Tooltip("weight:Q", format=".4f")])
+    if select:
+        rect = rect.add_params(alt.selection_point(name=select, fields=["row", "col"], on="click"))
     query = base.transform_filter("isValid(datum.query_row) && datum.row == datum.query_row && "
                                   "datum.col == datum.query_col").mark_point(shape="cross", color="cyan", size=80)
     gw = int(frame["col"].max()) + 1
