@@ -13,7 +13,8 @@ import timm
 import torch
 
 import vitlab
-from vitlab import VitlabError, attention as A, taps
+from vitlab import VitlabError, taps
+from vitlab import attention as A
 from vitlab.activations import activations, model_view
 from vitlab.cache import pack, unpack
 from vitlab.models import LoadedModel, ModelSpec

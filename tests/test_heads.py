@@ -10,7 +10,9 @@ import pytest
 import torch
 
 import vitlab
-from vitlab import VitlabError, attention as A, heads as Hd, taps
+from vitlab import VitlabError, taps
+from vitlab import attention as A
+from vitlab import heads as Hd
 from vitlab.data import to_tensor
 
 

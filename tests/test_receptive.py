@@ -10,7 +10,8 @@ import pytest
 import torch
 
 import vitlab
-from vitlab import VitlabError, receptive as R
+from vitlab import VitlabError
+from vitlab import receptive as R
 from vitlab.data import to_tensor
 
 

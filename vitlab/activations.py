@@ -10,8 +10,8 @@ float16 keeps a ViT-B/16 image's twelve attention maps at ~11 MiB; values are re
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Callable, Sequence
 
 import numpy as np
 

@@ -18,8 +18,8 @@ Distances are in input pixels; ``distance_frac`` divides by the image side (sqrt
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Callable, Sequence
 
 import numpy as np
 
@@ -233,7 +233,7 @@ class AttentionDistanceAccumulator:
         self.sumsq += (v**2).sum(-1)
         self.images += v.shape[-1]
 
-    def merge(self, other: "AttentionDistanceAccumulator") -> "AttentionDistanceAccumulator":
+    def merge(self, other: AttentionDistanceAccumulator) -> AttentionDistanceAccumulator:
         if (other.layers, other.heads) != (self.layers, self.heads):
             raise VitlabError("cannot merge attention-distance accumulators over different layers or heads")
         self.sum += other.sum
@@ -244,7 +244,7 @@ class AttentionDistanceAccumulator:
     def state(self) -> dict[str, np.ndarray]:
         return {"sum": self.sum, "sumsq": self.sumsq, "images": np.array(self.images)}
 
-    def load_state(self, state: dict[str, np.ndarray]) -> "AttentionDistanceAccumulator":
+    def load_state(self, state: dict[str, np.ndarray]) -> AttentionDistanceAccumulator:
         self.sum = np.array(state["sum"], dtype=np.float64)
         self.sumsq = np.array(state["sumsq"], dtype=np.float64)
         self.images = int(state["images"])
@@ -334,7 +334,7 @@ class AttentionMap:
         gh, gw = self.grid.shape
         size = size or (gh * self.patch[0], gw * self.patch[1])
         t = torch.as_tensor(self.grid, dtype=torch.float32)[None, None]
-        mode = dict(mode="bilinear", align_corners=False) if smooth else dict(mode="nearest")
+        mode = {"mode": "bilinear", "align_corners": False} if smooth else {"mode": "nearest"}
         return F.interpolate(t, size=size, **mode)[0, 0].numpy()
 
     def to_frame(self):

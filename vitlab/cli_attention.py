@@ -10,8 +10,17 @@ from pathlib import Path
 
 import numpy as np
 
-from .cli import (add_data_options, add_model_options, add_out_option, load_models, open_store, relabel,
-                  report_skips, tqdm_progress, write_json)
+from .cli import (
+    add_data_options,
+    add_model_options,
+    add_out_option,
+    load_models,
+    open_store,
+    relabel,
+    report_skips,
+    tqdm_progress,
+    write_json,
+)
 from .errors import VitlabError
 
 

@@ -22,8 +22,8 @@ Shapes: B batch, H heads, N tokens, Dh head width, n images in a Gram, S subsets
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Callable, Sequence
 
 import numpy as np
 

@@ -20,8 +20,8 @@ Shapes: B batch, C input channels, H x W input pixels, L layers.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Callable, Sequence
 
 import numpy as np
 
