@@ -30,7 +30,12 @@ def page(file: str, title: str, icon: str, default: bool = False) -> st.Page:
 
 NAV = {
     "vitlab": [page("home.py", "Home", ":material/home:", default=True)],
-    "Analyses": [page("similarity.py", "Representation similarity", ":material/grid_on:")],
+    "Analyses": [
+        page("similarity.py", "Representation similarity", ":material/grid_on:"),
+        page("attention.py", "Attention", ":material/visibility:"),
+        page("heads.py", "Head subsets", ":material/call_split:"),
+        page("receptive.py", "Receptive fields", ":material/filter_center_focus:"),
+    ],
 }
 
 nav = st.navigation(NAV)

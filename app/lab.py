@@ -404,3 +404,32 @@ def run_caption(info, images: int) -> str:
     if info.skipped_images:
         text += f"; {len(info.skipped_images)} unreadable image(s) skipped"
     return text
+
+
+def clickable(chart, name: str, fields: list[str]):
+    """The chart with a click selection on ``fields`` (read back with :func:`clicked`)."""
+    import altair as alt
+
+    return chart.add_params(alt.selection_point(name=name, fields=fields, on="click"))
+
+
+def clicked(event, name: str, fields: list[str]) -> dict | None:
+    """The fields of the point clicked in ``st.altair_chart(..., on_select='rerun')``'s event, or None."""
+    points = (event or {}).get("selection", {}).get(name) or []
+    return {f: points[0][f] for f in fields} if points and all(f in points[0] for f in fields) else None
+
+
+def follow_click(prefix: str, click: dict | None, keys: dict[str, str]) -> None:
+    """Move pickers (session keys ``keys[field]``) to a newly clicked point; later picker changes stay."""
+    last = f"{prefix}.last_click"
+    if click and click != st.session_state.get(last):
+        for field, key in keys.items():
+            st.session_state[key] = click[field]
+    st.session_state[last] = click
+
+
+def model_slot(key: str, s: Settings, prefer: str | None = None) -> str:
+    """A/B radio; returns the chosen spec."""
+    specs = {"A": s.model_a, "B": s.model_b}
+    slot = st.radio("Model", list(specs), horizontal=True, key=key, format_func=lambda k: f"{k}: {specs[k] or '—'}")
+    return specs[slot]

@@ -1,0 +1,64 @@
+"""Attention (Raghu et al. 2021, Sec. 4, Figs 3-4): mean attention distance per head per block; click a head to
+see its maps on a chosen image for a chosen query token, every head and their mean, and the attention rollout."""
+
+import streamlit as st
+
+import lab
+import vitlab
+import vitlab.activations
+import vitlab.attention as attention
+from vitlab.charts import attention as charts
+
+st.title("Attention")
+st.caption("Mean attention distance (Dosovitskiy et al. 2021, App. D.7) of every head: lower ViT layers mix local "
+           "heads (small distance) with global ones, while with less data the local heads disappear (Figs 3-4). "
+           "Click a dot to see that head's attention on an image.")
+s = lab.settings()
+spec = lab.model_slot("att.model", s)
+dist = None
+with lab.guard():
+    m = lab.model(spec, s.device)
+    src = lab.source(s)
+    dist = lab.compute(("attn-dist", s.key, spec), lambda progress: attention.attention_distance(
+        m, src, images=s.images, batch_size=s.batch_size, store=lab.store(), progress=progress), "Attention distance")
+
+if dist is not None:
+    frame = dist.to_frame()
+    st.caption(f"{dist.images} images; image side {dist.image_side_px:.0f} px")
+    chart = lab.clickable(charts.attention_distance_chart(frame), "head", ["layer", "head"])
+    event = st.altair_chart(chart, on_select="rerun", key="att.dist")
+    lab.export(chart, frame, f"attention_distance_{m.label}", "att.dist")
+
+    st.subheader("Maps of one image")
+    lab.follow_click("att", lab.clicked(event, "head", ["layer", "head"]), {"layer": "att.layer", "head": "att.head"})
+    layers = sorted(frame["layer"].unique().tolist())
+    heads = sorted(frame["head"].unique().tolist())
+    n_images = min(s.images, len(src))
+    c1, c2, c3, c4 = st.columns([1, 1, 2, 2])
+    layer = c1.selectbox("Block", layers, key="att.layer")
+    head = c2.selectbox("Head", heads, key="att.head")
+    index = c3.selectbox("Image", list(range(n_images)), key="att.image", format_func=src.item_id)
+    gh, gw = vitlab.taps.grid_size(m.model)
+    has_cls = vitlab.taps.has_cls_token(m.model)
+    kind = c4.radio("Query token", ["CLS", "patch"] if has_cls else ["patch"], horizontal=True, key="att.qkind")
+    query = "cls"
+    if kind == "patch":
+        p1, p2, _ = st.columns([1, 1, 4])
+        row = p1.number_input("Patch row", 0, gh - 1, key="att.qrow")
+        col = p2.number_input("Patch column", 0, gw - 1, key="att.qcol")
+        query = (int(row), int(col))
+    with lab.guard():
+        maps = attention.head_maps(m, src, index, int(layer), query, store=lab.store())
+        grid = charts.attention_map_chart(maps, size=150, columns=5)
+        st.altair_chart(grid, key="att.maps")
+        lab.export(grid, maps, f"attention_maps_{m.label}_block{layer}", "att.maps")
+        view = vitlab.activations.model_view(m, src.load(index))
+        one = attention.attention_map(m, src, index, int(layer), int(head), query, store=lab.store())
+        mean = attention.attention_map(m, src, index, int(layer), "mean", query, store=lab.store())
+        roll = attention.attention_map(m, src, index, int(layer), "rollout", query, store=lab.store())
+        cols = st.columns(4)
+        cols[0].image(view, caption="what the model sees", width="stretch")
+        for c, amap, what in zip(cols[1:], (one, mean, roll), (f"head {head}", "mean over heads",
+                                                               f"rollout, blocks 0-{layer}")):
+            c.image(charts.overlay(view, amap.grid), caption=f"block {layer}, {what}, query {amap.query}",
+                    width="stretch")

@@ -1,0 +1,48 @@
+"""Head subsets vs the other model (Raghu et al. 2021, Sec. 4.1, Fig 5): sort the heads of a lower ViT block by
+mean attention distance, and compare windows of heads (local to global) with the other model's lower layers."""
+
+import streamlit as st
+
+import lab
+import vitlab
+import vitlab.heads as heads
+from vitlab.attention import require_vit
+from vitlab.charts import attention as charts
+
+st.title("Head subsets vs the other model")
+st.caption("The ViT's local heads (small attention distance) are most similar to the ResNet's lower layers, "
+           "its global heads least (Fig 5): local attention learns what convolutions hard-code.")
+s = lab.settings()
+
+
+def options_ui(depth: int, n_heads: int) -> tuple[list[int], int, str]:
+    c1, c2, c3 = st.columns([2, 1, 1])
+    blocks = c1.multiselect("Blocks of A whose heads are pooled", list(range(depth)), default=[0], key="heads.blocks")
+    size = c2.number_input("Heads per subset", 1, n_heads * max(1, len(blocks)), max(1, n_heads // 4),
+                           key="heads.size")
+    tokens = c3.selectbox("Head features", heads.HEAD_TOKENS, key="heads.tokens",
+                          help="spatial: every spatial token of the head's output; gap: their mean")
+    return blocks, int(size), tokens
+
+
+result = None
+with lab.guard():
+    a, b = lab.models(s)
+    src = lab.source(s)
+    require_vit(a, "head subsets (model A's heads)")
+    blocks, size, tokens = options_ui(len(a.model.blocks), a.model.blocks[0].attn.num_heads)
+    if not blocks:
+        raise vitlab.VitlabError("choose at least one block whose heads are compared")
+    result = lab.compute(("heads", s.key, tuple(blocks), size, tokens), lambda progress: heads.head_subsets(
+        a, b, src, images=s.images, batch_size=s.batch_size, blocks=blocks, size=size, tokens=tokens,
+        store=lab.store(), progress=progress), "Head subsets")
+
+if result is not None:
+    for w in result.warnings:
+        st.warning(w)
+    frame = result.to_frame()
+    chart = charts.head_subset_chart(frame)
+    st.altair_chart(chart, key="heads.chart")
+    lab.export(chart, frame, f"head_subsets_{result.model_a}_vs_{result.model_b}", "heads.chart")
+    st.caption(f"{result.images} images; dashed: all heads together. Heads from most local to most global:")
+    st.dataframe(result.heads_frame(), hide_index=True, height=200)

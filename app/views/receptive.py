@@ -1,0 +1,37 @@
+"""Receptive fields (Raghu et al. 2021, Sec. 4.2, Fig 6): the effective receptive field of the centre position of
+every block, the mean |gradient| of its output with respect to the input image."""
+
+import streamlit as st
+
+import lab
+import vitlab.receptive as receptive
+from vitlab.charts import attention as charts
+
+st.title("Receptive fields")
+st.caption("ViT receptive fields are more global than ResNet ones from the lowest layers on, yet still centred on "
+           "the position; ResNet fields grow gradually. Before the residual they show how much each block relies "
+           "on its skip connection (Fig 6).")
+s = lab.settings()
+spec = lab.model_slot("rf.model", s)
+c1, c2 = st.columns([1, 3])
+residual = c1.radio("Measured", receptive.RESIDUALS, horizontal=True, key="rf.residual",
+                    format_func={"post": "after the residual", "pre": "before (branch only)"}.get)
+# gradients cost a forward and a backward per layer: a few images give a stable picture
+images = min(s.images, 32)
+result = None
+with lab.guard():
+    m = lab.model(spec, s.device)
+    src = lab.source(s)
+    result = lab.compute(("rf", s.key, spec, residual), lambda progress: receptive.receptive_fields(
+        m, src, images=images, batch_size=min(s.batch_size, 8), residual=residual, store=lab.store(),
+        progress=progress), "Receptive fields")
+
+if result is not None:
+    for w in result.warnings:
+        st.warning(w)
+    frame = result.to_frame()
+    chart = charts.receptive_field_chart(frame, columns=6, size=110)
+    st.altair_chart(chart, key="rf.chart")
+    lab.export(chart, frame, f"receptive_fields_{result.model}_{residual}", "rf.chart")
+    st.caption(f"{result.images} images. Radius of the disc around the centre holding 50 % / 90 % of the gradient:")
+    st.dataframe(result.summary_frame(), hide_index=True, height=240)
