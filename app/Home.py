@@ -35,6 +35,7 @@ NAV = {
         page("attention.py", "Attention", ":material/visibility:"),
         page("heads.py", "Head subsets", ":material/call_split:"),
         page("receptive.py", "Receptive fields", ":material/filter_center_focus:"),
+        page("skips.py", "Skip connections", ":material/alt_route:"),
     ],
 }
 

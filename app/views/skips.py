@@ -1,0 +1,107 @@
+"""Skip connections (Raghu et al. 2021, Sec. 5, Figs 7-8): how strongly each sublayer's skip dominates its branch,
+and what happens to the representations and the accuracy when one skip is removed."""
+
+import streamlit as st
+
+import lab
+import vitlab
+import vitlab.interventions as interventions
+import vitlab.skips as skips
+from vitlab import charts
+from vitlab.charts import skips as skip_charts
+
+RETRAINED = ("zoo:vit-cls-noskip", "zoo:vit-cls-noskip0")
+VALUES = {"ratio": "norm ratio ‖z‖ / ‖f(z)‖", "cosine": "cosine(z, f(z))"}
+
+st.title("Skip connections")
+st.caption("‖z‖/‖f(z)‖ of the skip z and the branch f(z) of every sublayer: ViT skips are much stronger than "
+           "ResNet ones, more so for the CLS token in the middle layers (Fig 7); removing one skip in a ViT changes "
+           "the representations after it abruptly (Fig 8).")
+s = lab.settings()
+
+st.subheader("Norm ratios")
+value = st.radio("Show", list(VALUES), horizontal=True, key="skips.value", format_func=VALUES.get)
+report = None
+with lab.guard():
+    a, b = lab.models(s)
+    src = lab.source(s)
+    report = lab.compute(("skips", s.key), lambda progress: skips.skip_ratios(
+        [a, b], src, images=s.images, batch_size=s.batch_size, store=lab.store(), progress=progress), "Skip ratios")
+if report is not None:
+    for w in report.warnings:
+        st.warning(w)
+    frame = report.to_frame()
+    with lab.guard():
+        lines = skip_charts.skip_lines(frame, value)
+        st.altair_chart(lines, key="skips.lines")
+        lab.export(lines, frame, f"skip_{value}_lines", "skips.lines")
+    token_models = [m for m in dict.fromkeys(frame["model"]) if (frame[frame["model"] == m]["token"] >= 0).any()]
+    cols = st.columns(max(1, len(token_models)))
+    for col, name in zip(cols, token_models):
+        with col, lab.guard():
+            part = frame[frame["model"] == name]
+            heat = skip_charts.skip_heatmap(part, value, width=360)
+            st.altair_chart(heat, key=f"skips.heat.{name}")
+            lab.export(heat, part, f"skip_{value}_{name}", f"skips.heat.{name}")
+
+st.subheader("Remove a skip connection")
+c1, c2, c3, c4 = st.columns([2, 1, 1, 1])
+slot = c1.radio("Model", ["A", "B"], horizontal=True, key="skips.slot",
+                format_func=lambda k: f"{k}: {s.model_a if k == 'A' else s.model_b}")
+block = c2.number_input("Block", 0, 200, 1, key="skips.block")
+which = c3.selectbox("Sublayer", interventions.WHICH, key="skips.which",
+                     format_func={"attn": "attention (token mixing)", "mlp": "MLP (channel mixing)",
+                                  "both": "both"}.get)
+c4.write("")
+if c4.button("Remove it", key="skips.go", type="primary"):
+    st.session_state["skips.removal"] = (slot, int(block), which)
+chosen = st.session_state.get("skips.removal")
+if chosen:
+    slot_c, block_c, which_c = chosen
+    spec = s.model_a if slot_c == "A" else s.model_b
+    result = None
+    with lab.guard():
+        m = lab.model(spec, s.device)
+        removal = interventions.SkipRemoval(block_c, which_c)
+        result = lab.compute(("skip-removal", s.key, spec, removal), lambda progress: interventions.skip_removal(
+            m, lab.source(s), removal, images=s.images, batch_size=s.batch_size, store=lab.store(),
+            progress=progress), "Skip removal")
+    if result is not None:
+        st.caption(f"{result.kind}; {result.images} images")
+        frame = result.to_frame()
+        cols = st.columns(3)
+        for col, name, what in zip(cols, ("before", "after", "before_vs_after"),
+                                   ("unmodified", f"without {removal.label}", "unmodified vs ablated")):
+            part = frame[frame["map"] == name].drop(columns="map").reset_index(drop=True)
+            heat = charts.cka_heatmap(part, title=what, size=240)
+            with col:
+                st.altair_chart(heat, key=f"skips.rm.{name}")
+                lab.export(heat, part, f"skip_removal_{name}", f"skips.rm.{name}")
+        metrics = result.metrics_frame()
+        bars = skip_charts.metrics_chart(metrics)
+        st.altair_chart(bars, key="skips.metrics")
+        lab.export(bars, metrics, "skip_removal_metrics", "skips.metrics")
+
+st.subheader("Retrained without a skip (zoo)")
+st.caption("The paper's Fig 8 retrains a ViT without one skip; the zoo has such models, trained with the same "
+           "recipe as zoo:vit-cls.")
+retrained = st.selectbox("Retrained model", RETRAINED, key="skips.retrained")
+if st.button("Compare with zoo:vit-cls", key="skips.cmp"):
+    st.session_state["skips.compare"] = retrained
+if st.session_state.get("skips.compare"):
+    spec = st.session_state["skips.compare"]
+    comparison = None
+    with lab.guard():
+        normal, other = lab.model("zoo:vit-cls", s.device), lab.model(spec, s.device)
+        comparison = lab.compute(("retrained", s.key, spec), lambda progress: interventions.retrained_comparison(
+            normal, other, lab.source(s), images=s.images, batch_size=s.batch_size, store=lab.store(),
+            progress=progress), "Retrained comparison")
+    if comparison is not None:
+        frame = comparison.to_frame()
+        cols = st.columns(2)
+        for col, (name, part) in zip(cols, frame.groupby("model_a", sort=False)):
+            heat = charts.cka_heatmap(part.reset_index(drop=True), size=280)
+            with col:
+                st.altair_chart(heat, key=f"skips.rt.{name}")
+                lab.export(heat, part, f"retrained_{name}", f"skips.rt.{name}")
+        st.dataframe(comparison.metrics_frame(), hide_index=True)
