@@ -119,3 +119,13 @@ def test_accuracy_with_matching_labels(tiny_vit):
         p0 = model(xs).argmax(-1).numpy()
     assert res.accuracy_before == pytest.approx(float((p0 == labels).mean()))
     assert res.accuracy_after is not None
+
+
+def test_retrained_comparison_side_by_side(tiny_vit, store):
+    other = vitlab.load("test_vit@random:3", "cpu")
+    source = vitlab.open_source("samples")
+    comp = iv.retrained_comparison(tiny_vit, other, source, images=8, batch_size=4, store=store)
+    frame = comp.to_frame()
+    assert (frame["model_a"] == frame["model_b"]).all() and set(frame["model_a"]) == {tiny_vit.label, other.label}
+    assert comp.accuracy == {tiny_vit.label: None, other.label: None}  # no labels that fit 1000 classes
+    assert list(comp.metrics_frame()["model"]) == [tiny_vit.label, other.label]
