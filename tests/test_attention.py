@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 import json
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -297,3 +298,18 @@ def test_charts_and_overlay(tiny_vit, samples, store):
     heat[1, 2] = 5.0
     out = ch.overlay(img, heat, alpha=1.0)
     assert out.shape == (32, 48, 3) and out[31, 47].tolist() == [252, 255, 164] and out[0, 0].tolist() == [0, 0, 4]
+
+
+ZOO = Path(vitlab.__file__).parent.parent / "assets" / "zoo"
+
+
+@pytest.mark.skipif(not list(ZOO.glob("vit-cls*.safetensors")), reason="zoo models not trained yet")
+def test_zoo_vit_parity_and_distances(store):
+    loaded = vitlab.load("zoo:vit-cls", "cpu")
+    source = vitlab.open_source("fashion-mnist:test")
+    parity = A.capture_parity(loaded, [source.load(i) for i in range(8)])
+    assert parity.ok(1e-5), parity.to_frame()
+    res = A.attention_distance(loaded, source, images=64, batch_size=32, store=store)
+    assert np.all(np.isfinite(res.distance_px)) and np.all(res.distance_px > 0)
+    assert res.distance_px.max() <= np.hypot(28, 28)  # no two patch centres are further apart than the diagonal
+    assert np.ptp(res.distance_px) > 0.5  # trained heads differ from one another
