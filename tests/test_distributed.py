@@ -210,3 +210,53 @@ def test_a_failing_rank_stops_the_run_with_its_message(tmp_path):
     assert "rank 1 of 2 failed: data source 'fashion-mnist:test': injected failure" in log0
     assert "stopping rank 0 of 2" in log0
     assert not (tmp_path / "out" / "run.json").exists()
+
+
+def test_one_process_is_a_no_op_context(monkeypatch):
+    from vitlab import dist
+    from vitlab.cka import MinibatchCKA
+
+    for k in ("WORLD_SIZE", "RANK", "LOCAL_RANK"):
+        monkeypatch.delenv(k, raising=False)
+    ctx = dist.context()
+    assert (ctx.distributed, ctx.is_main, ctx.shard, dist.shard(), dist.is_main()) == (False, True, (0, 1), (0, 1), True)
+    acc = MinibatchCKA(["a"], ["a"])
+    acc.update(np.ones((1, 4, 4)))
+    before = {k: v.copy() for k, v in acc.state().items()}
+    ctx.reduce({"x": acc})
+    assert all(np.array_equal(before[k], v) for k, v in acc.state().items())
+    assert ctx.gather(5) == [5]
+    with dist.guard():
+        pass
+    assert dist._CONTEXT is None
+
+
+@pytest.mark.parametrize("env, needle", [
+    ({"WORLD_SIZE": "2", "RANK": "0"}, "MASTER_ADDR, MASTER_PORT is not: launch several processes with torchrun"),
+    ({"WORLD_SIZE": "two"}, "WORLD_SIZE='two' must be a non-negative integer"),
+    ({"WORLD_SIZE": "2", "RANK": "0", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "1", "VITLAB_DIST_TIMEOUT": "-3"},
+     "VITLAB_DIST_TIMEOUT='-3' must be a positive number of seconds"),
+    ({"WORLD_SIZE": "2", "RANK": "0", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "1", "VITLAB_DIST_BACKEND": "mpi"},
+     "VITLAB_DIST_BACKEND='mpi': use nccl (GPUs) or gloo (CPU)"),
+])
+def test_bad_launch_settings_are_named(monkeypatch, env, needle):
+    from vitlab import dist
+    from vitlab.errors import VitlabError
+
+    for k in ("WORLD_SIZE", "RANK", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "VITLAB_DIST_TIMEOUT"):
+        monkeypatch.delenv(k, raising=False)
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    with pytest.raises(VitlabError, match=needle.replace("(", r"\(").replace(")", r"\)")):
+        dist.context()
+    assert dist._CONTEXT is None
+
+
+def test_one_gpu_for_every_rank_is_refused(monkeypatch):
+    from vitlab import dist
+    from vitlab.errors import VitlabError
+
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
+    with pytest.raises(VitlabError, match="every rank of this machine on one GPU"):
+        dist._device_for("cuda:1")
+    assert dist._device_for("cpu") == "cpu"

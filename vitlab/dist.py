@@ -142,6 +142,9 @@ def _device_for(requested: str | None) -> str:
 
     if requested in (None, "", "auto") or (requested == "cuda" and torch.cuda.is_available()):
         return default_device()
+    if requested.startswith("cuda:") and _env_int("LOCAL_WORLD_SIZE", 1) > 1:
+        raise VitlabError(f"--device {requested} would put every rank of this machine on one GPU: under torchrun "
+                          "use --device auto (each rank takes cuda:LOCAL_RANK), or limit CUDA_VISIBLE_DEVICES")
     return requested
 
 
@@ -189,6 +192,9 @@ def _init(device: str) -> Context:
 
     rank, world, local = _env_int("RANK", 0), world_size(), local_rank()
     backend = _backend_for(device)
+    if backend == "nccl" and not torch.cuda.is_available():
+        raise VitlabError(f"rank {rank}: the NCCL backend needs CUDA, which this process does not see; run on CPU "
+                          "with --device cpu (gloo), or set VITLAB_DIST_BACKEND=gloo")
     if backend == "nccl":
         torch.cuda.set_device(int(device.split(":")[1]) if device.startswith("cuda:") else local)
     missing = [k for k in ("MASTER_ADDR", "MASTER_PORT", "RANK") if not os.environ.get(k)]
