@@ -36,6 +36,7 @@ NAV = {
         page("heads.py", "Head subsets", ":material/call_split:"),
         page("receptive.py", "Receptive fields", ":material/filter_center_focus:"),
         page("skips.py", "Skip connections", ":material/alt_route:"),
+        page("localization.py", "Localization", ":material/my_location:"),
     ],
 }
 

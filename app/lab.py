@@ -433,3 +433,11 @@ def model_slot(key: str, s: Settings, prefer: str | None = None) -> str:
     specs = {"A": s.model_a, "B": s.model_b}
     slot = st.radio("Model", list(specs), horizontal=True, key=key, format_func=lambda k: f"{k}: {specs[k] or '—'}")
     return specs[slot]
+
+
+def set_models(model_a: str, model_b: str) -> None:
+    """A button callback: choose both models (the sidebar pickers re-seed from the plain keys)."""
+    st.session_state["lab.model_a"], st.session_state["lab.model_b"] = model_a, model_b
+    for slot in ("model_a", "model_b"):
+        for part in ("kind", "text", "arch", "path"):
+            st.session_state.pop(f"w.{slot}.{part}", None)

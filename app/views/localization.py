@@ -1,0 +1,79 @@
+"""Localization (Raghu et al. 2021, Sec. 5, Figs 9-10): how well each token of a layer keeps the information of
+its own input patch (linear CKA over images between the token and the patch at every position), CLS vs GAP
+models, and, for one token, its localization map beside its attention on an image of your own."""
+
+import streamlit as st
+
+import lab
+import vitlab
+import vitlab.activations as activations
+import vitlab.attention as attention
+import vitlab.localization as localization
+from vitlab.charts import attention as att_charts
+from vitlab.charts import localization as charts
+
+st.title("Localization")
+st.caption("ViT tokens, especially in higher layers, keep much more of their own position's input than ResNet "
+           "positions do; a ViT trained with global average pooling (GAP) localizes worse in its last layers than "
+           "one trained with a CLS token (Figs 9-10).")
+s = lab.settings()
+st.button("Compare CLS vs GAP: zoo:vit-cls and zoo:vit-gap", key="loc.clsgap", on_click=lab.set_models,
+          args=("zoo:vit-cls", "zoo:vit-gap"))
+report = None
+with lab.guard():
+    a, b = lab.models(s)
+    src = lab.source(s)
+    report = lab.compute(("loc", s.key), lambda progress: localization.localization(
+        [a, b], src, images=s.images, batch_size=s.batch_size, store=lab.store(), progress=progress), "Localization")
+
+if report is not None:
+    for w in report.warnings:
+        st.warning(w)
+    summary = report.summary()
+    rate = charts.localization_rate_chart(summary)
+    st.altair_chart(rate, key="loc.rate")
+    lab.export(rate, summary, "localization_rate", "loc.rate")
+
+    st.subheader("One token")
+    c1, c2 = st.columns([1, 1])
+    slot = c1.radio("Model", ["A", "B"], horizontal=True, key="loc.slot",
+                    format_func=lambda k: f"{k}: {a.label if k == 'A' else b.label}")
+    m = a if slot == "A" else b
+    results = [r for r in report.results if r.model == m.label]
+    layer = c2.selectbox("Layer", [r.layer for r in results], key="loc.layer")
+    result = next(r for r in results if r.layer == layer)
+    gh, gw = result.grid
+    part = summary[(summary["model"] == m.label) & (summary["layer"] == layer)]
+    grid_chart = lab.clickable(charts.localization_summary_chart(part, cell=220, title="click a token"), "tok",
+                               ["token_row", "token_col"])
+    left, right = st.columns([1, 2])
+    with left:
+        event = st.altair_chart(grid_chart, on_select="rerun", key=f"loc.grid.{slot}")
+        lab.follow_click("loc", lab.clicked(event, "tok", ["token_row", "token_col"]),
+                         {"token_row": "loc.row", "token_col": "loc.col"})
+        p1, p2 = st.columns(2)
+        row = int(p1.number_input("Token row", 0, gh - 1, key="loc.row"))
+        col = int(p2.number_input("Token column", 0, gw - 1, key="loc.col"))
+    token = result.prefix + row * gw + col
+    frame = result.to_frame()
+    shown = ([0] if result.prefix else []) + [token]
+    with right, lab.guard():
+        maps = charts.localization_maps(frame, tokens=shown, columns=2, cell=200)
+        st.altair_chart(maps, key="loc.maps")
+        lab.export(maps, frame[frame["token"].isin(shown)], f"localization_{m.label}_{layer}_token{token}", "loc.maps")
+
+    st.subheader("Its attention on an image")
+    upload = st.file_uploader("Your image (or the first of the sidebar's images)", key="loc.upload",
+                              type=[x.lstrip(".") for x in vitlab.data.IMAGE_SUFFIXES])
+    with lab.guard():
+        images = [(upload.name, upload.getvalue())] if upload else src
+        block = int(layer.split(".")[1])  # "blocks.{i}.resid_post"
+        attention.require_vit(m, "attention maps")
+        picture = activations.as_source(images).load(0)
+        view = activations.model_view(m, picture)
+        cols = st.columns(3)
+        cols[0].image(view, caption=f"what {m.label} sees", width="stretch")
+        for c, head in zip(cols[1:], ("mean", "rollout")):
+            amap = attention.attention_map(m, images, 0, block, head, (row, col), store=lab.store())
+            c.image(att_charts.overlay(view, amap.grid), width="stretch",
+                    caption=f"block {block}, token ({row},{col}): {'mean over heads' if head == 'mean' else head}")
