@@ -37,6 +37,8 @@ NAV = {
         page("receptive.py", "Receptive fields", ":material/filter_center_focus:"),
         page("skips.py", "Skip connections", ":material/alt_route:"),
         page("localization.py", "Localization", ":material/my_location:"),
+        page("probes.py", "Linear probes", ":material/linear_scale:"),
+        page("checkpoints.py", "Checkpoints", ":material/compare_arrows:"),
     ],
 }
 

@@ -1,0 +1,43 @@
+"""Checkpoints (Raghu et al. 2021, Sec. 7, Fig 12, App. G): CKA of matching layers of two checkpoints of one
+architecture: models trained on less data, or a model before and after fine-tuning."""
+
+import streamlit as st
+
+import lab
+import vitlab.checkpoints as checkpoints
+from vitlab.charts import checkpoints as charts
+
+PRESETS = {
+    "sidebar": "Model A vs model B (sidebar)",
+    "zoo": "Data scale, zoo: 3 % and 10 % vs 100 % of Fashion-MNIST",
+    "hub-scale": "Data scale, hub: ViT-B/32 ImageNet-1k vs ImageNet-21k",
+    "hub-ft": "Fine-tuning, hub: ViT-B/16 ImageNet-21k vs fine-tuned on ImageNet-1k",
+}
+PAIRS = {
+    "zoo": [("zoo:vit-cls-3pct", "zoo:vit-cls"), ("zoo:vit-cls-10pct", "zoo:vit-cls"), ("zoo:resnet-3pct", "zoo:resnet")],
+    "hub-scale": [("vit_base_patch32_224.augreg_in1k", "vit_base_patch32_224.augreg_in21k")],
+    "hub-ft": [("vit_base_patch16_224.augreg_in21k", "vit_base_patch16_224.augreg2_in21k_ft_in1k")],
+}
+
+st.title("Checkpoints")
+st.caption("With less data, a ViT's higher layers learn different representations from the full-data model's, "
+           "and its lower layers miss the local heads (Fig 12); fine-tuning changes the higher layers most.")
+s = lab.settings()
+preset = st.radio("Compare", list(PRESETS), key="ckpt.preset", format_func=PRESETS.get)
+specs = [(s.model_a, s.model_b)] if preset == "sidebar" else PAIRS[preset]
+st.caption("Pairs: " + "; ".join(f"`{x}` vs `{y}`" for x, y in specs))
+result = None
+with lab.guard():
+    pairs = [(lab.model(x, s.device), lab.model(y, s.device)) for x, y in specs]
+    src = lab.source(s)
+    result = lab.compute(("ckpt", s.key, tuple(specs)), lambda progress: checkpoints.compare_checkpoints(
+        pairs, src, images=s.images, batch_size=s.batch_size, store=lab.store(), progress=progress), "Checkpoints")
+
+if result is not None:
+    for w in result.warnings:
+        st.warning(w)
+    frame = result.to_frame()
+    chart = charts.checkpoint_lines(frame)
+    st.altair_chart(chart, key="ckpt.chart")
+    lab.export(chart, frame, f"checkpoints_{preset}", "ckpt.chart")
+    st.caption(lab.run_caption(result.info, result.images))
