@@ -151,7 +151,7 @@ def run_attention_map(args) -> int:
     out.mkdir(parents=True, exist_ok=True)
     frame.to_csv(out / "attention_map.csv", index=False)
     save(ch.attention_map_chart(frame), out, "attention_map")
-    Image.fromarray(ch.overlay(model_view(m, source.load(args.image)), grid)).save(out / "attention_overlay.png")
+    Image.fromarray(ch.overlay(model_view(m, source.load(args.image)), grid, min_side=224)).save(out / "attention_overlay.png")
     _run_json(out, "attention-map", [m], args, t0, image=acts.ids[0], layer=args.layer, head=args.head,
               query=args.query, forward_passes=acts.computed)
     print(f"attention map of '{acts.ids[0]}', block {args.layer}, head {args.head}, query {args.query}: "

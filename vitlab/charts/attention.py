@@ -23,11 +23,17 @@ def colourise(values: np.ndarray) -> np.ndarray:
     return ((1 - t) * _INFERNO[lo] + t * _INFERNO[lo + 1]).round().astype(np.uint8)
 
 
-def overlay(image: np.ndarray, heat: np.ndarray, alpha: float = 0.6) -> np.ndarray:
-    """Blend ``heat`` (h, w), scaled to its maximum and resized to the image by nearest neighbour, over ``image``."""
+def overlay(image: np.ndarray, heat: np.ndarray, alpha: float = 0.6, min_side: int = 0) -> np.ndarray:
+    """Blend ``heat`` (h, w), scaled to its maximum and resized to the image by nearest neighbour, over ``image``.
+
+    ``min_side``: enlarge small images (e.g. 28 px Fashion-MNIST) by a whole factor first, so the result is legible.
+    """
     img = np.asarray(image)
     if img.ndim == 2:
         img = np.repeat(img[..., None], 3, axis=2)
+    factor = -(-min_side // min(img.shape[:2])) if min_side else 1
+    if factor > 1:
+        img = img.repeat(factor, axis=0).repeat(factor, axis=1)
     h, w = img.shape[:2]
     heat = np.asarray(heat, dtype=np.float64)
     rows = (np.arange(h) * heat.shape[0] // h)[:, None]
@@ -91,7 +97,7 @@ def parity_chart(frame: pd.DataFrame):
                  title=f"Attention capture parity: {frame['model'].iloc[0]}")
 
 
-def attention_map_chart(frame: pd.DataFrame, size: int = 180, columns: int = 4, select: str | None = None):
+def attention_map_chart(frame: pd.DataFrame, size: int = 180, columns: int = 7, select: str | None = None):
     """Heatmap of an AttentionMap frame over the patch grid; one panel per head when several; query marked.
 
     ``select`` names a point selection on (row, col): the app reads the clicked patch as the next query token.
