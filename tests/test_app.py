@@ -228,3 +228,104 @@ def test_folder_that_does_not_exist_is_an_error_in_place(tmp_path):
     at = start("similarity", **{"lab.source": str(tmp_path / "missing")})
     assert any("missing" in e.value for e in at.error), [e.value for e in at.error]
     assert at.sidebar.text_input(key="w.folder").value.endswith("missing")
+
+
+# ---------------------------------------------------------------------------------------- other pages
+
+VIT_PAIR = {"lab.model_b": "zoo:vit-gap" if ZOO_READY else "test_vit@random:1"}  # a second ViT
+
+
+def test_attention_page_distance_maps_and_query_token():
+    at = start("attention")
+    assert not at.error, [e.value for e in at.error]
+    dist = chart_values(charts(at)[0])
+    m = vitlab.load(SETTINGS["lab.model_a"], "cpu")
+    assert len(dist) == len(m.model.blocks) * m.model.blocks[0].attn.num_heads
+    assert len(at.get("image")) == 4  # the image, one head, the mean, the rollout
+    at.selectbox(key="att.layer").set_value(1).run()
+    at.selectbox(key="att.head").set_value(1).run()
+    captions = [i.proto.imgs[0].caption for i in at.get("image")]
+    assert "block 1, head 1, query cls" in captions[1], captions
+    maps = chart_values(charts(at)[1])
+    assert {r["head"] for r in maps} == {str(h) for h in range(m.model.blocks[0].attn.num_heads)} | {"mean"}
+    at.radio(key="att.qkind").set_value("patch").run()
+    at.number_input(key="att.qrow").set_value(1).run()
+    captions = [i.proto.imgs[0].caption for i in at.get("image")]
+    assert "query 1,0" in captions[1], captions
+    assert not at.exception
+
+
+def test_attention_page_on_a_cnn_says_so():
+    at = start("attention")
+    at.radio(key="att.model").set_value("B").run()
+    assert any("ViT" in e.value for e in at.error), [e.value for e in at.error]
+    assert not charts(at)
+
+
+def test_head_subsets_page():
+    at = start("heads")
+    assert not at.error, [e.value for e in at.error]
+    rows = chart_values(charts(at)[0])
+    assert any(r["all_heads"] for r in rows) and any(not r["all_heads"] for r in rows)
+    at.multiselect(key="heads.blocks").set_value([]).run()
+    assert any("at least one block" in e.value for e in at.error)
+
+
+def test_receptive_fields_page_for_both_models():
+    at = start("receptive")
+    assert not at.error, [e.value for e in at.error]
+    assert {r["model"] for r in chart_values(charts(at)[0])} == {vitlab.parse_spec(SETTINGS["lab.model_a"]).label}
+    at.radio(key="rf.model").set_value("B").run()
+    at.radio(key="rf.residual").set_value("pre").run()
+    assert not at.exception and charts(at)
+
+
+def test_skips_page_ratios_and_removal():
+    at = start("skips")
+    assert not at.exception and charts(at)
+    at.number_input(key="skips.block").set_value(1).run()
+    at.selectbox(key="skips.which").set_value("attn").run()
+    at.button(key="skips.go").click().run()
+    assert not at.error, [e.value for e in at.error]
+    maps = [chart_values(c) for c in charts(at)]
+    assert any("no-skip[1.attn]" in str(r.get("model_b", "")) for rows in maps for r in rows)
+    at.radio(key="skips.slot").set_value("B").run()
+    at.button(key="skips.go").click().run()
+    assert any("ViT and Mixer" in e.value for e in at.error), [e.value for e in at.error]
+
+
+def test_localization_page_token_click_and_upload():
+    from io import BytesIO
+
+    from PIL import Image
+
+    at = start("localization", **VIT_PAIR)
+    assert not at.error, [e.value for e in at.error]
+    at.number_input(key="loc.row").set_value(1).run()
+    at.number_input(key="loc.col").set_value(2).run()
+    caps = [i.proto.imgs[0].caption for i in at.get("image")]
+    assert any("token (1,2)" in c for c in caps), caps
+    buf = BytesIO()
+    Image.new("RGB", (50, 70), (10, 200, 30)).save(buf, "PNG")
+    at.file_uploader(key="loc.upload").set_value(("green.png", buf.getvalue(), "image/png")).run()
+    assert not at.error, [e.value for e in at.error]
+    assert len(at.get("image")) == 3
+
+
+def test_probes_page_needs_labels_then_runs():
+    at = start("probes")
+    if SETTINGS["lab.source"] == "samples":
+        assert any("no labels" in e.value for e in at.error), [e.value for e in at.error]
+    at = start("probes", **{"lab.source": "fashion-mnist:test", "probe.shots": 1, "probe.test": 20})
+    assert not at.error, [e.value for e in at.error]
+    rows = chart_values(charts(at)[0])
+    assert {r["representation"] for r in rows} <= {"cls", "gap"} and all(0 <= r["accuracy"] <= 1 for r in rows)
+
+
+def test_checkpoints_page_sidebar_pair_and_offline_hub_pair():
+    at = start("checkpoints", **VIT_PAIR)
+    assert not at.error, [e.value for e in at.error]
+    assert all(0 <= r["cka"] <= 1.0001 for r in chart_values(charts(at)[0]))
+    at.radio(key="ckpt.preset").set_value("hub-scale").run()
+    if not vitlab.models.hub_reachable():
+        assert any("Hugging Face cache" in e.value for e in at.error), [e.value for e in at.error]
