@@ -315,3 +315,18 @@ def test_zoo_vit_parity_and_distances(store):
     assert np.all(np.isfinite(res.distance_px)) and np.all(res.distance_px > 0)
     assert res.distance_px.max() <= np.hypot(28, 28)  # no two patch centres are further apart than the diagonal
     assert np.ptp(res.distance_px) > 0.5  # trained heads differ from one another
+
+
+def test_shards_add_up_to_the_whole(tiny_vit, samples, store):
+    whole = A.attention_distance(tiny_vit, samples, images=8, batch_size=2, store=store)
+    parts = []
+
+    def keep(acc):
+        parts.append(acc)
+
+    for rank in range(2):
+        A.attention_distance(tiny_vit, samples, images=8, batch_size=2, store=store, shard=(rank, 2), reduce=keep)
+    merged = parts[0].merge(parts[1]).compute(whole.model, 160.0)
+    assert merged.images == whole.images == 8
+    assert np.allclose(merged.distance_px, whole.distance_px, rtol=1e-12)
+    assert np.allclose(merged.std_px, whole.std_px, rtol=1e-9)

@@ -216,6 +216,7 @@ class AttentionDistanceAccumulator:
     """Float64 sums of per-image distances (count, sum, sum of squares), both row conventions."""
 
     KINDS = ("raw", "renorm")
+    state_is_sum = True  # torch.distributed: ranks' states add (vitlab.dist.all_reduce_accumulators)
 
     def __init__(self, layers: Sequence[int], heads: int):
         self.layers, self.heads = list(layers), int(heads)
@@ -268,15 +269,21 @@ def image_side(loaded: LoadedModel) -> float:
 def attention_distance(loaded: LoadedModel, source: ImageSource, *, images: int | None = None, batch_size: int = 32,
                        shuffle: int | None = None, blocks: Sequence[int] | None = None, renormalise: bool = False,
                        store: Store | None = None, progress: Callable | None = None, amp: bool = False,
-                       info: RunInfo | None = None) -> AttentionDistanceResult:
-    """Mean attention distance of every head of every block over ``images`` of ``source`` (one streamed pass)."""
+                       info: RunInfo | None = None, shard: tuple[int, int] = (0, 1),
+                       reduce: Callable | None = None) -> AttentionDistanceResult:
+    """Mean attention distance of every head of every block over ``images`` of ``source`` (one streamed pass).
+
+    ``shard=(rank, world)`` and ``reduce`` (e.g. ``vitlab.dist.all_reduce_accumulators``) run it under torchrun.
+    """
     require_vit(loaded, "attention distance")
     stat = AttentionDistanceStatistic(None if blocks is None else tuple(int(b) for b in blocks))
     layers = [int(t.split(".")[1]) for t in stat.taps(loaded)]
     acc = AttentionDistanceAccumulator(layers, loaded.model.blocks[layers[0]].attn.num_heads)
     for _, found in stream([loaded], source, select(source, images, shuffle), batch_size, [[stat]], store=store,
-                           progress=progress, amp=amp, info=info, min_batch=1):
+                           progress=progress, amp=amp, info=info, shard=shard, min_batch=1):
         acc.update(found[0][stat.name])
+    if reduce is not None:
+        reduce(acc)
     return acc.compute(loaded.label, image_side(loaded), renormalise)
 
 
