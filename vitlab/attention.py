@@ -194,6 +194,7 @@ class AttentionDistanceResult:
     image_side_px: float
     images: int
     renormalised: bool
+    uniform_px: float = float("nan")  # the distance uniform attention over all patches would give
 
     def to_frame(self):
         import pandas as pd
@@ -204,7 +205,8 @@ class AttentionDistanceResult:
                 d, s = float(self.distance_px[li, h]), float(self.std_px[li, h])
                 rows.append({"layer": layer, "head": h, "distance_px": d, "std_px": s,
                              "distance_frac": d / self.image_side_px, "std_frac": s / self.image_side_px,
-                             "images": self.images, "model": self.model, "renormalised": self.renormalised})
+                             "images": self.images, "model": self.model, "renormalised": self.renormalised,
+                             "uniform_px": self.uniform_px, "uniform_frac": self.uniform_px / self.image_side_px})
         return pd.DataFrame(rows)
 
     def head_order(self, layer: int) -> list[int]:
@@ -251,14 +253,16 @@ class AttentionDistanceAccumulator:
         self.images = int(state["images"])
         return self
 
-    def compute(self, model: str, image_side_px: float, renormalise: bool = False) -> AttentionDistanceResult:
+    def compute(self, model: str, image_side_px: float, renormalise: bool = False,
+                uniform_px: float = float("nan")) -> AttentionDistanceResult:
         if self.images == 0:
             raise VitlabError("no image was accumulated: attention distance needs at least one batch")
         k = int(renormalise)
         mean = self.sum[k] / self.images
         # population variance over images from float64 sums; tiny negative rounding means zero spread
         var = np.maximum(self.sumsq[k] / self.images - mean**2, 0.0)
-        return AttentionDistanceResult(model, self.layers, mean, np.sqrt(var), image_side_px, self.images, renormalise)
+        return AttentionDistanceResult(model, self.layers, mean, np.sqrt(var), image_side_px, self.images, renormalise,
+                                       uniform_px)
 
 
 def image_side(loaded: LoadedModel) -> float:
@@ -284,7 +288,8 @@ def attention_distance(loaded: LoadedModel, source: ImageSource, *, images: int 
         acc.update(found[0][stat.name])
     if reduce is not None:
         reduce(acc)
-    return acc.compute(loaded.label, image_side(loaded), renormalise)
+    uniform = distance_matrix(taps_mod.grid_size(loaded.model), taps_mod.patch_size(loaded.model)).mean()
+    return acc.compute(loaded.label, image_side(loaded), renormalise, float(uniform))
 
 
 # ---------------------------------------------------------------- per-head, per-token maps of one image

@@ -48,19 +48,29 @@ def _facet_model(chart, frame: pd.DataFrame):
 
 
 def attention_distance_chart(frame: pd.DataFrame, units: str = "px", title: str | None = None):
-    """One dot per head per layer: x = block, y = mean attention distance (Raghu et al. Figs 3-4; ViT paper Fig 7)."""
+    """One dot per head per layer: x = block, y = mean attention distance (Raghu et al. Figs 3-4; ViT paper Fig 7).
+
+    The dashed line is the distance uniform attention over all patches would give.
+    """
     col, std, label = ("distance_px", "std_px", "pixels") if units == "px" else ("distance_frac", "std_frac",
                                                                                "fraction of image side")
-    base = alt.Chart(frame).encode(
+    legend = alt.Legend(columns=2) if frame["head"].nunique() > 8 else alt.Legend()
+    dots = alt.Chart().mark_circle(size=45, opacity=0.85).encode(
         x=alt.X("layer:O", title="block"),
         y=alt.Y(f"{col}:Q", title=f"mean attention distance ({label})", scale=alt.Scale(zero=True)),
-        color=alt.Color("head:N", title="head", legend=alt.Legend(columns=2) if frame["head"].nunique() > 8 else None),
+        color=alt.Color("head:N", title="head", legend=legend),
         tooltip=["model", "layer", "head", alt.Tooltip(f"{col}:Q", format=".3f"),
                  alt.Tooltip(f"{std}:Q", format=".3f", title="std over images"), "images"],
     )
-    chart = base.mark_circle(size=45, opacity=0.85).properties(
+    layers = [dots]
+    uniform = "uniform_px" if units == "px" else "uniform_frac"
+    if uniform in frame and frame[uniform].notna().any():
+        layers.append(alt.Chart().mark_rule(strokeDash=[4, 3], color="grey").encode(
+            y=f"mean({uniform}):Q", tooltip=[alt.Tooltip(f"mean({uniform}):Q", title="uniform attention",
+                                                         format=".3f")]))
+    chart = alt.layer(*layers, data=frame).properties(
         width=max(240, 28 * frame["layer"].nunique()), height=260,
-        title=title or "Mean attention distance per head")
+        title=title or "Mean attention distance per head (dashed: uniform attention)")
     return _facet_model(chart, frame)
 
 
