@@ -202,6 +202,8 @@ def test_user_errors(tiny_vit, tiny_resnet, samples):
         A.query_token(tiny_vit, (10, 0))
     with pytest.raises(VitlabError, match="head 7 out of range"):
         A.attention_map(tiny_vit, samples, 0, 1, 7)
+    with pytest.raises(VitlabError, match="head must be a head index"):
+        A.attention_map(tiny_vit, samples, 0, 1, "max")
 
 
 # ---------------------------------------------------------------- maps, rollout, activation cache

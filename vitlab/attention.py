@@ -382,6 +382,8 @@ def attention_map(loaded: LoadedModel, images, index: int = 0, layer: int = 0, h
         if head == "mean":
             row = a[:, q].mean(0)
         else:
+            if not str(head).lstrip("-").isdigit():
+                raise VitlabError(f"head must be a head index, 'mean' or 'rollout', not '{head}'")
             if not 0 <= int(head) < a.shape[0]:
                 raise VitlabError(f"head {head} out of range: block {layer} has heads 0..{a.shape[0] - 1}")
             row = a[int(head), q]
