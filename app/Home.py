@@ -40,6 +40,7 @@ NAV = {
         page("probes.py", "Linear probes", ":material/linear_scale:"),
         page("checkpoints.py", "Checkpoints", ":material/compare_arrows:"),
     ],
+    "Presentation": [page("tour.py", "Paper tour", ":material/slideshow:")],
 }
 
 nav = st.navigation(NAV)

@@ -21,6 +21,7 @@ pytest.importorskip("streamlit")
 from streamlit.testing.v1 import AppTest  # noqa: E402
 
 import vitlab  # noqa: E402
+import vitlab.tour  # noqa: E402
 
 ZOO_READY = all((ROOT / "assets" / "zoo" / f"{n}.safetensors").is_file() for n in ("vit-cls", "resnet"))
 if ZOO_READY:
@@ -329,3 +330,29 @@ def test_checkpoints_page_sidebar_pair_and_offline_hub_pair():
     at.radio(key="ckpt.preset").set_value("hub-scale").run()
     if not vitlab.models.hub_reachable():
         assert any("Hugging Face cache" in e.value for e in at.error), [e.value for e in at.error]
+
+
+@pytest.mark.slow  # ~50 s with timm's 160 px test models on a busy CPU; seconds with the 28 px zoo models
+def test_paper_tour_walks_every_figure_with_a_verdict_or_an_error_in_words():
+    at = start("tour", **{"lab.source": "fashion-mnist:test", "lab.images": 8, "lab.batch_size": 8})
+    seen = []
+    for _ in range(len(vitlab.tour.CLAIMS)):
+        step = at.radio(key="tour.step").value
+        seen.append(step)
+        verdicts = [x.value for x in list(at.success) + list(at.warning) + list(at.info)]
+        errors = [e.value for e in at.error]
+        assert not at.exception, (step, [e.message for e in at.exception])
+        assert verdicts or errors, step
+        assert not any("Unexpected error" in e for e in errors), (step, errors)
+        if verdicts:
+            assert charts(at), step
+        at.button(key="tour.next").click().run()
+    assert seen == list(vitlab.tour.CLAIMS)
+    assert at.radio(key="tour.step").value == seen[0]  # Next wraps around
+    at.button(key="tour.prev").click().run()
+    assert at.radio(key="tour.step").value == seen[-1]
+
+
+def test_paper_tour_needs_a_vit_and_a_resnet():
+    at = start("tour", **VIT_PAIR)
+    assert any("ViT with a ResNet" in e.value for e in at.error), [e.value for e in at.error]
