@@ -141,7 +141,8 @@ def head_subset_chart(frame: pd.DataFrame):
     lines = alt.Chart(subsets).mark_line(point=True).encode(
         x=alt.X("layer_b:N", sort=order, title=f"{frame['model_b'].iloc[0]} layer", axis=alt.Axis(labelAngle=-45)),
         y=alt.Y("cka:Q", title="CKA"),
-        color=alt.Color("mean_distance_px:Q", scale=alt.Scale(scheme="viridis"), title="mean distance (px)"),
+        color=alt.Color("mean_distance_px:Q", scale=alt.Scale(scheme="viridis"), title="mean distance (px)",
+                        legend=alt.Legend(type="gradient")),
         detail="subset:N",
         tooltip=["subset_label", "heads", alt.Tooltip("mean_distance_px:Q", format=".1f"), "layer_b",
                  alt.Tooltip("cka:Q", format=".4f")])
