@@ -51,17 +51,26 @@ def test_pair_dataset_gives_each_model_its_own_input():
         assert torch.equal(seen["x"], cka_bench.model_input(source, indices, m))
 
 
-@pytest.fixture(scope="module")
-def tiny():
-    args = argparse.Namespace(models="test_resnet@random,test_vit@random", device="cpu", data="fashion-mnist:test",
-                              images=16, batch_size=8)
+def _setup(models: str):
+    args = argparse.Namespace(models=models, device="cpu", data="fashion-mnist:test", images=16, batch_size=8)
     return (*cka_bench.setup(args), args)
 
 
-def test_reference_equals_vitlab_in_float64(tiny):
+@pytest.fixture(scope="module")
+def resnet_vit():
+    return _setup("test_resnet@random,test_vit@random")
+
+
+@pytest.fixture(scope="module")
+def two_resnets():
+    """Two default-init ResNets: bias-dominated, and every layer's CKA row and column differs (order is checked)."""
+    return _setup("test_resnet@random:0,test_resnet@random:1")
+
+
+def test_reference_equals_vitlab_in_float64(resnet_vit):
     import vitlab
 
-    models, source, indices, taps, args = tiny
+    models, source, indices, taps, args = resnet_vit
     ref = cka_bench.run_float64(models, source, indices, taps, args, None)
     stats = [vitlab.GramStatistic(taps_=tuple(t for t, _ in tp), precision="float64") for tp in taps]
     got = vitlab.run.cka(models, source, images=16, batch_size=8, statistic=stats, store=vitlab.Store(None))
@@ -70,14 +79,19 @@ def test_reference_equals_vitlab_in_float64(tiny):
 
 
 @pytest.mark.parametrize("method", ["pytorch-cka", "torch-cka", "vitlab"])
-def test_every_method_matches_the_reference(tiny, method):
+def test_every_method_matches_the_reference(two_resnets, method):
     pytest.importorskip({"pytorch-cka": "cka", "torch-cka": "torch_cka", "vitlab": "vitlab"}[method])
     import copy
     import dataclasses
 
-    models, source, indices, taps, args = tiny
+    models, source, indices, taps, args = two_resnets
     ref = cka_bench.run_float64(models, source, indices, taps, args, None)
+    atol = 1e-3
+    # swapped or misnamed layers would show: any two rows (columns) differ somewhere by more than 2 atol
+    for m in (ref, ref.T):
+        gaps = np.abs(m[:, None, :] - m[None, :, :]).max(axis=-1) + np.eye(len(m))
+        assert gaps.min() > 2 * atol
     fresh = [dataclasses.replace(m, model=copy.deepcopy(m.model)) for m in models]  # torch-cka keeps its hooks
     got = cka_bench.RUNNERS[method](fresh, source, indices, taps, args, None)
     assert got.shape == ref.shape
-    np.testing.assert_allclose(got, ref, rtol=0, atol=1e-3)
+    np.testing.assert_allclose(got, ref, rtol=0, atol=atol)
