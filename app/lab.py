@@ -406,11 +406,12 @@ def run_caption(info, images: int) -> str:
     return text
 
 
-def clickable(chart, name: str, fields: list[str]):
-    """The chart with a click selection on ``fields`` (read back with :func:`clicked`)."""
+def clickable(chart, name: str, fields: list[str], nearest: bool = False):
+    """The chart with a click selection on ``fields`` (read back with :func:`clicked`); ``nearest`` picks the
+    mark closest to the pointer (small dots are hard to hit)."""
     import altair as alt
 
-    return chart.add_params(alt.selection_point(name=name, fields=fields, on="click"))
+    return chart.add_params(alt.selection_point(name=name, fields=fields, on="click", nearest=nearest))
 
 
 def clicked(event, name: str, fields: list[str]) -> dict | None:
@@ -441,3 +442,15 @@ def set_models(model_a: str, model_b: str) -> None:
     for slot in ("model_a", "model_b"):
         for part in ("kind", "text", "arch", "path"):
             st.session_state.pop(f"w.{slot}.{part}", None)
+
+
+def chart(altair_chart, key: str, on_select: str = "ignore"):
+    """Draw a vitlab chart as built (its own size and colours, as in the PNG/SVG exports).
+
+    Streamlit would otherwise 'fit' a single view into its declared width, axes and legend included, which
+    squeezes the plot of a chart with a wide legend to nothing; 'pad' keeps the declared plot size.
+    """
+    import altair as alt
+
+    sized = altair_chart.properties(autosize=alt.AutoSizeParams(type="pad", contains="padding"))
+    return st.altair_chart(sized, key=key, width="content", theme=None, on_select=on_select)

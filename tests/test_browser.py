@@ -98,6 +98,13 @@ def _goto(page, server: str, path: str) -> None:
     _settle(page)
 
 
+def _nav(page, path: str) -> None:
+    """Go to a page through the sidebar navigation: the same session, so the sidebar's choices stay."""
+    page.locator(f'[data-testid="stSidebarNav"] a[href$="/{path}"]').first.click()
+    page.wait_for_url(f"**/{path}")
+    _settle(page)
+
+
 def _settle(page) -> None:
     """Wait until the script run has finished (Streamlit shows a 'running' status widget meanwhile)."""
     page.wait_for_timeout(500)
@@ -122,6 +129,29 @@ def _choose(page, label: str, option: str) -> None:
     _settle(page)
 
 
+def _captions(page) -> list[str]:
+    return page.locator('[data-testid="stImageCaption"]').all_inner_texts()
+
+
+def _click_mark(page, chart, kind: str, index: int) -> None:
+    """Click the centre of the ``index``-th mark of ``kind`` ('rect', 'symbol') in a chart's SVG (the mouse, not
+    the element: a nearest-point selection lays an invisible Voronoi layer over the marks)."""
+    marks = chart.locator(f"g.mark-{kind}.role-mark path")
+    marks.first.wait_for()
+    box = marks.nth(index if index >= 0 else marks.count() + index).bounding_box()
+    page.mouse.click(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
+    _settle(page)
+
+
+def _type_model_b(page, spec: str) -> None:
+    """Type a timm name for model B in the sidebar (the fallback needs a second ViT on some pages)."""
+    _choose(page, "Model B", "timm model name…")
+    box = page.get_by_role("textbox", name="Model B: timm name")
+    box.fill(spec)
+    box.press("Enter")
+    _settle(page)
+
+
 def test_home_shows_models_images_and_cache(page, server):
     _goto(page, server, "")
     page.get_by_text("vitlab: do vision transformers see like CNNs?").wait_for()
@@ -140,11 +170,7 @@ def test_similarity_heatmap_click_selects_the_layer_pair(page, server):
     _no_exception(page)
     metric = page.locator('[data-testid="stMetric"]').first
     before = metric.inner_text()
-    canvas = chart.locator("canvas, svg").first
-    box = canvas.bounding_box()
-    # the top rows are model A's last layers and the right columns model B's last ones: not the first pair
-    page.mouse.click(box["x"] + box["width"] * 0.55, box["y"] + box["height"] * 0.25)
-    _settle(page)
+    _click_mark(page, chart, "rect", -1)  # the last layer pair: not the first one shown before
     page.wait_for_function("(b) => document.querySelector('[data-testid=\"stMetric\"]').innerText != b", arg=before)
     _settle(page)
     after = metric.inner_text()
@@ -183,3 +209,77 @@ def test_upload_an_image(page, server):
     page.get_by_text("1 images").first.wait_for()
     _no_exception(page)
     assert "uploads" in page.inner_text("body")
+
+
+def test_attention_click_a_head_shows_its_maps(page, server):
+    _goto(page, server, "attention")
+    page.get_by_text("block 0, head 0").first.wait_for()
+    _no_exception(page)
+    before = _captions(page)
+    assert any("block 0, head 0" in c for c in before), before
+    dots = page.locator('[data-testid="stVegaLiteChart"]').first
+    _click_mark(page, dots, "symbol", -1)  # the last head of the last block
+    page.wait_for_function("() => !document.body.innerText.includes('block 0, head 0')")
+    after = _captions(page)
+    assert after != before and any("head" in c for c in after), after
+    page.get_by_text("patch", exact=True).first.click()
+    _settle(page)
+    page.get_by_text("query 0,0").first.wait_for()
+    _no_exception(page)
+    _shot(page, "attention")
+
+
+def test_localization_click_a_token_and_upload_an_image(page, server):
+    _goto(page, server, "")
+    if not ZOO_READY:
+        _type_model_b(page, "test_vit@random:1")  # a 160 px ResNet's first stage is too fine for the maps
+    _nav(page, "localization")
+    page.get_by_text("token (0,0)").first.wait_for()
+    _no_exception(page)
+    assert any("token (0,0)" in c for c in _captions(page)), _captions(page)
+    grid = page.locator('[data-testid="stVegaLiteChart"]').nth(1)
+    _click_mark(page, grid, "rect", 27)  # a token inside the grid, not (0,0)
+    page.wait_for_function("() => !document.body.innerText.includes('token (0,0)')")
+    assert not any("token (0,0)" in c for c in _captions(page))
+    from PIL import Image
+
+    buf = BytesIO()
+    Image.new("RGB", (90, 60), (20, 120, 220)).save(buf, "PNG")
+    page.locator('[data-testid="stFileUploaderDropzoneInput"]').last.set_input_files(
+        files=[{"name": "blue.png", "mimeType": "image/png", "buffer": buf.getvalue()}])
+    _settle(page)
+    page.get_by_text("blue.png").first.wait_for()
+    _no_exception(page)
+    assert page.locator('[data-testid="stImage"]').count() >= 3
+    _shot(page, "localization")
+
+
+@pytest.mark.parametrize("path, text", [("heads", "Head subsets vs the other model"),
+                                        ("receptive", "Receptive fields"), ("skips", "Skip connections"),
+                                        ("probes", "Linear probes"), ("checkpoints", "Checkpoints")])
+def test_other_pages_render(page, server, path, text):
+    _goto(page, server, path)
+    page.get_by_role("heading", name=text).first.wait_for()
+    _no_exception(page)
+    if path == "skips":
+        page.get_by_role("button", name="Remove it").click()
+        _settle(page)
+        page.get_by_text("post-hoc ablation").first.wait_for()
+        _no_exception(page)
+    if ZOO_READY or path in ("heads", "receptive", "skips"):
+        page.locator('[data-testid="stVegaLiteChart"]').first.wait_for()
+    _shot(page, path)
+
+
+def test_paper_tour_steps_through_figures(page, server):
+    _goto(page, server, "tour")
+    page.get_by_text("The paper").first.wait_for()
+    _no_exception(page)
+    if not ZOO_READY:
+        pytest.skip("the tour compares a ViT with a ResNet; the fallback's model B was switched to a ViT")
+    page.get_by_text("These models").first.wait_for()
+    _shot(page, "tour")
+    page.get_by_role("button", name="Next ▶").click()
+    _settle(page)
+    page.get_by_text("Figs 3-4: Local and global attention").wait_for()
+    _no_exception(page)

@@ -25,8 +25,8 @@ with lab.guard():
 if dist is not None:
     frame = dist.to_frame()
     st.caption(f"{dist.images} images; image side {dist.image_side_px:.0f} px")
-    chart = lab.clickable(charts.attention_distance_chart(frame), "head", ["layer", "head"])
-    event = st.altair_chart(chart, on_select="rerun", key="att.dist")
+    chart = lab.clickable(charts.attention_distance_chart(frame), "head", ["layer", "head"], nearest=True)
+    event = lab.chart(chart, on_select="rerun", key="att.dist")
     lab.export(chart, frame, f"attention_distance_{m.label}", "att.dist")
 
     st.subheader("Maps of one image")
@@ -50,7 +50,7 @@ if dist is not None:
     with lab.guard():
         maps = attention.head_maps(m, src, index, int(layer), query, store=lab.store())
         grid = charts.attention_map_chart(maps, size=150, columns=5)
-        st.altair_chart(grid, key="att.maps")
+        lab.chart(grid, key="att.maps")
         lab.export(grid, maps, f"attention_maps_{m.label}_block{layer}", "att.maps")
         view = vitlab.activations.model_view(m, src.load(index))
         one = attention.attention_map(m, src, index, int(layer), int(head), query, store=lab.store())

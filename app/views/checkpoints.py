@@ -38,6 +38,6 @@ if result is not None:
         st.warning(w)
     frame = result.to_frame()
     chart = charts.checkpoint_lines(frame)
-    st.altair_chart(chart, key="ckpt.chart")
+    lab.chart(chart, key="ckpt.chart")
     lab.export(chart, frame, f"checkpoints_{preset}", "ckpt.chart")
     st.caption(lab.run_caption(result.info, result.images))

@@ -42,7 +42,7 @@ if result is not None:
         st.warning(w)
     frame = result.to_frame()
     chart = charts.head_subset_chart(frame)
-    st.altair_chart(chart, key="heads.chart")
+    lab.chart(chart, key="heads.chart")
     lab.export(chart, frame, f"head_subsets_{result.model_a}_vs_{result.model_b}", "heads.chart")
     st.caption(f"{result.images} images; dashed: all heads together. Heads from most local to most global:")
     st.dataframe(result.heads_frame(), hide_index=True, height=200)

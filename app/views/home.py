@@ -38,8 +38,19 @@ with right:
         st.image([img for _, img in shown], caption=[name.split("/")[-1][:18] for name, _ in shown], width=72)
 
 st.subheader("Pages")
-st.page_link("views/similarity.py", label="Representation similarity: CKA within and across models (Figs 1-2)",
-             icon=":material/grid_on:")
+LINKS = [
+    ("similarity", "Representation similarity: CKA within and across models (Figs 1-2)", ":material/grid_on:"),
+    ("attention", "Attention: distance per head, per-head maps, rollout (Figs 3-4)", ":material/visibility:"),
+    ("heads", "Head subsets, local to global, vs the other model (Fig 5)", ":material/call_split:"),
+    ("receptive", "Receptive fields (Fig 6)", ":material/filter_center_focus:"),
+    ("skips", "Skip connections: norm ratios, removing a skip (Figs 7-8)", ":material/alt_route:"),
+    ("localization", "Localization: tokens and their input patches, CLS vs GAP (Figs 9-10)", ":material/my_location:"),
+    ("probes", "Linear probes per layer (Fig 11)", ":material/linear_scale:"),
+    ("checkpoints", "Checkpoints: data scale, fine-tuning (Fig 12)", ":material/compare_arrows:"),
+    ("tour", "Paper tour: every figure, its claim, and whether these models show it", ":material/slideshow:"),
+]
+for file, label, icon in LINKS:
+    st.page_link(f"views/{file}.py", label=label, icon=icon)
 
 st.subheader("Cache")
 info = lab.store().info()

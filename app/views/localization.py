@@ -31,7 +31,7 @@ if report is not None:
         st.warning(w)
     summary = report.summary()
     rate = charts.localization_rate_chart(summary)
-    st.altair_chart(rate, key="loc.rate")
+    lab.chart(rate, key="loc.rate")
     lab.export(rate, summary, "localization_rate", "loc.rate")
 
     st.subheader("One token")
@@ -48,7 +48,7 @@ if report is not None:
                                ["token_row", "token_col"])
     left, right = st.columns([1, 2])
     with left:
-        event = st.altair_chart(grid_chart, on_select="rerun", key=f"loc.grid.{slot}")
+        event = lab.chart(grid_chart, on_select="rerun", key=f"loc.grid.{slot}")
         lab.follow_click("loc", lab.clicked(event, "tok", ["token_row", "token_col"]),
                          {"token_row": "loc.row", "token_col": "loc.col"})
         p1, p2 = st.columns(2)
@@ -59,7 +59,7 @@ if report is not None:
     shown = ([0] if result.prefix else []) + [token]
     with right, lab.guard():
         maps = charts.localization_maps(frame, tokens=shown, columns=2, cell=200)
-        st.altair_chart(maps, key="loc.maps")
+        lab.chart(maps, key="loc.maps")
         lab.export(maps, frame[frame["token"].isin(shown)], f"localization_{m.label}_{layer}_token{token}", "loc.maps")
 
     st.subheader("Its attention on an image")

@@ -42,7 +42,7 @@ if report is not None:
             st.warning(w)
     frame = report.to_frame()
     chart = charts.probe_lines(frame)
-    st.altair_chart(chart, key="probe.chart")
+    lab.chart(chart, key="probe.chart")
     lab.export(chart, frame, f"probes_{shots}shot", "probe.chart")
     sp = report.split
     st.caption(f"{len(sp.train)} training, {len(sp.val)} held-out (to choose λ) and {len(sp.test)} test images, "

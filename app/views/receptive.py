@@ -31,7 +31,7 @@ if result is not None:
         st.warning(w)
     frame = result.to_frame()
     chart = charts.receptive_field_chart(frame, columns=6, size=110)
-    st.altair_chart(chart, key="rf.chart")
+    lab.chart(chart, key="rf.chart")
     lab.export(chart, frame, f"receptive_fields_{result.model}_{residual}", "rf.chart")
     st.caption(f"{result.images} images. Radius of the disc around the centre holding 50 % / 90 % of the gradient:")
     st.dataframe(result.summary_frame(), hide_index=True, height=240)

@@ -80,7 +80,7 @@ if report is not None:
     chart = charts.cka_heatmap(frame, select="cell", size=420)
     left, right = st.columns([3, 2])
     with left:
-        event = st.altair_chart(chart, on_select="rerun", key=f"sim.chart.{vid}")
+        event = lab.chart(chart, on_select="rerun", key=f"sim.chart.{vid}")
         lab.export(chart, frame, f"cka_{frame['model_a'].iloc[0]}_vs_{frame['model_b'].iloc[0]}", f"sim.{vid}")
     with right:
         st.markdown("**Layer pair** (click a cell)")

@@ -33,7 +33,7 @@ if report is not None:
     frame = report.to_frame()
     with lab.guard():
         lines = skip_charts.skip_lines(frame, value)
-        st.altair_chart(lines, key="skips.lines")
+        lab.chart(lines, key="skips.lines")
         lab.export(lines, frame, f"skip_{value}_lines", "skips.lines")
     token_models = [m for m in dict.fromkeys(frame["model"]) if (frame[frame["model"] == m]["token"] >= 0).any()]
     cols = st.columns(max(1, len(token_models)))
@@ -41,7 +41,7 @@ if report is not None:
         with col, lab.guard():
             part = frame[frame["model"] == name]
             heat = skip_charts.skip_heatmap(part, value, width=360)
-            st.altair_chart(heat, key=f"skips.heat.{name}")
+            lab.chart(heat, key=f"skips.heat.{name}")
             lab.export(heat, part, f"skip_{value}_{name}", f"skips.heat.{name}")
 
 st.subheader("Remove a skip connection")
@@ -75,11 +75,11 @@ if chosen:
             part = frame[frame["map"] == name].drop(columns="map").reset_index(drop=True)
             heat = charts.cka_heatmap(part, title=what, size=240)
             with col:
-                st.altair_chart(heat, key=f"skips.rm.{name}")
+                lab.chart(heat, key=f"skips.rm.{name}")
                 lab.export(heat, part, f"skip_removal_{name}", f"skips.rm.{name}")
         metrics = result.metrics_frame()
         bars = skip_charts.metrics_chart(metrics)
-        st.altair_chart(bars, key="skips.metrics")
+        lab.chart(bars, key="skips.metrics")
         lab.export(bars, metrics, "skip_removal_metrics", "skips.metrics")
 
 st.subheader("Retrained without a skip (zoo)")
@@ -102,6 +102,6 @@ if st.session_state.get("skips.compare"):
         for col, (name, part) in zip(cols, frame.groupby("model_a", sort=False)):
             heat = charts.cka_heatmap(part.reset_index(drop=True), size=280)
             with col:
-                st.altair_chart(heat, key=f"skips.rt.{name}")
+                lab.chart(heat, key=f"skips.rt.{name}")
                 lab.export(heat, part, f"retrained_{name}", f"skips.rt.{name}")
         st.dataframe(comparison.metrics_frame(), hide_index=True)

@@ -156,5 +156,5 @@ if result is not None:
         verdict_ui(verdict)
     with left:
         for k, (chart, frame, stem) in enumerate(shown):
-            st.altair_chart(chart, key=f"tour.{step}.{k}")
+            lab.chart(chart, key=f"tour.{step}.{k}")
             lab.export(chart, frame, f"tour_{step}_{stem}", f"tour.{step}.{k}")
