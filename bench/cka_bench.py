@@ -52,6 +52,7 @@ DEFAULT_SCENARIOS = ("test_resnet@random,test_vit@random", "test_resnet@random:0
 def setup(args):
     """Models, source, the cross-model layer lists (tap names and their module names) and batch indices."""
     import torch
+
     import vitlab
 
     torch.set_grad_enabled(False)
@@ -145,7 +146,6 @@ def run_forward(models, source, indices, taps, args, _cache):
         for idx in batches(indices, args.batch_size):
             for m in models:
                 m.model(model_input(source, idx, m))
-    return None
 
 
 def run_vitlab(models, source, indices, taps, args, cache):
@@ -211,6 +211,7 @@ def centred_grams(acts: dict, names: list[str]) -> tuple[np.ndarray, list[float]
 
 def run_float64(models, source, indices, taps, args, _cache):
     import torch
+
     from vitlab import taps as taps_mod
 
     xy = np.zeros((len(taps[0]), len(taps[1])))
@@ -298,7 +299,8 @@ def timing_worker(args) -> dict:
             if method == "torch-cka":  # it never removes its hooks: give it copies, keep the originals clean
                 use = [dataclasses.replace(m, model=copy.deepcopy(m.model)) for m in models]
             cache = args.cache if method == "vitlab-warm" else None
-            _, wall, cpu = timed(lambda: RUNNERS[method](use, source, indices, taps, args, cache), args.device)
+            run = RUNNERS[method]
+            _, wall, cpu = timed(lambda r=run, u=use, c=cache: r(u, source, indices, taps, args, c), args.device)
             times[method].append((wall, cpu))
     return {m: {"wall": min(w for w, _ in t), "cpu": min(c for _, c in t), "walls": [w for w, _ in t]}
             for m, t in times.items()}
@@ -321,7 +323,7 @@ def spawn(method: str, models: str, n: int, args, cache: str | None) -> dict:
            "--result-file", result_file, "--threads", str(args.threads), "--repeats", str(args.repeats),
            "--methods", ",".join(args.methods)]
     cmd += ["--cache", cache] if cache else []
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout)
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout, check=False)
     try:
         if proc.returncode != 0:
             tail = (proc.stderr or proc.stdout).strip().splitlines()[-3:]
@@ -408,7 +410,8 @@ def parse(argv=None):
     p.add_argument("--data", default="fashion-mnist:test")
     p.add_argument("--device", default="cpu")
     p.add_argument("--threads", type=int, default=1,
-                   help="torch threads per subprocess (default 1: stable timings on a shared machine; 0: torch's default)")
+                   help="torch threads per subprocess (default 1: stable timings on a shared machine; "
+                        "0: torch's default)")
     p.add_argument("--repeats", type=int, default=3,
                    help="runs per subprocess, the fastest reported (default 3; the float64 reference runs once)")
     p.add_argument("--methods", default=",".join(METHODS), help=f"subset of {','.join(METHODS)}")
@@ -445,7 +448,8 @@ def main(argv=None) -> None:
 
     import torch
 
-    print(f"cka_bench {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; {platform.processor() or platform.machine()}"
+    cpu = platform.processor() or platform.machine()
+    print(f"cka_bench {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; {cpu}"
           f", {os.cpu_count()} CPUs, load avg {os.getloadavg()[0]:.1f}; torch {torch.__version__}, device {args.device}"
           f", {args.threads or torch.get_num_threads()} torch thread(s) per run, batch {args.batch_size}, "
           f"data {args.data}, fastest of {args.repeats} run(s)")

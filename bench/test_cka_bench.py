@@ -18,11 +18,12 @@ import pytest
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import cka_bench  # noqa: E402
+import cka_bench
 
 
 def test_song_formula_equals_the_u_statistic():
-    """Song et al. 2012, eq. 4: HSIC_1 = 1/(n)_4 sum over distinct (i, j, q, r) of K_ij L_ij + K_ij L_qr - 2 K_ij L_iq."""
+    """Song et al. 2012, eq. 4: HSIC_1 = 1/(n)_4 sum over distinct (i, j, q, r) of
+    K_ij L_ij + K_ij L_qr - 2 K_ij L_iq."""
     rng = np.random.default_rng(0)
     n = 6
     xs = [rng.normal(size=(n, 3)) + 5.0 for _ in range(3)]  # a large common mean, as real activations have
@@ -46,7 +47,7 @@ def test_pair_dataset_gives_each_model_its_own_input():
     for k, m in enumerate(models):
         seen = {}
         wrapped = cka_bench.pick(torch.nn.Identity(), k, m.data_config["input_size"])
-        wrapped.m.register_forward_hook(lambda mod, a, out: seen.setdefault("x", out))
+        wrapped.m.register_forward_hook(lambda mod, a, out, seen=seen: seen.setdefault("x", out))
         wrapped(x)
         assert torch.equal(seen["x"], cka_bench.model_input(source, indices, m))
 
