@@ -119,5 +119,5 @@ def test_cli_and_chart(tmp_path):
 
     frame = pd.read_csv(out / "probe.csv")
     assert set(frame["representation"]) == {"gap", "first"}
-    assert probe_lines(frame).to_dict()["mark"]["type"] == "line"
+    assert probe_lines(frame).to_dict()["layer"][0]["mark"]["type"] == "line"
     assert main(["probe", "-m", "test_vit@random", "--data", "samples", "-o", str(out)]) == 2

@@ -18,13 +18,17 @@ def probe_lines(frame: pd.DataFrame, title: str | None = None, width: int = 420)
     data = frame.copy()
     data["representation_name"] = data["representation"].map(REP_NAMES).fillna(data["representation"])
     shots = sorted(set(data["shots"]))
-    return alt.Chart(data).mark_line(point=True).encode(
+    base = alt.Chart(data).encode(
         x=alt.X("depth:Q", title="normalised layer depth", scale=alt.Scale(domain=[0, 1])),
         y=alt.Y("accuracy:Q", title="few-shot test accuracy", scale=alt.Scale(domain=[0, 1])),
         color=alt.Color("model:N", legend=alt.Legend(labelLimit=300)),
-        strokeDash=alt.StrokeDash("representation_name:N", title="representation",
-                                  legend=alt.Legend(symbolType="stroke", symbolStrokeWidth=2, symbolSize=400)),
+        detail="representation_name:N",
         tooltip=["model", "layer", "representation_name", alt.Tooltip("accuracy:Q", format=".3f"),
                  alt.Tooltip("val_accuracy:Q", format=".3f"), alt.Tooltip("l2:Q", format=".3g"), "tokens"],
-    ).properties(width=width, height=280,
-                 title=title or f"{'/'.join(map(str, shots))}-shot linear probe accuracy by layer")
+    )
+    # points in a layer of their own: with mark_line(point=True) the dash legend loses its symbols
+    lines = base.mark_line().encode(strokeDash=alt.StrokeDash(
+        "representation_name:N", title="representation",
+        legend=alt.Legend(symbolType="stroke", symbolStrokeColor="#444", symbolStrokeWidth=2, labelLimit=300)))
+    return alt.layer(lines, base.mark_circle(size=28)).properties(
+        width=width, height=280, title=title or f"{'/'.join(map(str, shots))}-shot linear probe accuracy by layer")

@@ -29,7 +29,7 @@ def skip_heatmap(frame: pd.DataFrame, value: str = "ratio", title: str | None = 
     return alt.Chart(part).mark_rect().encode(
         x=alt.X("token:O", title="token (0 = CLS when present)", axis=alt.Axis(labelOverlap=True)),
         y=alt.Y("layer:N", sort=order, title="sublayer"),
-        color=alt.Color(f"{value}:Q", scale=scale, title=VALUES[value]),
+        color=alt.Color(f"{value}:Q", scale=scale, title=VALUES[value], legend=alt.Legend(format=".3~g")),
         tooltip=["model", "layer", "token", "kind", alt.Tooltip("ratio:Q", format=".3f"),
                  alt.Tooltip("cosine:Q", format=".3f")],
     ).properties(width=width, height=max(160, 12 * len(order)), title=title or f"{VALUES[value]} per token: {model}")
