@@ -129,3 +129,15 @@ def test_retrained_comparison_side_by_side(tiny_vit, store):
     assert (frame["model_a"] == frame["model_b"]).all() and set(frame["model_a"]) == {tiny_vit.label, other.label}
     assert comp.accuracy == {tiny_vit.label: None, other.label: None}  # no labels that fit 1000 classes
     assert list(comp.metrics_frame()["model"]) == [tiny_vit.label, other.label]
+
+
+@pytest.mark.skipif(not (vitlab.data.ASSETS / "zoo" / "vit-cls-noskip.safetensors").is_file(), reason="zoo not built")
+def test_zoo_retrained_without_skip(store):
+    normal, noskip = vitlab.load("zoo:vit-cls", "cpu"), vitlab.load("zoo:vit-cls-noskip", "cpu")
+    source = vitlab.open_source("fashion-mnist:test")
+    with pytest.raises(VitlabError, match="NoSkipBlock"), iv.remove_skip(noskip.model, iv.SkipRemoval(3)):
+        pass
+    comp = iv.retrained_comparison(normal, noskip, source, images=64, batch_size=32, store=store)
+    assert all(0.5 < a <= 1.0 for a in comp.accuracy.values())  # trained 10-class models on their own data
+    res = iv.skip_removal(normal, source, iv.SkipRemoval(3), images=64, batch_size=32, store=store)
+    assert res.accuracy_before > res.accuracy_after
