@@ -233,7 +233,9 @@ def test_folder_that_does_not_exist_is_an_error_in_place(tmp_path):
 
 # ---------------------------------------------------------------------------------------- other pages
 
-VIT_PAIR = {"lab.model_b": "zoo:vit-gap" if ZOO_READY else "test_vit@random:1"}  # a second ViT
+# a second ViT as model B: the GAP zoo model once trained; the same ViT twice (labelled A and B) before
+_GAP_READY = (ROOT / "assets" / "zoo" / "vit-gap.safetensors").is_file()
+VIT_PAIR = {"lab.model_b": ("zoo:vit-gap" if _GAP_READY else "zoo:vit-cls") if ZOO_READY else "test_vit@random:1"}
 
 
 def test_attention_page_distance_maps_and_query_token():
@@ -324,7 +326,7 @@ def test_probes_page_needs_labels_then_runs():
 
 
 def test_checkpoints_page_sidebar_pair_and_offline_hub_pair():
-    at = start("checkpoints", **VIT_PAIR)
+    at = start("checkpoints", **VIT_PAIR, **{"ckpt.preset": "sidebar"})
     assert not at.error, [e.value for e in at.error]
     assert all(0 <= r["cka"] <= 1.0001 for r in chart_values(charts(at)[0]))
     at.radio(key="ckpt.preset").set_value("hub-scale").run()

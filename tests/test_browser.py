@@ -133,13 +133,15 @@ def _captions(page) -> list[str]:
     return page.locator('[data-testid="stImageCaption"]').all_inner_texts()
 
 
-def _click_mark(page, chart, kind: str, index: int) -> None:
+def _click_mark(page, chart, kind: str, index: int, at: float = 0.5) -> None:
     """Click the centre of the ``index``-th mark of ``kind`` ('rect', 'symbol') in a chart's SVG (the mouse, not
     the element: a nearest-point selection lays an invisible Voronoi layer over the marks)."""
     marks = chart.locator(f"g.mark-{kind}.role-mark path")
     marks.first.wait_for()
-    box = marks.nth(index if index >= 0 else marks.count() + index).bounding_box()
-    page.mouse.click(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
+    mark = marks.nth(index if index >= 0 else marks.count() + index)
+    mark.scroll_into_view_if_needed()
+    box = mark.bounding_box()
+    page.mouse.click(box["x"] + box["width"] * at, box["y"] + box["height"] * at)
     _settle(page)
 
 
@@ -238,7 +240,7 @@ def test_localization_click_a_token_and_upload_an_image(page, server):
     _no_exception(page)
     assert any("token (0,0)" in c for c in _captions(page)), _captions(page)
     grid = page.locator('[data-testid="stVegaLiteChart"]').nth(1)
-    _click_mark(page, grid, "rect", 27)  # a token inside the grid, not (0,0)
+    _click_mark(page, grid, "rect", -1, at=0.2)  # the last token, off the centre dot (a mark of another layer)
     page.wait_for_function("() => !document.body.innerText.includes('token (0,0)')")
     assert not any("token (0,0)" in c for c in _captions(page))
     from PIL import Image
@@ -266,8 +268,8 @@ def test_other_pages_render(page, server, path, text):
         _settle(page)
         page.get_by_text("post-hoc ablation").first.wait_for()
         _no_exception(page)
-    if ZOO_READY or path in ("heads", "receptive", "skips"):
-        page.locator('[data-testid="stVegaLiteChart"]').first.wait_for()
+    # a chart, or (probes on unlabelled images, zoo checkpoints not trained yet) an error in words
+    page.locator('[data-testid="stVegaLiteChart"], [data-testid="stAlert"]').first.wait_for()
     _shot(page, path)
 
 

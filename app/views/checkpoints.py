@@ -8,8 +8,8 @@ import vitlab.checkpoints as checkpoints
 from vitlab.charts import checkpoints as charts
 
 PRESETS = {
-    "sidebar": "Model A vs model B (sidebar)",
     "zoo": "Data scale, zoo: 3 % and 10 % vs 100 % of Fashion-MNIST",
+    "sidebar": "Model A vs model B (sidebar; two checkpoints of one architecture)",
     "hub-scale": "Data scale, hub: ViT-B/32 ImageNet-1k vs ImageNet-21k",
     "hub-ft": "Fine-tuning, hub: ViT-B/16 ImageNet-21k vs fine-tuned on ImageNet-1k",
 }
