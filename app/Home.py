@@ -15,7 +15,7 @@ for p in (str(APP.parent), str(APP)):
     if p not in sys.path:
         sys.path.insert(0, p)
 
-import lab  # noqa: E402
+import lab
 
 # not "pages/": Streamlit would also discover that folder as a v1 multipage app and could run a page
 # without this entrypoint (and without the sidebar)

@@ -12,8 +12,9 @@ import dataclasses
 import functools
 import os
 import traceback
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import streamlit as st
 
@@ -41,8 +42,8 @@ DEFAULTS: dict[str, Any] = {
     "model_b": os.environ.get("VITLAB_MODEL_B", "zoo:resnet"),
     "source": os.environ.get("VITLAB_DATA", "fashion-mnist:test"),
     "folder": "",
-    "images": int(os.environ.get("VITLAB_IMAGES", 64)),
-    "batch_size": int(os.environ.get("VITLAB_BATCH_SIZE", 32)),
+    "images": int(os.environ.get("VITLAB_IMAGES", "64")),
+    "batch_size": int(os.environ.get("VITLAB_BATCH_SIZE", "32")),
     "device": os.environ.get("VITLAB_DEVICE", "auto"),
 }
 MEMO_SIZE = 24  # results kept per browser session, so that a click re-draws without re-reading the cache
@@ -204,7 +205,7 @@ def _hub_file(name: str) -> tuple[str, list[str]] | None:
 
     try:
         cfg = timm.models.get_pretrained_cfg(name)
-    except Exception:  # unknown name: loading reports it with suggestions
+    except Exception:  # noqa: BLE001 - unknown name: loading reports it, with suggestions
         return None
     if cfg is None or not getattr(cfg, "hf_hub_id", None):
         return None
@@ -241,7 +242,7 @@ def download_weights(spec: str, bar) -> None:
         try:
             hf_hub_download(repo_id, f, revision=revision or None, tqdm_class=_Bar)
             return
-        except Exception:  # noqa: BLE001 - the next candidate file; loading reports a final failure
+        except Exception:  # noqa: BLE001, S112 - try the next candidate file; loading reports a final failure
             continue
 
 

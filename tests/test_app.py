@@ -18,10 +18,10 @@ APP = ROOT / "app"
 sys.path.insert(0, str(APP))
 
 pytest.importorskip("streamlit")
-from streamlit.testing.v1 import AppTest  # noqa: E402
+from streamlit.testing.v1 import AppTest
 
-import vitlab  # noqa: E402
-import vitlab.tour  # noqa: E402
+import vitlab
+import vitlab.tour
 
 ZOO_READY = all((ROOT / "assets" / "zoo" / f"{n}.safetensors").is_file() for n in ("vit-cls", "resnet"))
 if ZOO_READY:

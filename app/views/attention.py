@@ -1,12 +1,12 @@
 """Attention (Raghu et al. 2021, Sec. 4, Figs 3-4): mean attention distance per head per block; click a head to
 see its maps on a chosen image for a chosen query token, every head and their mean, and the attention rollout."""
 
+import lab
 import streamlit as st
 
-import lab
 import vitlab
 import vitlab.activations
-import vitlab.attention as attention
+from vitlab import attention
 from vitlab.charts import attention as charts
 
 st.title("Attention")

@@ -1,10 +1,10 @@
 """Checkpoints (Raghu et al. 2021, Sec. 7, Fig 12, App. G): CKA of matching layers of two checkpoints of one
 architecture: models trained on less data, or a model before and after fine-tuning."""
 
+import lab
 import streamlit as st
 
-import lab
-import vitlab.checkpoints as checkpoints
+from vitlab import checkpoints
 from vitlab.charts import checkpoints as charts
 
 PRESETS = {

@@ -1,11 +1,11 @@
 """Head subsets vs the other model (Raghu et al. 2021, Sec. 4.1, Fig 5): sort the heads of a lower ViT block by
 mean attention distance, and compare windows of heads (local to global) with the other model's lower layers."""
 
+import lab
 import streamlit as st
 
-import lab
 import vitlab
-import vitlab.heads as heads
+from vitlab import heads
 from vitlab.attention import require_vit
 from vitlab.charts import attention as charts
 

@@ -1,8 +1,8 @@
 """Home: what vitlab is, the chosen models and images, and what is cached."""
 
+import lab
 import streamlit as st
 
-import lab
 import vitlab
 
 st.title("vitlab: do vision transformers see like CNNs?")

@@ -2,13 +2,11 @@
 its own input patch (linear CKA over images between the token and the patch at every position), CLS vs GAP
 models, and, for one token, its localization map beside its attention on an image of your own."""
 
+import lab
 import streamlit as st
 
-import lab
 import vitlab
-import vitlab.activations as activations
-import vitlab.attention as attention
-import vitlab.localization as localization
+from vitlab import activations, attention, localization
 from vitlab.charts import attention as att_charts
 from vitlab.charts import localization as charts
 

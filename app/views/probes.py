@@ -1,10 +1,10 @@
 """Linear probes (Raghu et al. 2021, Sec. 6, Figs 11, 13): few-shot linear classifiers on every layer's
 representation (CLS token, mean of tokens, single tokens): how linearly the classes can be read at each depth."""
 
+import lab
 import streamlit as st
 
-import lab
-import vitlab.probes as probes
+from vitlab import probes
 from vitlab.charts import probes as charts
 
 REP_NAMES = {"cls": "CLS token", "gap": "mean of tokens (GAP)", "gap_cls": "GAP incl. CLS", "first": "first token",

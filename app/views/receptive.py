@@ -1,10 +1,10 @@
 """Receptive fields (Raghu et al. 2021, Sec. 4.2, Fig 6): the effective receptive field of the centre position of
 every block, the mean |gradient| of its output with respect to the input image."""
 
+import lab
 import streamlit as st
 
-import lab
-import vitlab.receptive as receptive
+from vitlab import receptive
 from vitlab.charts import attention as charts
 
 st.title("Receptive fields")

@@ -3,9 +3,9 @@
 Click a cell of a heatmap (or pick the layers below it) to see that layer pair.
 """
 
+import lab
 import streamlit as st
 
-import lab
 import vitlab
 from vitlab import charts
 

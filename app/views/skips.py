@@ -1,13 +1,10 @@
 """Skip connections (Raghu et al. 2021, Sec. 5, Figs 7-8): how strongly each sublayer's skip dominates its branch,
 and what happens to the representations and the accuracy when one skip is removed."""
 
+import lab
 import streamlit as st
 
-import lab
-import vitlab
-import vitlab.interventions as interventions
-import vitlab.skips as skips
-from vitlab import charts
+from vitlab import charts, interventions, skips
 from vitlab.charts import skips as skip_charts
 
 RETRAINED = ("zoo:vit-cls-noskip", "zoo:vit-cls-noskip0")

@@ -1,19 +1,11 @@
 """Paper tour: each figure of Raghu et al. 2021 regenerated with the current models, the paper's claim beside it,
 and whether these models show it (vitlab.tour). For presentations: Previous / Next walk through the figures."""
 
+import lab
 import streamlit as st
 
-import lab
 import vitlab
-import vitlab.attention as attention
-import vitlab.checkpoints as checkpoints
-import vitlab.heads as heads
-import vitlab.interventions as interventions
-import vitlab.localization as localization
-import vitlab.probes as probes
-import vitlab.receptive as receptive
-import vitlab.skips as skips
-from vitlab import charts, tour
+from vitlab import attention, charts, checkpoints, heads, interventions, localization, probes, receptive, skips, tour
 from vitlab.charts import attention as att_charts
 from vitlab.charts import checkpoints as ckpt_charts
 from vitlab.charts import localization as loc_charts
