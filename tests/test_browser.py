@@ -285,3 +285,18 @@ def test_paper_tour_steps_through_figures(page, server):
     _settle(page)
     page.get_by_text("Figs 3-4: Local and global attention").wait_for()
     _no_exception(page)
+
+
+def test_long_run_can_be_cancelled(page, server):
+    _goto(page, server, "")
+    for label, value in (("Images", "1000"), ("Batch size", "4")):  # 250 batches: long enough to press Cancel
+        box = page.get_by_role("spinbutton", name=label)
+        box.fill(value)
+        box.press("Enter")
+        _settle(page)
+    page.locator('[data-testid="stSidebarNav"] a[href$="/similarity"]').first.click()
+    page.get_by_role("button", name="Cancel").click(timeout=SLOW)
+    page.get_by_text("CKA: cancelled.").wait_for()
+    _no_exception(page)
+    assert page.get_by_role("button", name="Run CKA again").is_visible()
+    assert page.locator('[data-testid="stVegaLiteChart"]').count() == 0
