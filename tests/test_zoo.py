@@ -1,0 +1,145 @@
+"""The shipped zoo: every checkpoint loads, reproduces its recorded accuracy, and is a plain timm model."""
+
+import dataclasses
+
+import numpy as np
+import pytest
+import timm.data
+import torch
+from PIL import Image
+from timm.models.mlp_mixer import MlpMixer
+from timm.models.resnet import ResNet
+from timm.models.vision_transformer import Block, VisionTransformer
+
+from vitlab import fmnist, zoo
+from vitlab.errors import VitlabError
+
+CLASS = {"vit": VisionTransformer, "resnet": ResNet, "mixer": MlpMixer}
+
+
+@pytest.fixture(scope="module")
+def test_slice():
+    x, y = fmnist.load("test", fmnist.bundled_dir())
+    return x[: zoo.SLICE_N], y[: zoo.SLICE_N]
+
+
+def test_registry_has_the_papers_controls():
+    required = {
+        "vit-cls",
+        "vit-gap",
+        "resnet",
+        "mixer",
+        "vit-cls-3pct",
+        "vit-cls-10pct",
+        "resnet-3pct",
+        "vit-cls-noskip",
+    }
+    assert required <= set(zoo.names())
+    for r in zoo.RECIPES.values():
+        if r.arch == "vit":
+            assert r.kwargs["depth"] >= 6
+        if r.noskip_block is not None:
+            assert r.arch == "vit" and 0 <= r.noskip_block < r.kwargs["depth"]
+    assert zoo.RECIPES["vit-gap"].kwargs["global_pool"] == "avg"
+    assert zoo.RECIPES["vit-cls"].kwargs.get("global_pool", "token") == "token"
+
+
+@pytest.mark.parametrize("name", zoo.names())
+def test_shipped_checkpoint_loads_and_reproduces(name, test_slice):
+    r = zoo.RECIPES[name]
+    card = zoo.card(name)
+    model = zoo.build(name)
+    assert type(model) is CLASS[r.arch] and not model.training
+    assert card["name"] == name and card["kwargs"] == r.kwargs and card["data"]["fraction"] == r.fraction
+    assert card["noskip_block"] == r.noskip_block
+    assert zoo.checkpoint_path(name).stat().st_size < 4 * 2**20  # a few MB at most
+    assert zoo.fingerprint(name) == card["checkpoint_sha256"]
+    acc = zoo.accuracy(model, *test_slice)
+    assert abs(acc - card["slice_accuracy"]) <= card["slice_tolerance"], (name, acc, card["slice_accuracy"])
+    assert model.pretrained_cfg["zoo"] == name and model.pretrained_cfg["input_size"] == zoo.INPUT_SIZE
+
+
+def test_accuracy_targets_of_the_full_data_models():
+    # targets of issue 3 on the full 10k test set, as recorded when the model was trained
+    targets = {"vit-cls": 0.87, "vit-gap": 0.87, "resnet": 0.90, "mixer": 0.86}
+    for name, target in targets.items():
+        card = zoo.card(name)
+        assert card["test_images"] == 10000 and card["test_accuracy"] >= target, (name, card["test_accuracy"])
+        assert card["train_seconds"] <= 600
+
+
+def test_timm_transform_gives_the_training_input(test_slice):
+    model = zoo.build("vit-cls")
+    cfg = timm.data.resolve_model_data_config(model)
+    assert cfg["input_size"] == (1, 28, 28) and cfg["crop_pct"] == 1.0
+    transform = timm.data.create_transform(**cfg)
+    x, _ = test_slice
+    got = torch.stack([transform(Image.fromarray(img, mode="L")) for img in x[:8]])  # (8, 1, 28, 28)
+    torch.testing.assert_close(got, zoo.to_input(x[:8]), atol=1e-6, rtol=0)
+
+
+def test_noskip_block_has_no_residual():
+    model = zoo.build("vit-cls-noskip")
+    i = zoo.card("vit-cls-noskip")["noskip_block"]
+    assert isinstance(model, VisionTransformer)
+    blk = model.blocks[i]
+    assert type(blk) is zoo.NoSkipBlock and isinstance(blk, Block)
+    assert all(type(b) is Block for j, b in enumerate(model.blocks) if j != i)
+    x = torch.randn(2, 50, model.embed_dim)  # (B, N, D)
+    with torch.no_grad():
+        y = blk(x)
+        a = blk.ls1(blk.attn(blk.norm1(x)))
+        expected = blk.ls2(blk.mlp(blk.norm2(a)))
+        with_skip = Block.forward(blk, x)
+    torch.testing.assert_close(y, expected)
+    assert (y - with_skip).abs().max() > 1e-2
+    assert "NoSkipBlock" in zoo.card("vit-cls-noskip")["surgery"][0]
+
+
+def test_errors_name_the_models_and_the_fix(tmp_path):
+    with pytest.raises(VitlabError, match="known zoo models: vit-cls, "):
+        zoo.build("vit-huge")
+    with pytest.raises(VitlabError, match="vitlab zoo train resnet"):
+        zoo.build("resnet", root=tmp_path)
+    (tmp_path / "resnet.safetensors").write_bytes(b"garbage")
+    with pytest.raises(VitlabError, match="unreadable"):
+        zoo.build("resnet", root=tmp_path)
+
+
+def test_train_indices_are_stratified_and_seeded():
+    y = np.repeat(np.arange(10), 600)
+    a = zoo.train_indices(y, 0.03, 0)
+    assert len(a) == 180 and np.bincount(y[a]).tolist() == [18] * 10
+    np.testing.assert_array_equal(a, zoo.train_indices(y, 0.03, 0))
+    assert not np.array_equal(a, zoo.train_indices(y, 0.03, 1))
+    assert len(zoo.train_indices(y, 1.0, 0)) == 6000
+
+
+def test_training_smoke_is_reproducible(tmp_path, monkeypatch):
+    tiny = dataclasses.replace(
+        zoo.RECIPES["vit-cls"],
+        name="tiny",
+        kwargs=dict(zoo.RECIPES["vit-cls"].kwargs, embed_dim=16, depth=1, num_heads=2),
+        batch_size=16,
+        steps=3,
+        warmup_steps=1,
+    )
+    monkeypatch.setitem(zoo.RECIPES, "tiny", tiny)
+    x, y = fmnist.load("test", fmnist.bundled_dir())
+    data = {"train_data": (x[:200], y[:200]), "test_data": (x[200:300], y[200:300]), "progress": False}
+    card = zoo.train("tiny", out=tmp_path / "a", **data)
+    again = zoo.train("tiny", out=tmp_path / "b", **data)
+    assert card["steps"] == 3 and card["data"]["n_train"] == 200 and card["test_images"] == 100
+    assert card["checkpoint_sha256"] == again["checkpoint_sha256"]  # seeded: bit-identical weights
+    model = zoo.build("tiny", root=tmp_path / "a")
+    assert zoo.accuracy(model, x[200:300], y[200:300]) == card["test_accuracy"]
+
+
+def test_cli(capsys):
+    assert zoo.main(["list"]) == 0
+    out = capsys.readouterr().out
+    assert all(name in out for name in zoo.names())
+    assert zoo.main(["eval", "resnet", "--images", "100"]) == 0
+    assert "resnet: test accuracy" in capsys.readouterr().out
+    assert zoo.main(["eval", "nope"]) == 1
+    assert "known zoo models" in capsys.readouterr().err
