@@ -130,7 +130,15 @@ def test_training_smoke_is_reproducible(tmp_path, monkeypatch):
     card = zoo.train("tiny", out=tmp_path / "a", **data)
     again = zoo.train("tiny", out=tmp_path / "b", **data)
     assert card["steps"] == 3 and card["data"]["n_train"] == 200 and card["test_images"] == 100
-    assert card["checkpoint_sha256"] == again["checkpoint_sha256"]  # seeded: bit-identical weights
+    # seeded: the same initialisation and data order. The weights agree to float32 round-off, not always bit for
+    # bit: CPU kernels may sum in another order from one call to the next (seen: 1 run in 4 differs in the last bits)
+    a, b = zoo.build("tiny", root=tmp_path / "a"), zoo.build("tiny", root=tmp_path / "b")
+    for (name, pa), pb in zip(a.state_dict().items(), b.state_dict().values()):
+        torch.testing.assert_close(pa, pb, rtol=1e-5, atol=1e-6, msg=name)
+    other = zoo.train(dataclasses.replace(tiny, seed=tiny.seed + 1), out=tmp_path / "c", **data)
+    c = zoo.build("tiny", root=tmp_path / "c")
+    assert other["checkpoint_sha256"] != card["checkpoint_sha256"]
+    assert not torch.allclose(c.state_dict()["head.weight"], a.state_dict()["head.weight"], atol=1e-3)
     model = zoo.build("tiny", root=tmp_path / "a")
     assert zoo.accuracy(model, x[200:300], y[200:300]) == card["test_accuracy"]
 
