@@ -13,7 +13,7 @@ import torch
 from PIL import Image
 
 import vitlab
-from vitlab import VitlabError, cka, data, run, taps
+from vitlab import VitlabError, data, run, taps
 
 
 def _write_images(folder, n, size=40, classes=("a", "b")):

@@ -128,7 +128,7 @@ def test_training_smoke_is_reproducible(tmp_path, monkeypatch):
     x, y = fmnist.load("test", fmnist.bundled_dir())
     data = {"train_data": (x[:200], y[:200]), "test_data": (x[200:300], y[200:300]), "progress": False}
     card = zoo.train("tiny", out=tmp_path / "a", **data)
-    again = zoo.train("tiny", out=tmp_path / "b", **data)
+    zoo.train("tiny", out=tmp_path / "b", **data)
     assert card["steps"] == 3 and card["data"]["n_train"] == 200 and card["test_images"] == 100
     # seeded: the same initialisation and data order. The weights agree to float32 round-off, not always bit for
     # bit: CPU kernels may sum in another order from one call to the next (seen: 1 run in 4 differs in the last bits)

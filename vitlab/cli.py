@@ -125,7 +125,7 @@ def run_cka(args) -> int:
     from .run import GramStatistic, cka
 
     t0 = time.perf_counter()
-    ctx = dist.context(args)  # torchrun: this rank's device, shard and reductions (docs/distributed.md)
+    ctx = dist.context(args)  # torchrun: this rank's device, shard, reductions
     store = open_store(args)
     source = open_source(args.data)
     models = load_models(args.model, args.device)

@@ -200,7 +200,8 @@ def _init(device: str) -> Context:
     missing = [k for k in ("MASTER_ADDR", "MASTER_PORT", "RANK") if not os.environ.get(k)]
     if missing:
         raise VitlabError(f"WORLD_SIZE={world} is set but {', '.join(missing)} is not: launch several processes "
-                          "with torchrun (see docs/distributed.md), or unset WORLD_SIZE for one process")
+                          "with torchrun (README: 'Running on several GPUs or machines'), "
+                          "or unset WORLD_SIZE for one process")
     if not tdist.is_available():
         raise VitlabError("this torch build has no torch.distributed: install a standard torch wheel")
     try:
