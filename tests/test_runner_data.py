@@ -183,3 +183,28 @@ def test_cli_user_errors_are_one_line(args, msg):
     assert r.returncode == 2
     lines = [ln for ln in r.stderr.strip().splitlines() if ln.startswith("vitlab: error")]
     assert len(lines) == 1 and msg in lines[0] and "Traceback" not in r.stderr
+
+
+def test_cifar_offline_is_a_clear_error(tmp_path, monkeypatch):
+    import vitlab.models
+
+    monkeypatch.setenv("VITLAB_DATA_DIR", str(tmp_path / "datasets"))
+    monkeypatch.setattr(vitlab.models, "hub_reachable", lambda timeout=1.5: False)
+    with pytest.raises(VitlabError, match="cifar10 is not in .* offline: go online once"):
+        data.open_source("cifar10")
+    with pytest.raises(VitlabError, match="split must be 'train' or 'test'"):
+        data.open_source("cifar100:val")
+
+
+def test_cli_cache_info_and_clear(tmp_path):
+    import os
+
+    env = dict(os.environ, VITLAB_CACHE_DIR=str(tmp_path / "c"))
+    r = _cli("cka", "-m", "test_resnet@random", "--images", "8", "-b", "8", "--out", str(tmp_path / "o"), env=env)
+    assert r.returncode == 0, r.stderr[-2000:]
+    info = _cli("cache", "info", env=env)
+    entries = int(info.stdout.split(":")[1].split()[0])
+    assert entries >= 2  # the batch's metadata and its Grams
+    cleared = _cli("cache", "clear", env=env)
+    assert f"removed {entries} entries" in cleared.stdout
+    assert " 0 entries" in _cli("cache", "info", env=env).stdout

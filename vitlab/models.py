@@ -13,6 +13,7 @@ bytes, the seed, or the pretrained tag (hub weights are immutable per tag) plus 
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -149,12 +150,10 @@ def set_offline_if_needed() -> None:
     if os.environ.get("VITLAB_ONLINE") == "1":
         return
     if os.environ.get("HF_HUB_OFFLINE") in ("1", "true", "True") or not hub_reachable():
-        try:
+        with contextlib.suppress(ImportError):  # timm installs huggingface_hub; without it there is no hub
             import huggingface_hub.constants as hc
 
             hc.HF_HUB_OFFLINE = True
-        except ImportError:
-            pass
 
 
 _REACHABLE: bool | None = None
