@@ -260,3 +260,42 @@ def test_one_gpu_for_every_rank_is_refused(monkeypatch):
     with pytest.raises(VitlabError, match="every rank of this machine on one GPU"):
         dist._device_for("cuda:1")
     assert dist._device_for("cpu") == "cpu"
+
+
+SMALL = ["-d", "fashion-mnist:test", "-n", "14", "-b", "4", "--device", "cpu"]  # 3 batches of 4 + a dropped one of 2
+SUM_COMMANDS = {  # command arguments, CSV outputs
+    "skip-ratio": (["-m", "test_vit@random", "-m", "test_resnet@random"], ["skip_ratio.csv", "skip_ratio_summary.csv"]),
+    "localization": (["-m", "test_vit@random"], ["localization.csv", "localization_summary.csv"]),
+    "compare-checkpoints": (["--pair", "test_vit@random", "test_vit@random:1"], ["checkpoints.csv"]),
+}
+# ranks among tied CKAs (Fashion-MNIST's blank border patches are identical) flip with float round-off
+TIE_COLUMNS = {"argmax_position", "own_rank", "localized"}
+
+
+def _assert_same_frames(got: pd.DataFrame, ref: pd.DataFrame, name: str) -> None:
+    assert list(got.columns) == list(ref.columns) and len(got) == len(ref) > 0, name
+    for col in (c for c in ref.columns if c not in TIE_COLUMNS):
+        if pd.api.types.is_float_dtype(ref[col]):
+            np.testing.assert_allclose(got[col], ref[col], rtol=0, atol=1e-9, err_msg=f"{name}: {col}")
+        else:
+            assert (got[col].astype(str) == ref[col].astype(str)).all(), f"{name}: {col}"
+
+
+@pytest.mark.parametrize("command", list(SUM_COMMANDS))
+def test_sum_commands_under_torchrun_equal_single_process(tmp_path, command):
+    from vitlab import cli
+
+    models, csvs = SUM_COMMANDS[command]
+    out2, out1 = tmp_path / "two", tmp_path / "one"
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--master_addr=127.0.0.1",
+           f"--master_port={_free_port()}", "-m", "vitlab", command, *models, *SMALL, "--no-cache", "-o", str(out2)]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=_env())
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.count("over 12 images") == 1  # rank 0 alone reports and writes
+    run2 = json.loads((out2 / "run.json").read_text())
+    assert (run2["processes"], run2["batches_computed"]) == (2, 3)  # rank 0 two batches, rank 1 one (+ the short one)
+    assert len(run2["dropped_batches"]) == 1 and run2["dropped_batches"][0].startswith("batch 3")
+    assert cli.main([command, *models, *SMALL, "--no-cache", "-o", str(out1)]) == 0
+    assert json.loads((out1 / "run.json").read_text())["processes"] == 1
+    for name in csvs:
+        _assert_same_frames(pd.read_csv(out2 / name), pd.read_csv(out1 / name), f"{command} {name}")

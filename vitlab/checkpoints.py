@@ -53,8 +53,11 @@ class CheckpointComparison:
 def compare_checkpoints(pairs: Sequence[tuple[LoadedModel, LoadedModel]], source: ImageSource, *,
                         images: int | None = None, batch_size: int = 64, shuffle: int | None = None,
                         tokens: str = "all", store: Store | None = None, progress: Progress | None = None,
-                        amp: bool = False) -> CheckpointComparison:
-    """Block-by-block CKA of each (A, B) pair over the same images (cf. Fig 12)."""
+                        amp: bool = False, shard: tuple[int, int] = (0, 1), reduce=None) -> CheckpointComparison:
+    """Block-by-block CKA of each (A, B) pair over the same images (cf. Fig 12).
+
+    ``shard=(rank, world)`` and ``reduce`` (``vitlab.dist``) run it under torchrun, as ``run.cka``.
+    """
     if not pairs:
         raise VitlabError("give at least one pair of checkpoints")
     models: list[LoadedModel] = []
@@ -71,7 +74,7 @@ def compare_checkpoints(pairs: Sequence[tuple[LoadedModel, LoadedModel]], source
             raise VitlabError(f"{a.label} and {b.label} are not the same architecture (their taps differ: "
                               f"{len(ta)} vs {len(tb)}, e.g. {ta[0]} / {tb[0]}): compare checkpoints of one model")
     report = cka(models, source, images=images, batch_size=batch_size, shuffle=shuffle, statistic=stat,
-                 store=store, progress=progress, amp=amp)
+                 store=store, progress=progress, amp=amp, shard=shard, reduce=reduce)
     matrices = [report.pair(index[id(a)], index[id(b)]) for a, b in pairs]
     return CheckpointComparison([(a.label, b.label) for a, b in pairs], [r.layers_a for r in matrices],
                                 [np.diag(r.cka).copy() for r in matrices], matrices, report.images, report.info,

@@ -1,6 +1,8 @@
 """CLI commands for the skip, localization, probe and checkpoint analyses (Raghu et al. 2021, Figs 7-13).
 
 Each ``add_*`` function registers one sub-command; each writes CSV, PNG/SVG charts and run.json into ``--out``.
+Under ``torchrun`` (``vitlab.dist``) every command here splits the batches across ranks, combines the ranks'
+accumulators (probe: gathers the features) and leaves the outputs to rank 0.
 """
 
 from __future__ import annotations
@@ -9,6 +11,7 @@ import sys
 import time
 from pathlib import Path
 
+from . import dist
 from .cli import (
     add_data_options,
     add_model_options,
@@ -17,13 +20,13 @@ from .cli import (
     open_store,
     relabel,
     report_skips,
-    tqdm_progress,
     write_json,
 )
 from .errors import VitlabError
 
 
 def _finish(out: Path, command: str, models: list, args, info, extra: dict, t0: float, warnings=()) -> None:
+    processes = dist.context().world
     write_json(out / "run.json", {
         "command": command,
         "models": [{"spec": m.label, "label": m.spec.label, "fingerprint": m.fingerprint} for m in models],
@@ -34,6 +37,7 @@ def _finish(out: Path, command: str, models: list, args, info, extra: dict, t0: 
         "skipped_images": [s[0] for s in info.skipped_images] if info else [],
         "dropped_batches": info.dropped_batches if info else [],
         "warnings": list(warnings), **extra, "seconds": round(time.perf_counter() - t0, 3),
+        "processes": processes,
     })
     if info:
         report_skips(info)
@@ -41,8 +45,9 @@ def _finish(out: Path, command: str, models: list, args, info, extra: dict, t0: 
         print(f"warning: {w}", file=sys.stderr)
 
 
-def _run_with_progress(desc: str, fn, *args, **kwargs):
-    progress = tqdm_progress(desc)
+def _run_with_progress(ctx: dist.Context, desc: str, fn, *args, **kwargs):
+    """``fn(..., progress=...)`` with a bar on rank 0 (silent on the other ranks)."""
+    progress = ctx.progress(desc)
     try:
         return fn(*args, progress=progress, **kwargs)
     finally:
@@ -67,11 +72,16 @@ def run_skip_ratio(args) -> int:
     from .skips import skip_ratios
 
     t0 = time.perf_counter()
+    ctx = dist.context(args)  # torchrun: this rank's device, shard, reductions
     store, source = open_store(args), open_source(args.data)
     models = load_models(args.model, args.device)
     relabel(models, args.model)
-    report = _run_with_progress("skip-ratio", skip_ratios, models, source, images=args.images,
-                                batch_size=args.batch_size, shuffle=args.shuffle, store=store)
+    report = _run_with_progress(ctx, "skip-ratio", skip_ratios, models, source, images=args.images,
+                                batch_size=args.batch_size, shuffle=args.shuffle, store=store, shard=ctx.shard,
+                                reduce=ctx.reduce)
+    ctx.reduce_info(report.info)
+    if not ctx.is_main:
+        return 0
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     frame = report.to_frame()
@@ -113,11 +123,23 @@ def run_remove_skip(args) -> int:
     from .models import load
 
     t0 = time.perf_counter()
+    ctx = dist.context(args)
     store, source = open_store(args), open_source(args.data)
     loaded = load(args.model, args.device)
     loaded.display = args.model
-    res = _run_with_progress("remove-skip", skip_removal, loaded, source, SkipRemoval(args.block, args.which),
-                             images=args.images, batch_size=args.batch_size, shuffle=args.shuffle, store=store)
+    res = _run_with_progress(ctx, "remove-skip", skip_removal, loaded, source, SkipRemoval(args.block, args.which),
+                             images=args.images, batch_size=args.batch_size, shuffle=args.shuffle, store=store,
+                             shard=ctx.shard, reduce=ctx.reduce)
+    ctx.reduce_info(res.info)
+    comp = retrained = None
+    if args.retrained:
+        retrained = load(args.retrained, args.device)
+        retrained.display = args.retrained
+        comp = _run_with_progress(ctx, "retrained", retrained_comparison, loaded, retrained, source,
+                                  images=args.images, batch_size=args.batch_size, shuffle=args.shuffle, store=store,
+                                  shard=ctx.shard, reduce=ctx.reduce)
+    if not ctx.is_main:
+        return 0
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     frame = res.to_frame()
@@ -129,11 +151,7 @@ def run_remove_skip(args) -> int:
     written = save_all(charts, out) + save(metrics_chart(metrics), out, "metrics")
     extra = {"block": args.block, "which": args.which, "kind": res.kind, "metrics": metrics.to_dict("records")}
     models = [loaded]
-    if args.retrained:
-        retrained = load(args.retrained, args.device)
-        retrained.display = args.retrained
-        comp = _run_with_progress("retrained", retrained_comparison, loaded, retrained, source, images=args.images,
-                                  batch_size=args.batch_size, shuffle=args.shuffle, store=store)
+    if comp is not None:
         comp.to_frame().to_csv(out / "retrained_cka.csv", index=False)
         comp.metrics_frame().to_csv(out / "retrained_metrics.csv", index=False)
         written += save_all({f"retrained_{k}": c for k, c in cka_pair_charts(comp.to_frame()).items()}, out)
@@ -176,13 +194,18 @@ def run_localization(args) -> int:
     from .localization import localization
 
     t0 = time.perf_counter()
+    ctx = dist.context(args)
     store, source = open_store(args), open_source(args.data)
     models = load_models(args.model, args.device)
     relabel(models, args.model)
     layers = [t.strip() for t in args.layers.split(",")] if args.layers else None
     tokens = _ints(args.tokens, "--tokens")
-    report = _run_with_progress("localization", localization, models, source, layers=[layers] * len(models),
-                                images=args.images, batch_size=args.batch_size, shuffle=args.shuffle, store=store)
+    report = _run_with_progress(ctx, "localization", localization, models, source, layers=[layers] * len(models),
+                                images=args.images, batch_size=args.batch_size, shuffle=args.shuffle, store=store,
+                                shard=ctx.shard, reduce=ctx.reduce)
+    ctx.reduce_info(report.info)
+    if not ctx.is_main:
+        return 0
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     report.to_frame().to_csv(out / "localization.csv", index=False)
@@ -234,14 +257,19 @@ def run_probe(args) -> int:
     from .probes import probes
 
     t0 = time.perf_counter()
+    ctx = dist.context(args)
     store, source = open_store(args), open_source(args.data)
     models = load_models(args.model, args.device)
     relabel(models, args.model)
     layers = [t.strip() for t in args.layers.split(",")] if args.layers else None
     reps = [t.strip() for t in args.reps.split(",")] if args.reps else None
-    report = _run_with_progress("probe", probes, models, source, shots=args.shots, val_shots=args.val_shots,
+    report = _run_with_progress(ctx, "probe", probes, models, source, shots=args.shots, val_shots=args.val_shots,
                                 test=args.test, seed=args.seed, layers=[layers] * len(models), reps=reps,
-                                tokens=args.tokens, batch_size=args.batch_size, store=store)
+                                tokens=args.tokens, batch_size=args.batch_size, store=store, shard=ctx.shard,
+                                gather=ctx.gather)
+    ctx.reduce_info(report.info)
+    if not ctx.is_main:
+        return 0
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     frame = report.to_frame()
@@ -285,6 +313,7 @@ def run_compare_checkpoints(args) -> int:
     from .models import load
 
     t0 = time.perf_counter()
+    ctx = dist.context(args)
     store, source = open_store(args), open_source(args.data)
     loaded: dict[str, object] = {}
     for spec in (s for pair in args.pair for s in pair):
@@ -292,9 +321,12 @@ def run_compare_checkpoints(args) -> int:
             loaded[spec] = load(spec, args.device)
             loaded[spec].display = spec
     pairs = [(loaded[a], loaded[b]) for a, b in args.pair]
-    res = _run_with_progress("compare-checkpoints", compare_checkpoints, pairs, source, images=args.images,
+    res = _run_with_progress(ctx, "compare-checkpoints", compare_checkpoints, pairs, source, images=args.images,
                              batch_size=args.batch_size, shuffle=args.shuffle, tokens=args.tokens, store=store,
-                             amp=args.amp)
+                             amp=args.amp, shard=ctx.shard, reduce=ctx.reduce)
+    ctx.reduce_info(res.info)
+    if not ctx.is_main:
+        return 0
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     frame = res.to_frame()

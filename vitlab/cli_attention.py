@@ -1,5 +1,7 @@
 """CLI commands for the attention analyses (Raghu et al. 2021, Figs 3-6): attention-distance, attention-map,
 head-subsets, receptive-field, attention-parity. Each writes CSV, PNG/SVG charts and run.json into ``--out``.
+attention-distance and head-subsets run under ``torchrun`` (``vitlab.dist``): batches split across ranks,
+accumulators combined, outputs written by rank 0.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
+from . import dist
 from .cli import (
     add_data_options,
     add_model_options,
@@ -42,7 +45,7 @@ def _run_json(out: Path, command: str, models: list, args, t0: float, info=None,
         "batches_from_cache": info.batches_from_cache if info else None,
         "skipped_images": [s[0] for s in info.skipped_images] if info else [],
         "dropped_batches": info.dropped_batches if info else [],
-        **extra, "seconds": round(time.perf_counter() - t0, 3)})
+        **extra, "seconds": round(time.perf_counter() - t0, 3), "processes": dist.context().world})
     if info:
         report_skips(info)
 
@@ -72,19 +75,24 @@ def run_attention_distance(args) -> int:
     from .data import open_source
     from .run import RunInfo
 
-    t0, store, source = time.perf_counter(), open_store(args), open_source(args.data)
+    t0, ctx = time.perf_counter(), dist.context(args)  # torchrun: this rank's device, shard, reductions
+    store, source = open_store(args), open_source(args.data)
     models = load_models(args.model, args.device)
     relabel(models, args.model)
     info, frames = RunInfo(), []
     for m in models:
-        progress = tqdm_progress(f"attention distance {m.label}")
+        progress = ctx.progress(f"attention distance {m.label}")
         try:
             res = attention_distance(m, source, images=args.images, batch_size=args.batch_size, shuffle=args.shuffle,
                                      blocks=_ints(args.blocks, "--blocks"), renormalise=args.renormalise,
-                                     store=store, progress=progress, amp=args.amp, info=info)
+                                     store=store, progress=progress, amp=args.amp, info=info, shard=ctx.shard,
+                                     reduce=ctx.reduce)
         finally:
             progress.close()
         frames.append(res.to_frame())
+    ctx.reduce_info(info)
+    if not ctx.is_main:
+        return 0
     frame = pd.concat(frames, ignore_index=True)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -184,18 +192,22 @@ def run_head_subsets(args) -> int:
     from .heads import head_subsets
     from .run import RunInfo
 
-    t0, store, source = time.perf_counter(), open_store(args), open_source(args.data)
+    t0, ctx = time.perf_counter(), dist.context(args)
+    store, source = open_store(args), open_source(args.data)
     models = load_models([args.model, args.other], args.device)
     relabel(models, [args.model, args.other])
     other_taps = [t.strip() for t in args.other_taps.split(",")] if args.other_taps else None
-    info, progress = RunInfo(), tqdm_progress("head subsets")
+    info, progress = RunInfo(), ctx.progress("head subsets")
     try:
         res = head_subsets(models[0], models[1], source, images=args.images, batch_size=args.batch_size,
                            shuffle=args.shuffle, blocks=_ints(args.blocks, "--blocks"), size=args.size,
                            other_taps=other_taps, tokens=args.tokens, store=store, progress=progress,
-                           amp=args.amp, info=info)
+                           amp=args.amp, info=info, shard=ctx.shard, reduce=ctx.reduce)
     finally:
         progress.close()
+    ctx.reduce_info(info)
+    if not ctx.is_main:
+        return 0
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     frame = res.to_frame()

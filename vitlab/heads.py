@@ -145,11 +145,12 @@ def head_subsets(vit: LoadedModel, other: LoadedModel, source: ImageSource, *, i
                  batch_size: int = 64, shuffle: int | None = None, blocks: Sequence[int] = (0,),
                  size: int | None = None, other_taps: Sequence[str] | None = None, tokens: str = "spatial",
                  store: Store | None = None, progress: Callable | None = None, amp: bool = False,
-                 info: RunInfo | None = None) -> HeadSubsetResult:
+                 info: RunInfo | None = None, shard: tuple[int, int] = (0, 1), reduce=None) -> HeadSubsetResult:
     """Sort the heads of ``blocks`` of ``vit`` by mean attention distance; CKA of each subset vs ``other``'s layers.
 
     One streamed pass computes the distances, the per-head Grams and ``other``'s Grams (all cached per batch);
-    the per-batch Grams (n x n each) are kept until the order is known.
+    the per-batch Grams (n x n each) are kept until the order is known. Under torchrun (``shard``, ``reduce``
+    from ``vitlab.dist``) the distances are summed across ranks first, so every rank sorts the heads alike.
     """
     require_vit(vit, "head subsets")
     blocks = tuple(int(b) for b in blocks)
@@ -164,9 +165,12 @@ def head_subsets(vit: LoadedModel, other: LoadedModel, source: ImageSource, *, i
     dist_acc = AttentionDistanceAccumulator(blocks, n_heads)
     kept = []
     for _, found in stream([vit, other], source, select(source, images, shuffle), batch_size,
-                           [[dist_stat, head_stat], [other_stat]], store=store, progress=progress, amp=amp, info=info):
+                           [[dist_stat, head_stat], [other_stat]], store=store, progress=progress, amp=amp, info=info,
+                           shard=shard):
         dist_acc.update(found[0][dist_stat.name])
         kept.append((found[0][head_stat.name]["grams"], found[1][other_stat.name]["grams"]))
+    if reduce is not None:
+        reduce(dist_acc)
     dist = dist_acc.compute(vit.label, image_side(vit)).distance_px.ravel()  # (len(blocks) * H,) block-major
     order = np.argsort(dist, kind="stable")
     names = [f"b{blocks[i // n_heads]}.h{i % n_heads}" for i in order]
@@ -179,6 +183,8 @@ def head_subsets(vit: LoadedModel, other: LoadedModel, source: ImageSource, *, i
     for head_grams, other_grams in kept:
         subset_grams = np.einsum("sh,hij->sij", select_, head_grams.astype(np.float64))
         acc.update(cka_mod.centred(subset_grams), cka_mod.centred(other_grams))
+    if reduce is not None:
+        reduce(acc)
     res = acc.compute(vit.label, other.label)
     return HeadSubsetResult(vit.label, other.label, names, dist[order], subsets, layers_b, res.cka, size,
                             res.images, image_side(vit), res.warnings)

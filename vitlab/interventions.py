@@ -134,25 +134,70 @@ class PredictionStatistic(Statistic):
 
 
 def _pass(loaded: LoadedModel, source: ImageSource, indices, batch_size, gram: GramStatistic, store, progress,
-          info) -> tuple[list[np.ndarray], np.ndarray, list]:
-    """Grams (per batch), predictions and labels of one model over ``indices``."""
+          info, shard: tuple[int, int] = (0, 1)) -> tuple[list[np.ndarray], np.ndarray, list]:
+    """Grams (per batch), predictions and labels of one model over ``indices`` (this rank's batches)."""
     grams, preds, labels = [], [], []
     pred = PredictionStatistic()
     for batch, found in stream([loaded], source, indices, batch_size, [[gram, pred]], store=store,
-                               progress=progress, info=info):
+                               progress=progress, info=info, shard=shard):
         grams.append(found[0][gram.name]["grams"])
         preds.append(found[0][pred.name]["pred"])
         labels += batch.labels if batch.labels is not None else [None] * len(batch.ids)
     if not grams:
-        raise VitlabError("no batch of 4 or more readable images: the CKA maps need at least 4 images")
+        raise VitlabError("no batch of 4 or more readable images: the CKA maps need at least 4 images"
+                          + (" (on this rank: use fewer processes than batches)" if shard[1] > 1 else ""))
     return grams, np.concatenate(preds), labels
 
 
-def _cka_from_grams(ga: list, gb: list | None, layers_a, layers_b, name_a, name_b) -> cka_mod.CKAResult:
+def _cka_acc(ga: list, gb: list | None, layers_a, layers_b) -> cka_mod.MinibatchCKA:
     acc = cka_mod.MinibatchCKA(layers_a, layers_b)
     for i, a in enumerate(ga):
         acc.update(cka_mod.centred(a), None if gb is None else cka_mod.centred(gb[i]))
-    return acc.compute(name_a, name_b)
+    return acc
+
+
+def _cka_from_grams(ga: list, gb: list | None, layers_a, layers_b, name_a, name_b) -> cka_mod.CKAResult:
+    return _cka_acc(ga, gb, layers_a, layers_b).compute(name_a, name_b)
+
+
+class PredictionCounts:
+    """Integer sums over images: images, top-1 right before, right after, before == after (Fig 8's accuracies).
+
+    Every state entry is a sum, so ranks combine by adding (``vitlab.dist.all_reduce_accumulators``).
+    """
+
+    state_is_sum = True
+    FIELDS = ("images", "right_before", "right_after", "agree")
+
+    def __init__(self):
+        self.counts = np.zeros(len(self.FIELDS), dtype=np.int64)
+
+    def update(self, before: np.ndarray, after: np.ndarray | None = None, labels=None) -> PredictionCounts:
+        """Add one set of predictions (``after`` defaults to ``before``; ``labels`` None: no accuracy counts)."""
+        after = before if after is None else after
+        y = None if labels is None else np.asarray(labels)
+        self.counts += np.array([len(before), 0 if y is None else int((before == y).sum()),
+                                 0 if y is None else int((after == y).sum()), int((before == after).sum())])
+        return self
+
+    def merge(self, other: PredictionCounts) -> PredictionCounts:
+        self.counts = self.counts + other.counts
+        return self
+
+    def state(self) -> dict[str, np.ndarray]:
+        return {"counts": self.counts.copy()}
+
+    def load_state(self, state: dict[str, np.ndarray]) -> PredictionCounts:
+        self.counts = np.asarray(state["counts"], dtype=np.int64).copy()
+        return self
+
+    def _get(self, name: str) -> int:
+        return int(self.counts[self.FIELDS.index(name)])
+
+    images = property(lambda self: self._get("images"))
+    right_before = property(lambda self: self._get("right_before"))
+    right_after = property(lambda self: self._get("right_after"))
+    agree = property(lambda self: self._get("agree"))
 
 
 def _labels_usable(loaded: LoadedModel, source: ImageSource) -> bool:
@@ -200,28 +245,33 @@ class SkipRemovalResult:
 
 def skip_removal(loaded: LoadedModel, source: ImageSource, removal: SkipRemoval, *, images: int | None = None,
                  batch_size: int = 64, shuffle: int | None = None, gram: GramStatistic | None = None,
-                 store: Store | None = None, progress: Progress | None = None) -> SkipRemovalResult:
+                 store: Store | None = None, progress: Progress | None = None, shard: tuple[int, int] = (0, 1),
+                 reduce=None) -> SkipRemovalResult:
     """Remove a skip of block ``removal.block`` post hoc; CKA maps and accuracy before and after (cf. Fig 8).
 
     Accuracy needs labels whose classes match the model's outputs; otherwise only top-1 agreement is reported.
+    ``shard=(rank, world)`` and ``reduce`` (``vitlab.dist``: CKA states and counts summed) run it under torchrun.
     """
     _patched_forward(loaded.model, removal)  # validate before any forward pass
     gram = gram or GramStatistic()
     indices = select(source, images, shuffle)
     info = RunInfo()
-    g0, p0, labels = _pass(loaded, source, indices, batch_size, gram, store, progress, info)
+    g0, p0, labels = _pass(loaded, source, indices, batch_size, gram, store, progress, info, shard)
     with intervened(loaded, removal) as ablated:
-        g1, p1, _ = _pass(ablated, source, indices, batch_size, gram, store, progress, info)
+        g1, p1, _ = _pass(ablated, source, indices, batch_size, gram, store, progress, info, shard)
     layers = gram.taps(loaded)
     name0, name1 = loaded.label, ablated.label
+    usable = _labels_usable(loaded, source)
+    maps = [_cka_acc(g0, None, layers, layers), _cka_acc(g1, None, layers, layers), _cka_acc(g0, g1, layers, layers)]
+    counts = PredictionCounts().update(p0, p1, labels if usable else None)
+    if reduce is not None:
+        reduce([*maps, counts])
     acc0 = acc1 = None
-    if _labels_usable(loaded, source):
-        y = np.array(labels)
-        acc0, acc1 = float((p0 == y).mean()), float((p1 == y).mean())
+    if usable:
+        acc0, acc1 = counts.right_before / counts.images, counts.right_after / counts.images
     return SkipRemovalResult(
-        loaded.label, removal, _cka_from_grams(g0, None, layers, layers, name0, name0),
-        _cka_from_grams(g1, None, layers, layers, name1, name1), _cka_from_grams(g0, g1, layers, layers, name0, name1),
-        acc0, acc1, float((p0 == p1).mean()), len(p0), info)
+        loaded.label, removal, maps[0].compute(name0, name0), maps[1].compute(name1, name1),
+        maps[2].compute(name0, name1), acc0, acc1, counts.agree / counts.images, counts.images, info)
 
 
 @dataclass
@@ -243,24 +293,28 @@ class RetrainedComparison:
 
 
 def accuracy(loaded: LoadedModel, source: ImageSource, indices: Sequence[int], batch_size: int = 64,
-             store: Store | None = None, progress: Progress | None = None) -> float | None:
+             store: Store | None = None, progress: Progress | None = None, shard: tuple[int, int] = (0, 1),
+             reduce=None) -> float | None:
     """Top-1 accuracy over ``indices`` (None when the source's classes do not match the model's outputs)."""
     if not _labels_usable(loaded, source):
         return None
     pred = PredictionStatistic()
-    right = total = 0
-    for batch, found in stream([loaded], source, indices, batch_size, [[pred]], store=store, progress=progress):
-        right += int((found[0][pred.name]["pred"] == np.array(batch.labels)).sum())
-        total += len(batch.labels)
-    return right / total if total else None
+    counts = PredictionCounts()
+    for batch, found in stream([loaded], source, indices, batch_size, [[pred]], store=store, progress=progress,
+                               shard=shard):
+        counts.update(found[0][pred.name]["pred"], labels=batch.labels)
+    if reduce is not None:
+        reduce(counts)
+    return counts.right_before / counts.images if counts.images else None
 
 
 def retrained_comparison(normal: LoadedModel, retrained: LoadedModel, source: ImageSource, *,
                          images: int | None = None, batch_size: int = 64, shuffle: int | None = None,
-                         store: Store | None = None, progress: Progress | None = None) -> RetrainedComparison:
+                         store: Store | None = None, progress: Progress | None = None,
+                         shard: tuple[int, int] = (0, 1), reduce=None) -> RetrainedComparison:
     """Self-CKA of a normal model and of one retrained without a skip (e.g. zoo:vit-cls vs zoo:vit-cls-noskip)."""
     report = cka([normal, retrained], source, images=images, batch_size=batch_size, shuffle=shuffle, store=store,
-                 progress=progress)
+                 progress=progress, shard=shard, reduce=reduce)
     indices = select(source, images, shuffle)
-    return RetrainedComparison(report, {m.label: accuracy(m, source, indices, batch_size, store) for m in
-                                        (normal, retrained)})
+    return RetrainedComparison(report, {m.label: accuracy(m, source, indices, batch_size, store, shard=shard,
+                                                          reduce=reduce) for m in (normal, retrained)})

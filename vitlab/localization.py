@@ -183,8 +183,12 @@ def default_layers(model) -> list[str]:
 def localization(models: Sequence[LoadedModel], source: ImageSource, *,
                  layers: Sequence[Sequence[str] | None] | None = None, images: int | None = None,
                  batch_size: int = 64, shuffle: int | None = None, store: Store | None = None,
-                 progress: Progress | None = None, amp: bool = False) -> LocalizationReport:
-    """Token-to-input-patch CKA maps of ``layers[m]`` of every model (default: first, middle and last block)."""
+                 progress: Progress | None = None, amp: bool = False, shard: tuple[int, int] = (0, 1),
+                 reduce=None) -> LocalizationReport:
+    """Token-to-input-patch CKA maps of ``layers[m]`` of every model (default: first, middle and last block).
+
+    ``shard=(rank, world)`` and ``reduce`` (``vitlab.dist``: sums the CKA states across ranks) run it under torchrun.
+    """
     if not models:
         raise VitlabError("give at least one model")
     layers = list(layers) if layers is not None else [None] * len(models)
@@ -199,7 +203,7 @@ def localization(models: Sequence[LoadedModel], source: ImageSource, *,
     grids: list[list] = [[] for _ in models]
     info = RunInfo()
     for _, found in stream(models, source, select(source, images, shuffle), batch_size, [[s] for s in stats],
-                           store=store, progress=progress, amp=amp, info=info):
+                           store=store, progress=progress, amp=amp, info=info, shard=shard):
         for k, (stat, per_model) in enumerate(zip(stats, found)):
             arrays = per_model[stat.name]
             if accs[k] is None:
@@ -209,7 +213,10 @@ def localization(models: Sequence[LoadedModel], source: ImageSource, *,
             for i, acc in enumerate(accs[k]):
                 acc.update(cka_mod.centred(arrays[f"tokens_{i}"]), cka_mod.centred(arrays[f"patches_{i}"]))
     if accs[0] is None:
-        raise VitlabError("no batch of 4 or more readable images: localization needs at least 4 images")
+        raise VitlabError("no batch of 4 or more readable images: localization needs at least 4 images"
+                          + (" (on this rank: use fewer processes than batches)" if shard[1] > 1 else ""))
+    if reduce is not None:
+        reduce([acc for acc_list in accs for acc in acc_list])
     results = []
     for m, stat, acc_list, grid_list in zip(models, stats, accs, grids):
         prefix = taps_mod.num_prefix_tokens(m.model)

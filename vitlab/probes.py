@@ -233,26 +233,35 @@ def _probe_one(xs: dict[str, np.ndarray], ys: dict[str, np.ndarray], classes: in
 
 
 def _gather(model: LoadedModel, source: ImageSource, split: Split, stat: ProbeFeatures, batch_size: int, store,
-            progress, info) -> tuple[dict, dict]:
-    """Features {split: {key: (n, ...)}} and labels {split: (n,)} (unreadable images are left out)."""
-    feats: dict[str, dict[str, list]] = {}
-    labels: dict[str, list] = {}
+            progress, info, shard: tuple[int, int] = (0, 1), gather=None) -> tuple[dict, dict]:
+    """Features {split: {key: (n, ...)}} and labels {split: (n,)} (unreadable images are left out).
+
+    Under torchrun each rank computes its ``shard`` of the batches; ``gather`` (``vitlab.dist``: every rank's
+    object, in rank order) collects all ranks' batches, which are put back in batch order.
+    """
+    mine: dict[str, list] = {}
     for part in ("train", "val", "test"):
         for batch, found in stream([model], source, getattr(split, part), batch_size, [[stat]], store=store,
-                                   progress=progress, info=info):
-            for k, v in found[0][stat.name].items():
-                feats.setdefault(part, {}).setdefault(k, []).append(v)
-            labels.setdefault(part, []).extend(batch.labels)
-    if set(feats) != {"train", "val", "test"}:
+                                   progress=progress, info=info, shard=shard):
+            mine.setdefault(part, []).append((batch.index, found[0][stat.name], list(batch.labels)))
+    everyone = gather(mine) if gather is not None else [mine]
+    pieces = {p: sorted((b for d in everyone for b in d.get(p, [])), key=lambda b: b[0])
+              for p in ("train", "val", "test")}
+    if not all(pieces.values()):
         raise VitlabError("a split has no batch of 4 or more readable images: raise --shots or the test size")
-    return ({p: {k: np.concatenate(v) for k, v in d.items()} for p, d in feats.items()},
-            {p: np.array(v) for p, v in labels.items()})
+    feats = {p: {k: np.concatenate([b[1][k] for b in bs]) for k in bs[0][1]} for p, bs in pieces.items()}
+    return feats, {p: np.array([y for b in bs for y in b[2]]) for p, bs in pieces.items()}
 
 
 def probe_model(model: LoadedModel, source: ImageSource, split: Split, *, layers: Sequence[str] | None = None,
                 reps: Sequence[str] | None = None, tokens: int = 8, batch_size: int = 64, store: Store | None = None,
-                progress: Progress | None = None, info: RunInfo | None = None) -> ProbeResult:
-    """Few-shot probe accuracy of every layer x representation of one model (Figs 11, 13)."""
+                progress: Progress | None = None, info: RunInfo | None = None, shard: tuple[int, int] = (0, 1),
+                gather=None) -> ProbeResult:
+    """Few-shot probe accuracy of every layer x representation of one model (Figs 11, 13).
+
+    ``shard``/``gather`` (``vitlab.dist``): each rank extracts its batches' features; after the gather every
+    rank holds all of them in batch order and fits the same probes.
+    """
     layers = tuple(layers or default_layers(model.model))
     taps_mod.check_taps(model.model, layers)
     allowed = representations(model.model)
@@ -261,7 +270,8 @@ def probe_model(model: LoadedModel, source: ImageSource, split: Split, *, layers
     if bad:
         raise VitlabError(f"{model.label} has no representation {', '.join(bad)}: choose from {', '.join(allowed)}")
     stat = ProbeFeatures(layers, reps, tokens)
-    feats, labels = _gather(model, source, split, stat, batch_size, store, progress, info or RunInfo())
+    feats, labels = _gather(model, source, split, stat, batch_size, store, progress, info or RunInfo(), shard,
+                            gather)
     rows = []
     for i, tap in enumerate(layers):
         for rep in reps:
@@ -283,7 +293,7 @@ def probe_model(model: LoadedModel, source: ImageSource, split: Split, *, layers
 def probes(models: Sequence[LoadedModel], source: ImageSource, *, shots: int = 10, val_shots: int | None = None,
            test: int = 500, seed: int = 0, layers: Sequence[Sequence[str] | None] | None = None,
            reps: Sequence[str] | None = None, tokens: int = 8, batch_size: int = 64, store: Store | None = None,
-           progress: Progress | None = None) -> ProbeReport:
+           progress: Progress | None = None, shard: tuple[int, int] = (0, 1), gather=None) -> ProbeReport:
     """Few-shot linear probes of every model on one labelled source (the same split for every model).
 
     ``reps`` given explicitly are used where a model has them (e.g. 'cls' is left out for a GAP model).
@@ -299,5 +309,5 @@ def probes(models: Sequence[LoadedModel], source: ImageSource, *, shots: int = 1
         if reps and not mine:
             raise VitlabError(f"{m.label} has none of the representations {', '.join(reps)}")
         results.append(probe_model(m, source, split, layers=ls, reps=mine, tokens=tokens, batch_size=batch_size,
-                                   store=store, progress=progress, info=info))
+                                   store=store, progress=progress, info=info, shard=shard, gather=gather))
     return ProbeReport(results, split, info)
