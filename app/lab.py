@@ -20,7 +20,7 @@ import streamlit as st
 
 import vitlab
 from vitlab import charts
-from vitlab.charts.common import slug
+from vitlab.charts.common import image_png, slug
 
 OTHER = "timm model name…"
 CHECKPOINT = "checkpoint file…"
@@ -391,11 +391,30 @@ MIME = {"png": "image/png", "svg": "image/svg+xml", "csv": "text/csv"}
 
 def export(chart, frame, stem: str, key: str) -> None:
     """PNG / SVG / CSV download buttons; the files are made only when a button is pressed."""
-    cols = st.columns([1, 1, 1, 6])
-    for col, fmt in zip(cols, ("png", "svg", "csv")):
-        col.download_button(fmt.upper(), data=functools.partial(charts.to_bytes, chart, fmt, frame),
+    row = st.container(horizontal=True, gap="small")
+    for fmt in ("png", "svg", "csv"):
+        row.download_button(fmt.upper(), data=functools.partial(charts.to_bytes, chart, fmt, frame),
                             file_name=f"{slug(stem)}.{fmt}", mime=MIME[fmt], key=f"dl.{key}.{fmt}",
                             on_click="ignore", help=f"Download this chart as {fmt.upper()}")
+
+
+def export_image(image, frame, stem: str, key: str) -> None:
+    """PNG download of an image the page shows (an attention overlay, what the model sees) and, when ``frame`` is
+    given, CSV of the numbers it was drawn from (e.g. ``AttentionMap.to_frame()``)."""
+    files = {"png": functools.partial(image_png, image)}
+    if frame is not None:
+        files["csv"] = functools.partial(charts.to_bytes, None, "csv", frame)
+    row = st.container(horizontal=True, gap="small")
+    for fmt, data in files.items():
+        row.download_button(fmt.upper(), data=data, file_name=f"{slug(stem)}.{fmt}", mime=MIME[fmt],
+                            key=f"dl.{key}.{fmt}", on_click="ignore",
+                            help="Download this image as PNG" if fmt == "png" else "Download its values as CSV")
+
+
+def image(img, frame, stem: str, key: str, caption: str | None = None) -> None:
+    """Show an image (uint8 array from the engine) with its downloads (:func:`export_image`)."""
+    st.image(img, caption=caption, width="stretch")
+    export_image(img, frame, stem, key)
 
 
 def run_caption(info, images: int) -> str:

@@ -358,3 +358,64 @@ def test_paper_tour_walks_every_figure_with_a_verdict_or_an_error_in_words():
 def test_paper_tour_needs_a_vit_and_a_resnet():
     at = start("tour", **VIT_PAIR)
     assert any("ViT with a ResNet" in e.value for e in at.error), [e.value for e in at.error]
+
+
+# ------------------------------------------------------------------------------------------- exports
+
+# each page in the state that draws the most: (session overrides, (button key to click, ...))
+EXPORT_STATES = {
+    "localization": (VIT_PAIR, ()),
+    "checkpoints": ({**VIT_PAIR, "ckpt.preset": "sidebar"}, ()),
+    "probes": ({"lab.source": "fashion-mnist:test", "probe.shots": 1, "probe.test": 20}, ()),
+    "skips": ({"skips.block": 1, "skips.which": "attn"}, ("skips.go", "skips.cmp")),
+}
+# images shown without downloads, with the reason: the home page's thumbnails are the input images themselves
+IMAGES_WITHOUT_EXPORT = {"home"}
+PAGES = sorted(p.stem for p in (APP / "views").glob("*.py"))
+
+
+def assert_every_chart_exported(at: AppTest, page: str) -> None:
+    """Every chart has PNG, SVG and CSV buttons; every image (attention overlays, the model's view) a PNG one."""
+    labels = [d.label for d in at.get("download_button")]
+    n_charts = len(charts(at))
+    n_images = 0 if page in IMAGES_WITHOUT_EXPORT else len(at.get("image"))
+    assert labels.count("PNG") >= n_charts + n_images, (page, n_charts, n_images, labels)
+    assert labels.count("SVG") >= n_charts, (page, n_charts, labels)
+    assert labels.count("CSV") >= n_charts, (page, n_charts, labels)
+
+
+@pytest.mark.parametrize("page", PAGES)
+def test_every_chart_and_image_on_every_page_has_downloads(page):
+    overrides, clicks = EXPORT_STATES.get(page, ({}, ()))
+    at = start(None if page == "home" else page, **overrides)
+    for key in clicks:
+        at.button(key=key).click().run()
+    assert not at.exception, [e.message for e in at.exception]
+    if page == "home":
+        assert at.get("image")  # the thumbnails drew
+    elif page != "probes" or not at.error:
+        assert charts(at) or at.error, page  # something drew (or an error in words), so the check is not vacuous
+    assert_every_chart_exported(at, page)
+
+
+def test_image_and_profile_exports_hold_the_shown_values():
+    from io import BytesIO
+
+    import numpy as np
+    from PIL import Image
+
+    from vitlab.charts.cka import cka_profile
+    from vitlab.charts.common import image_png
+
+    img = (np.arange(5 * 7 * 3) % 256).astype(np.uint8).reshape(5, 7, 3)
+    assert np.array_equal(np.asarray(Image.open(BytesIO(image_png(img)))), img)
+    with pytest.raises(vitlab.VitlabError, match="uint8"):
+        image_png(img.astype(np.float32))
+    import pandas as pd
+
+    frame = pd.DataFrame({"model_a": "a", "model_b": "b", "layer_a": "x", "layer_b": ["l2", "l1", "l0"],
+                          "cka": [0.3, 0.5, 0.9]})
+    spec = cka_profile(frame).to_dict()
+    assert spec["encoding"]["x"]["sort"] == ["l2", "l1", "l0"] and spec["encoding"]["x"]["title"] == "b layer"
+    with pytest.raises(vitlab.VitlabError, match="along"):
+        cka_profile(frame, along="cka")

@@ -60,7 +60,7 @@ def server(tmp_path_factory):
     port = _free_port()
     url = f"http://127.0.0.1:{port}"
     env = {**os.environ, **ENV, "VITLAB_CACHE_DIR": str(tmp / "cache"), "HF_HUB_OFFLINE": "1"}
-    log = open(tmp / "streamlit.log", "wb")
+    log = open(tmp / "streamlit.log", "wb")  # noqa: SIM115 (closed in the finally below)
     cmd = ["nice", sys.executable, "-m", "streamlit", "run", str(ROOT / "app" / "Home.py"), "--server.headless",
            "true", "--server.port", str(port), "--server.address", "127.0.0.1", "--server.fileWatcherType", "none",
            "--browser.gatherUsageStats", "false"]
@@ -233,6 +233,15 @@ def test_attention_click_a_head_shows_its_maps(page, server):
     page.get_by_text("query 0,0").first.wait_for()
     _no_exception(page)
     _shot(page, "attention")
+    # the last overlay (the rollout) downloads as an image and as its attention grid
+    with page.expect_download() as dl:
+        page.get_by_role("button", name="PNG").last.click()
+    assert Path(dl.value.path()).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "rollout" in dl.value.suggested_filename
+    with page.expect_download() as dl:
+        page.get_by_role("button", name="CSV").last.click()
+    header = Path(dl.value.path()).read_text().splitlines()[0].split(",")
+    assert header[:3] == ["row", "col", "weight"] and "rollout" in dl.value.suggested_filename
 
 
 def test_localization_click_a_token_and_upload_an_image(page, server):

@@ -57,8 +57,13 @@ if dist is not None:
         mean = attention.attention_map(m, src, index, int(layer), "mean", query, store=lab.store())
         roll = attention.attention_map(m, src, index, int(layer), "rollout", query, store=lab.store())
         cols = st.columns(4)
-        cols[0].image(view, caption="what the model sees", width="stretch")
-        for c, amap, what in zip(cols[1:], (one, mean, roll), (f"head {head}", "mean over heads",
-                                                               f"rollout, blocks 0-{layer}")):
-            c.image(charts.overlay(view, amap.grid), caption=f"block {layer}, {what}, query {amap.query}",
-                    width="stretch")
+        with cols[0]:
+            lab.image(view, None, f"model_view_{m.label}_{src.item_id(index)}", "att.view",
+                      caption="what the model sees")
+        shown = ((one, f"head {head}", f"head{head}", "head"), (mean, "mean over heads", "mean", "mean"),
+                 (roll, f"rollout, blocks 0-{layer}", "rollout", "rollout"))
+        for c, (amap, what, tag, key) in zip(cols[1:], shown):
+            with c:
+                lab.image(charts.overlay(view, amap.grid, min_side=224), amap.to_frame(),
+                          f"attention_{m.label}_block{layer}_{tag}_query{amap.query}", f"att.overlay.{key}",
+                          caption=f"block {layer}, {what}, query {amap.query}")

@@ -47,6 +47,7 @@ if report is not None:
     left, right = st.columns([1, 2])
     with left:
         event = lab.chart(grid_chart, on_select="rerun", key=f"loc.grid.{slot}")
+        lab.export(grid_chart, part, f"localization_{m.label}_{layer}_summary", "loc.grid")
         lab.follow_click("loc", lab.clicked(event, "tok", ["token_row", "token_col"]),
                          {"token_row": "loc.row", "token_col": "loc.col"})
         p1, p2 = st.columns(2)
@@ -70,8 +71,12 @@ if report is not None:
         picture = activations.as_source(images).load(0)
         view = activations.model_view(m, picture)
         cols = st.columns(3)
-        cols[0].image(view, caption=f"what {m.label} sees", width="stretch")
+        with cols[0]:
+            lab.image(view, None, f"model_view_{m.label}", "loc.view", caption=f"what {m.label} sees")
         for c, head in zip(cols[1:], ("mean", "rollout")):
             amap = attention.attention_map(m, images, 0, block, head, (row, col), store=lab.store())
-            c.image(att_charts.overlay(view, amap.grid), width="stretch",
-                    caption=f"block {block}, token ({row},{col}): {'mean over heads' if head == 'mean' else head}")
+            with c:
+                lab.image(att_charts.overlay(view, amap.grid, min_side=224), amap.to_frame(),
+                          f"attention_{m.label}_block{block}_{head}_token{row}_{col}", f"loc.overlay.{head}",
+                          caption=f"block {block}, token ({row},{col}): "
+                                  f"{'mean over heads' if head == 'mean' else head}")

@@ -8,6 +8,7 @@ import streamlit as st
 
 import vitlab
 from vitlab import charts
+from vitlab.charts.cka import cka_profile
 
 VIEWS = {"A vs B": (0, 1), "within A": (0, 0), "within B": (1, 1)}
 VIEW_IDS = {"A vs B": "ab", "within A": "aa", "within B": "bb"}
@@ -46,14 +47,15 @@ def detail(frame, la: str, lb: str) -> None:
     row = frame[(frame["layer_a"] == la) & (frame["layer_b"] == lb)].iloc[0]
     ma, mb = row["model_a"], row["model_b"]
     st.metric(f"CKA of {ma} `{la}` and {mb} `{lb}`", f"{row['cka']:.4f}")
-    c1, c2 = st.columns(2)
-    across_b = frame[frame["layer_a"] == la].set_index("layer_b")["cka"]
-    across_a = frame[frame["layer_b"] == lb].set_index("layer_a")["cka"]
-    c1.caption(f"{ma} `{la}` against every layer of {mb}")
-    c1.bar_chart(across_b, height=200, x_label=f"{mb} layer", y_label="CKA")
-    c2.caption(f"{mb} `{lb}` against every layer of {ma}")
-    c2.bar_chart(across_a, height=200, x_label=f"{ma} layer", y_label="CKA")
-
+    across_b = frame[frame["layer_a"] == la].reset_index(drop=True)
+    across_a = frame[frame["layer_b"] == lb].reset_index(drop=True)
+    for part, along, what, key in ((across_b, "layer_b", f"{ma} `{la}` against every layer of {mb}", "b"),
+                                   (across_a, "layer_a", f"{mb} `{lb}` against every layer of {ma}", "a")):
+        st.caption(what)
+        bars = cka_profile(part, along=along, width=320, height=120)
+        lab.chart(bars, key=f"sim.profile.{key}")
+        fixed = la if along == "layer_b" else lb
+        lab.export(bars, part, f"cka_profile_{ma if along == 'layer_b' else mb}_{fixed}", f"sim.profile.{key}")
 
 st.title("Representation similarity")
 st.caption("Centered kernel alignment (Kornblith et al. 2019) between every pair of layers, by minibatch CKA "

@@ -5,6 +5,8 @@ from __future__ import annotations
 import altair as alt
 import pandas as pd
 
+from ..errors import VitlabError
+
 
 def cka_heatmap(frame: pd.DataFrame, title: str | None = None, size: int = 360, select: str | None = None):
     """Heatmap of one model pair: layer_b across (x), layer_a up (y), colour = CKA in [0, 1].
@@ -28,6 +30,23 @@ def cka_heatmap(frame: pd.DataFrame, title: str | None = None, size: int = 360, 
         sel = alt.selection_point(name=select, fields=["layer_a", "layer_b"], on="click")
         chart = chart.add_params(sel).encode(opacity=alt.condition(sel, alt.value(1.0), alt.value(0.55)))
     return chart
+
+
+def cka_profile(frame: pd.DataFrame, along: str = "layer_b", title: str | None = None, width: int = 220,
+                height: int = 160):
+    """Bars of CKA against every layer on one side (``along``: 'layer_a' or 'layer_b'), layer order kept.
+
+    ``frame``: rows of ``CKAResult.to_frame()`` with the other side's layer fixed (one row of a heatmap).
+    """
+    if along not in ("layer_a", "layer_b"):
+        raise VitlabError(f"cka_profile: along must be 'layer_a' or 'layer_b', not {along!r}")
+    model = frame["model_a" if along == "layer_a" else "model_b"].iloc[0]
+    return alt.Chart(frame).mark_bar().encode(
+        x=alt.X(f"{along}:N", sort=list(dict.fromkeys(frame[along])), title=f"{model} layer",
+                axis=alt.Axis(labelAngle=-60, labelLimit=100)),
+        y=alt.Y("cka:Q", scale=alt.Scale(domain=[0, 1]), title="CKA"),
+        tooltip=["model_a", "layer_a", "model_b", "layer_b", alt.Tooltip("cka:Q", format=".4f")],
+    ).properties(width=width, height=height, title=title or "")
 
 
 def cka_pair_charts(frame: pd.DataFrame) -> dict[str, alt.Chart]:

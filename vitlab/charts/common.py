@@ -34,6 +34,21 @@ def to_bytes(chart: alt.TopLevelMixin, fmt: str, frame=None, scale: float = 2.0)
     raise VitlabError(f"export format must be one of {', '.join(FORMATS)}, not '{fmt}'")
 
 
+def image_png(image) -> bytes:
+    """PNG bytes of an image array (H, W) or (H, W, 3|4) of uint8, e.g. an attention overlay, for downloads."""
+    from io import BytesIO
+
+    import numpy as np
+    from PIL import Image
+
+    arr = np.asarray(image)
+    if arr.dtype != np.uint8 or arr.ndim not in (2, 3) or (arr.ndim == 3 and arr.shape[2] not in (3, 4)):
+        raise VitlabError(f"image_png needs a uint8 (H, W) or (H, W, 3|4) array, not {arr.dtype} {arr.shape}")
+    buf = BytesIO()
+    Image.fromarray(arr).save(buf, "PNG")
+    return buf.getvalue()
+
+
 def save(chart: alt.TopLevelMixin, out_dir: str | Path, stem: str, frame=None) -> list[Path]:
     """Write ``stem``.png and .svg (and .csv when ``frame`` is given) into ``out_dir``."""
     out = Path(out_dir)
