@@ -68,7 +68,7 @@ def test_cka_under_torchrun_equals_single_process_and_fills_the_cache(tmp_path):
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--master_addr=127.0.0.1",
            f"--master_port={_free_port()}", "-m", "vitlab", "cka", *MODELS, *DATA, "--cache-dir", str(cache),
            "-o", str(out2)]
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=150, env=_env())
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=150, env=_env(), check=False)
     assert done.returncode == 0, done.stdout + done.stderr
     assert done.stdout.count("CKA over 20 images") == 1  # rank 0 alone reports and writes
     run2 = json.loads((out2 / "run.json").read_text())
@@ -202,7 +202,7 @@ FAIL_WORKER = textwrap.dedent('''
 def test_a_failing_rank_stops_the_run_with_its_message(tmp_path):
     script = tmp_path / "fail_worker.py"
     script.write_text(FAIL_WORKER)
-    (rc0, log0, t0), (rc1, log1, _) = _launch_pair(
+    (rc0, log0, _), (rc1, log1, _) = _launch_pair(
         str(script), ["cka", "-m", "test_vit@random", *DATA, "--no-cache", "-o", str(tmp_path / "out")], timeout=80)
     assert rc1 == 2, log1
     assert "vitlab: error: rank 1 of 2 failed: data source 'fashion-mnist:test': injected failure" in log1
@@ -289,7 +289,7 @@ def test_sum_commands_under_torchrun_equal_single_process(tmp_path, command):
     out2, out1 = tmp_path / "two", tmp_path / "one"
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--master_addr=127.0.0.1",
            f"--master_port={_free_port()}", "-m", "vitlab", command, *models, *SMALL, "--no-cache", "-o", str(out2)]
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=_env())
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=_env(), check=False)
     assert done.returncode == 0, done.stdout + done.stderr
     assert done.stdout.count("over 12 images") == 1  # rank 0 alone reports and writes
     run2 = json.loads((out2 / "run.json").read_text())
@@ -299,3 +299,39 @@ def test_sum_commands_under_torchrun_equal_single_process(tmp_path, command):
     assert json.loads((out1 / "run.json").read_text())["processes"] == 1
     for name in csvs:
         _assert_same_frames(pd.read_csv(out2 / name), pd.read_csv(out1 / name), f"{command} {name}")
+
+
+def test_prediction_counts_obey_the_accumulator_contract():
+    from vitlab.interventions import PredictionCounts
+
+    rng = np.random.default_rng(0)
+    parts = [(rng.integers(0, 3, n), rng.integers(0, 3, n), rng.integers(0, 3, n)) for n in (5, 4, 7)]
+    before, after, y = (np.concatenate([p[i] for p in parts]) for i in range(3))
+    ref = [len(y), int((before == y).sum()), int((after == y).sum()), int((before == after).sum())]
+    streamed, one_shot = PredictionCounts(), PredictionCounts().update(before, after, y)
+    for p in reversed(parts):  # order-independent
+        streamed.update(*p)
+    merged = PredictionCounts().update(*parts[0]).merge(PredictionCounts().update(*parts[1]).update(*parts[2]))
+    loaded = PredictionCounts().load_state(streamed.state())
+    for acc in (streamed, one_shot, merged, loaded):
+        assert [acc.images, acc.right_before, acc.right_after, acc.agree] == ref
+    assert PredictionCounts().update(before, labels=None).right_before == 0
+
+
+def test_probe_features_gathered_from_two_shards_equal_one_pass():
+    from vitlab.data import open_source
+    from vitlab.models import load
+    from vitlab.probes import ProbeFeatures, _gather, few_shot_split
+
+    model, source = load("test_vit@random", "cpu"), open_source("fashion-mnist:test")
+    split = few_shot_split(source, shots=1, test=8, seed=0)
+    stat = ProbeFeatures(("blocks.0.resid_post",), ("gap",), 2)
+    sent = []
+    _gather(model, source, split, stat, 4, None, None, None, (1, 2), gather=lambda mine: sent.append(mine) or [mine])
+    two = _gather(model, source, split, stat, 4, None, None, None, (0, 2), gather=lambda mine: [mine, sent[0]])
+    one = _gather(model, source, split, stat, 4, None, None, None)
+    for part in ("train", "val", "test"):
+        np.testing.assert_array_equal(two[1][part], one[1][part])
+        for key, ref in one[0][part].items():
+            np.testing.assert_allclose(two[0][part][key], ref, rtol=0, atol=1e-5)
+    assert len(one[1]["test"]) == 8
