@@ -118,6 +118,7 @@ def test_second_run_computes_zero_batches_and_third_model_reuses(tiny_vit, tiny_
     finally:
         hook.remove()
     assert calls == [] and rep3.info.batches_computed == 2  # only the new model ran
+    assert rep3.info.forward_passes == {third.label: 2}
     np.testing.assert_allclose(rep3.pair(0, 1).cka, first.pair(0, 1).cka, rtol=1e-12)
 
 

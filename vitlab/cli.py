@@ -88,6 +88,30 @@ def write_json(path: Path, obj) -> None:
     path.write_text(json.dumps(obj, indent=2, default=str))
 
 
+def write_run_json(out: Path, command: str, models: list, args, info, t0: float, warnings=(), **extra) -> None:
+    """``out/run.json``: what ran (models with fingerprints, images, batches computed / from cache, per-model
+    forward passes, skipped images, seconds); then skipped images and warnings are reported on stderr."""
+    from . import dist
+
+    write_json(out / "run.json", {
+        "command": command,
+        "models": [{"spec": m.label, "label": m.spec.label, "fingerprint": m.fingerprint} for m in models],
+        "data": args.data, "images": getattr(args, "images", None), "batch_size": getattr(args, "batch_size", None),
+        "shuffle": getattr(args, "shuffle", None), "device": models[0].device if models else None,
+        "batches_computed": info.batches_computed if info else None,
+        "batches_from_cache": info.batches_from_cache if info else None,
+        "forward_passes": info.forward_passes if info else {},
+        "skipped_images": [s[0] for s in info.skipped_images] if info else [],
+        "dropped_batches": info.dropped_batches if info else [],
+        "warnings": list(warnings), **extra, "seconds": round(time.perf_counter() - t0, 3),
+        "processes": dist.context().world,
+    })
+    if info:
+        report_skips(info)
+    for w in warnings:
+        print(f"warning: {w}", file=sys.stderr)
+
+
 def report_skips(info) -> None:
     if info.skipped_images:
         print(f"skipped {len(info.skipped_images)} unreadable image(s):", file=sys.stderr)
@@ -158,7 +182,8 @@ def run_cka(args) -> int:
         "data": args.data, "images": report.images, "batch_size": args.batch_size, "shuffle": args.shuffle,
         "repeats": report.repeats, "tokens": args.tokens, "kernel": args.kernel, "estimator": args.estimator,
         "device": models[0].device, "batches_computed": info.batches_computed,
-        "batches_from_cache": info.batches_from_cache, "skipped_images": [s[0] for s in info.skipped_images],
+        "batches_from_cache": info.batches_from_cache, "forward_passes": info.forward_passes,
+        "skipped_images": [s[0] for s in info.skipped_images],
         "dropped_batches": info.dropped_batches, "warnings": report.warnings,
         "seconds": round(time.perf_counter() - t0, 3), "processes": ctx.world,
     })

@@ -7,7 +7,6 @@ accumulators (probe: gathers the features) and leaves the outputs to rank 0.
 
 from __future__ import annotations
 
-import sys
 import time
 from pathlib import Path
 
@@ -19,30 +18,13 @@ from .cli import (
     load_models,
     open_store,
     relabel,
-    report_skips,
-    write_json,
+    write_run_json,
 )
 from .errors import VitlabError
 
 
 def _finish(out: Path, command: str, models: list, args, info, extra: dict, t0: float, warnings=()) -> None:
-    processes = dist.context().world
-    write_json(out / "run.json", {
-        "command": command,
-        "models": [{"spec": m.label, "label": m.spec.label, "fingerprint": m.fingerprint} for m in models],
-        "data": args.data, "images": args.images, "batch_size": args.batch_size, "shuffle": args.shuffle,
-        "device": models[0].device if models else None,
-        "batches_computed": info.batches_computed if info else None,
-        "batches_from_cache": info.batches_from_cache if info else None,
-        "skipped_images": [s[0] for s in info.skipped_images] if info else [],
-        "dropped_batches": info.dropped_batches if info else [],
-        "warnings": list(warnings), **extra, "seconds": round(time.perf_counter() - t0, 3),
-        "processes": processes,
-    })
-    if info:
-        report_skips(info)
-    for w in warnings:
-        print(f"warning: {w}", file=sys.stderr)
+    write_run_json(out, command, models, args, info, t0, warnings, **extra)
 
 
 def _run_with_progress(ctx: dist.Context, desc: str, fn, *args, **kwargs):
@@ -158,7 +140,7 @@ def run_remove_skip(args) -> int:
         extra["retrained"] = {"spec": args.retrained, "accuracy": comp.accuracy}
         models.append(retrained)
     _finish(out, "remove-skip", models, args, res.info, extra, t0)
-    print(metrics.to_string(index=False))
+    print(metrics[["metric", "before", "after"]].to_string(index=False))
     print(f"{res.kind}; {len(written)} files in {out}")
     return 0
 

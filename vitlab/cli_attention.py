@@ -20,9 +20,8 @@ from .cli import (
     load_models,
     open_store,
     relabel,
-    report_skips,
     tqdm_progress,
-    write_json,
+    write_run_json,
 )
 from .errors import VitlabError
 
@@ -37,17 +36,7 @@ def _ints(text: str | None, what: str) -> list[int] | None:
 
 
 def _run_json(out: Path, command: str, models: list, args, t0: float, info=None, **extra) -> None:
-    write_json(out / "run.json", {
-        "command": command,
-        "models": [{"spec": m.label, "label": m.spec.label, "fingerprint": m.fingerprint} for m in models],
-        "data": args.data, "images": getattr(args, "images", None), "device": models[0].device,
-        "batches_computed": info.batches_computed if info else None,
-        "batches_from_cache": info.batches_from_cache if info else None,
-        "skipped_images": [s[0] for s in info.skipped_images] if info else [],
-        "dropped_batches": info.dropped_batches if info else [],
-        **extra, "seconds": round(time.perf_counter() - t0, 3), "processes": dist.context().world})
-    if info:
-        report_skips(info)
+    write_run_json(out, command, models, args, info, t0, **extra)
 
 
 # ---------------------------------------------------------------- attention-distance
@@ -216,8 +205,6 @@ def run_head_subsets(args) -> int:
     save(ch.head_subset_chart(frame), out, "head_subsets")
     _run_json(out, "head-subsets", models, args, t0, info, blocks=args.blocks, size=res.size, tokens=args.tokens,
               other_taps=res.layers_b, warnings=res.warnings)
-    for w in res.warnings:
-        print(f"warning: {w}", file=sys.stderr)
     print(f"{len(res.subsets) - 1} subsets of {res.size} head(s) vs {len(res.layers_b)} layers of {models[1].label} "
           f"over {res.images} images: {out / 'head_subsets.csv'}")
     return 0

@@ -354,6 +354,10 @@ def reduce_run_info(info):
     info.skipped_images = skipped
     info.dropped_batches = sorted((d for p in per_rank for d in p["dropped_batches"]), key=_batch_number)
     info.seconds = max(p["seconds"] for p in per_rank)
+    info.forward_passes = {}
+    for p in per_rank:
+        for label, n in p.get("forward_passes", {}).items():
+            info.forward_passes[label] = info.forward_passes.get(label, 0) + n
     return info
 
 

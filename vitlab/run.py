@@ -86,6 +86,8 @@ class RunInfo:
     skipped_images: list[tuple[str, str]] = field(default_factory=list)
     dropped_batches: list[str] = field(default_factory=list)
     seconds: float = 0.0
+    forward_passes: dict[str, int] = field(default_factory=dict)  # per model label: batches it had to run
+
 
     def merge(self, other: "RunInfo") -> None:
         self.batches_computed += other.batches_computed
@@ -93,6 +95,8 @@ class RunInfo:
         self.skipped_images += [s for s in other.skipped_images if s not in self.skipped_images]
         self.dropped_batches += other.dropped_batches
         self.seconds += other.seconds
+        for label, n in other.forward_passes.items():
+            self.forward_passes[label] = self.forward_passes.get(label, 0) + n
 
 
 def _forward(loaded: LoadedModel, images: list, tap_names: list[str], amp: bool) -> dict:
@@ -148,6 +152,7 @@ def stream(models: Sequence[LoadedModel], source: ImageSource, indices: Sequence
                     continue
                 tap_names = sorted({t for s in todo for t in s.taps(m)})
                 acts = _forward(m, batch.images, tap_names, amp)
+                info.forward_passes[m.label] = info.forward_passes.get(m.label, 0) + 1
                 for s in todo:
                     per_model[s.name] = s.compute(acts, m, batch)
                     store.put(s.cache_key(m, batch), per_model[s.name])
