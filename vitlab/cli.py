@@ -118,7 +118,7 @@ def report_skips(info) -> None:
         for name, why in info.skipped_images[:20]:
             print(f"  {why}", file=sys.stderr)
     for d in info.dropped_batches:
-        print(f"dropped {d} (the unbiased estimator needs n >= 4)", file=sys.stderr)
+        print(f"dropped {d}", file=sys.stderr)
 
 
 # ---------------------------------------------------------------- cka

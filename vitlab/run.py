@@ -88,7 +88,6 @@ class RunInfo:
     seconds: float = 0.0
     forward_passes: dict[str, int] = field(default_factory=dict)  # per model label: batches it had to run
 
-
     def merge(self, other: "RunInfo") -> None:
         self.batches_computed += other.batches_computed
         self.batches_from_cache += other.batches_from_cache
