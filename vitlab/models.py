@@ -129,7 +129,8 @@ def read_state_dict(path: str | Path) -> dict:
         else:
             state = torch.load(str(path), map_location="cpu", weights_only=True)
     except Exception as e:  # corrupt file, pickled objects refused by weights_only, ...
-        raise VitlabError(f"checkpoint '{path.name}' cannot be read safely: {type(e).__name__}: {e}".split("\n")[0]) from e
+        first_line = f"{type(e).__name__}: {e}".split("\n")[0]
+        raise VitlabError(f"checkpoint '{path.name}' cannot be read safely: {first_line}") from e
     for key in ("state_dict", "model", "model_state_dict", "state_dict_ema"):
         if isinstance(state, dict) and key in state and isinstance(state[key], dict):
             state = state[key]

@@ -211,7 +211,8 @@ def fold_cka(accs: dict, found: list[dict], estimator: str) -> None:
 
 
 def cka(models: Sequence[LoadedModel], source: ImageSource, *, images: int | None = None, batch_size: int = 64,
-        shuffle: int | None = None, repeats: int = 1, statistic: GramStatistic | Sequence[GramStatistic] = GramStatistic(),
+        shuffle: int | None = None, repeats: int = 1,
+        statistic: GramStatistic | Sequence[GramStatistic] = GramStatistic(),
         estimator: str = "unbiased", store: Store | None = None, progress: Progress | None = None,
         amp: bool = False, shard: tuple[int, int] = (0, 1), reduce: Callable | None = None) -> CKAReport:
     """Minibatch CKA between all taps of every model and every other (and itself), over ``repeats`` subsets.

@@ -113,7 +113,10 @@ CNN_SKIP_SUFFIXES = (".shortcut", ".sum")
 def _cnn_skip_taps(b: str, blk) -> dict[str, TapPoint]:
     """The skip branch and the pre-activation sum of a residual CNN block (timm ResNet / ResNetV2 blocks)."""
     down = getattr(blk, "downsample", None)
-    shortcut = TapPoint(f"{b}.downsample" if down is not None else b, "out" if down is not None else "in", "(B, C, h, w)")
+    if down is not None:
+        shortcut = TapPoint(f"{b}.downsample", "out", "(B, C, h, w)")
+    else:
+        shortcut = TapPoint(b, "in", "(B, C, h, w)")
     if type(blk).__name__.startswith("PreAct"):  # ResNetV2 pre-activation blocks return `x + shortcut`
         total = TapPoint(b, "out", "(B, C, h, w)")
     else:  # other blocks end in `x += shortcut; x = act(x)` with an in-place ReLU: the act's input is the sum
