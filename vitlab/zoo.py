@@ -342,10 +342,6 @@ def train(
     Seeded and reproducible on one machine and thread count. `max_steps`, `train_data` and `test_data` exist for
     smoke tests; the shipped models use the full Fashion-MNIST train and test sets.
     """
-    import timm
-    from safetensors.torch import save_file
-    from tqdm import tqdm
-
     r = recipe(r) if isinstance(r, str) else r
     dev = _device(device)
     out = Path(out or ZOO_DIR)
@@ -358,7 +354,6 @@ def train(
     idx = train_indices(y_all, r.fraction, r.data_seed)
     x_train = to_input(x_all[idx]).to(dev)  # (n, 1, 28, 28)
     y_train = torch.as_tensor(y_all[idx]).to(dev)
-    n = len(idx)
     steps = r.steps if max_steps is None else min(r.steps, max_steps)
 
     torch.manual_seed(r.seed)
@@ -371,6 +366,18 @@ def train(
     )
     sched = torch.optim.lr_scheduler.LambdaLR(opt, _schedule(r, steps))
 
+    seconds, cpu_seconds = _fit(model, opt, sched, r, x_train, y_train, steps, g, progress, log_every)
+    model = model.cpu().eval()
+    return _write_card(model, r, out, dev, idx, steps, seconds, cpu_seconds, train_data, test_data)
+
+
+def _fit(model, opt, sched, r: Recipe, x_train, y_train, steps: int, g, progress: bool, log_every: int
+         ) -> tuple[float, float]:
+    """The training loop: seeded batch order (``g``), no partial batches; returns (wall, CPU) seconds."""
+    from tqdm import tqdm
+
+    n = len(x_train)
+    dev = x_train.device
     start, cpu_start = time.perf_counter(), time.process_time()
     x_log, y_log = fmnist.load("test", fmnist.bundled_dir())
     order, pos = torch.randperm(n, generator=g), 0
@@ -392,9 +399,16 @@ def train(
             model.train()
             msg = f"step {step + 1}: loss {loss.item():.3f}, accuracy {acc:.3f} on the bundled 1000 test images"
             bar.write(f"{msg}, {time.perf_counter() - start:.0f} s", file=sys.stderr)
-    seconds, cpu_seconds = time.perf_counter() - start, time.process_time() - cpu_start
-    model = model.cpu().eval()
+    return time.perf_counter() - start, time.process_time() - cpu_start
 
+
+def _write_card(model, r: Recipe, out: Path, dev, idx, steps: int, seconds: float, cpu_seconds: float,
+                train_data, test_data) -> dict:
+    """Save the weights (safetensors) and the JSON card beside them; return the card."""
+    import timm
+    from safetensors.torch import save_file
+
+    n = len(idx)
     x_test, y_test = test_data if test_data is not None else fmnist.load("test")
     test_desc = "given" if test_data is not None else fmnist.describe("test")
     state = {k: v.contiguous() for k, v in model.state_dict().items()}
