@@ -9,32 +9,15 @@ import torch
 from vitlab import VitlabError, cka
 from vitlab.cache import pack, unpack
 
+from .reference import hsic1_song, linear_gram64
+
 
 # ---------------------------------------------------------------- independent float64 references
-def hsic1_song(K: np.ndarray, L: np.ndarray) -> float:
-    """Song et al. 2012, eq. 5: the three-term unbiased estimator, in float64."""
-    n = K.shape[0]
-    K, L = K.astype(np.float64).copy(), L.astype(np.float64).copy()
-    np.fill_diagonal(K, 0)
-    np.fill_diagonal(L, 0)
-    one = np.ones(n)
-    t1 = np.trace(K @ L)
-    t2 = (one @ K @ one) * (one @ L @ one) / ((n - 1) * (n - 2))
-    t3 = 2 / (n - 2) * (one @ K @ L @ one)
-    return (t1 + t2 - t3) / (n * (n - 3))
-
-
 def hsic0(K: np.ndarray, L: np.ndarray) -> float:
     """Gretton et al. 2005: tr(KHLH) / (n-1)^2."""
     n = K.shape[0]
     H = np.eye(n) - np.ones((n, n)) / n
     return np.trace(K @ H @ L @ H) / (n - 1) ** 2
-
-
-def linear_gram64(X: np.ndarray) -> np.ndarray:
-    X = X.astype(np.float64)
-    X = X - X.mean(0)  # exact invariance of linear HSIC; keeps the reference itself well conditioned
-    return X @ X.T
 
 
 def rbf_gram64(X: np.ndarray, threshold: float = 1.0) -> np.ndarray:

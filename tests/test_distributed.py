@@ -124,11 +124,9 @@ REDUCE_WORKER = textwrap.dedent('''
     def make():
         accs = {"cka": MinibatchCKA(list("abc"), list("abc")), "cross": MinibatchCKA(list("ab"), list("bc")),
                 "extremes": Extremes()}
-        try:
-            from vitlab.attention import AttentionDistanceAccumulator
-            accs["attn"] = AttentionDistanceAccumulator([0, 1], 3)
-        except ImportError:
-            pass
+        from vitlab.attention import AttentionDistanceAccumulator
+
+        accs["attn"] = AttentionDistanceAccumulator([0, 1], 3)
         return accs
 
     def main():

@@ -15,27 +15,12 @@ from vitlab import attention as A
 from vitlab import heads as Hd
 from vitlab.data import to_tensor
 
+from .reference import cka64
+
 
 @pytest.fixture(scope="module")
 def samples():
     return vitlab.open_source("samples")
-
-
-def _song_hsic1(k: np.ndarray, l: np.ndarray) -> float:
-    """Unbiased HSIC (Song et al. 2012, eq. 5), plain float64."""
-    n = k.shape[0]
-    k, l = k.copy(), l.copy()
-    np.fill_diagonal(k, 0)
-    np.fill_diagonal(l, 0)
-    one = np.ones(n)
-    return float((np.trace(k @ l) + (one @ k @ one) * (one @ l @ one) / ((n - 1) * (n - 2))
-                  - 2 / (n - 2) * (one @ k @ l @ one)) / (n * (n - 3)))
-
-
-def _cka(x: np.ndarray, y: np.ndarray) -> float:
-    x, y = x - x.mean(0), y - y.mean(0)
-    k, l = x @ x.T, y @ y.T
-    return _song_hsic1(k, l) / np.sqrt(_song_hsic1(k, k) * _song_hsic1(l, l))
 
 
 def test_head_outputs_rebuild_the_attention_branch(tiny_vit, samples):
@@ -94,7 +79,7 @@ def test_subset_cka_matches_a_float64_reference(tiny_vit, tiny_resnet, samples, 
     for s, members in enumerate(res.subsets):
         feats = np.concatenate([per_head[order[m]] for m in members], axis=1)
         for j, y in enumerate(other):
-            assert res.cka[s, j] == pytest.approx(_cka(feats, y), abs=2e-5), (s, j)
+            assert res.cka[s, j] == pytest.approx(cka64(feats, y), abs=2e-5), (s, j)
     frame = res.to_frame()
     assert len(frame) == 4 * len(res.layers_b) and frame["all_heads"].sum() == len(res.layers_b)
     assert frame.groupby("subset")["mean_distance_px"].first().iloc[:-1].is_monotonic_increasing

@@ -12,27 +12,13 @@ from vitlab import localization as loc
 from vitlab.charts import localization as loc_charts
 from vitlab.data import decode, plan_batches, to_tensor
 
-
-def hsic1_song(K, L):
-    n = K.shape[0]
-    K, L = K.copy(), L.copy()
-    np.fill_diagonal(K, 0)
-    np.fill_diagonal(L, 0)
-    one = np.ones(n)
-    return (np.trace(K @ L) + (one @ K @ one) * (one @ L @ one) / ((n - 1) * (n - 2))
-            - 2 / (n - 2) * (one @ K @ L @ one)) / (n * (n - 3))
-
-
-def gram64(X):
-    X = X.reshape(X.shape[0], -1).astype(np.float64)
-    X = X - X.mean(0)
-    return X @ X.T
+from .reference import hsic1_song, linear_gram64
 
 
 def minibatch_cka64(xs, ys):
     kl = kk = ll = 0.0
     for x, y in zip(xs, ys):
-        K, L = gram64(x), gram64(y)
+        K, L = linear_gram64(x), linear_gram64(y)
         kl, kk, ll = kl + hsic1_song(K, L), kk + hsic1_song(K, K), ll + hsic1_song(L, L)
     return kl / np.sqrt(kk * ll)
 

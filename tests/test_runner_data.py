@@ -15,6 +15,8 @@ from PIL import Image
 import vitlab
 from vitlab import VitlabError, data, run, taps
 
+from .reference import hsic1_song, linear_gram64
+
 
 def _write_images(folder, n, size=40, classes=("a", "b")):
     rng = np.random.default_rng(0)
@@ -80,8 +82,6 @@ def test_fashion_mnist_source(fmnist_source):
 
 def _reference_cka(loaded, source, indices, bs, tap_names):
     """Plain float64 minibatch CKA of one model with itself, straight from captured activations."""
-    from tests.test_cka import hsic1_song, linear_gram64
-
     L = len(tap_names)
     xy = np.zeros((L, L))
     for start in range(0, len(indices), bs):
