@@ -88,14 +88,16 @@ def write_json(path: Path, obj) -> None:
     path.write_text(json.dumps(obj, indent=2, default=str))
 
 
-def write_run_json(out: Path, command: str, models: list, args, info, t0: float, warnings=(), **extra) -> None:
+def write_run_json(out: Path, command: str, models: list, args, info, t0: float, warnings=(),
+                   taps: list[list[str]] | None = None, **extra) -> None:
     """``out/run.json``: what ran (models with fingerprints, images, batches computed / from cache, per-model
     forward passes, skipped images, seconds); then skipped images and warnings are reported on stderr."""
     from . import dist
 
     write_json(out / "run.json", {
         "command": command,
-        "models": [{"spec": m.label, "label": m.spec.label, "fingerprint": m.fingerprint} for m in models],
+        "models": [{"spec": m.label, "label": m.spec.label, "fingerprint": m.fingerprint,
+                    **({"taps": taps[i]} if taps else {})} for i, m in enumerate(models)],
         "data": args.data, "images": getattr(args, "images", None), "batch_size": getattr(args, "batch_size", None),
         "shuffle": getattr(args, "shuffle", None), "device": models[0].device if models else None,
         "batches_computed": info.batches_computed if info else None,
@@ -175,21 +177,9 @@ def run_cka(args) -> int:
     frame.to_csv(out / "cka.csv", index=False)
     written = charts.save_all(charts.cka_pair_charts(frame), out)
     info = report.info
-    write_json(out / "run.json", {
-        "command": "cka",
-        "models": [{"spec": m.label, "label": m.spec.label, "fingerprint": m.fingerprint, "taps": s.taps(m)}
-                   for m, s in zip(models, stats)],
-        "data": args.data, "images": report.images, "batch_size": args.batch_size, "shuffle": args.shuffle,
-        "repeats": report.repeats, "tokens": args.tokens, "kernel": args.kernel, "estimator": args.estimator,
-        "device": models[0].device, "batches_computed": info.batches_computed,
-        "batches_from_cache": info.batches_from_cache, "forward_passes": info.forward_passes,
-        "skipped_images": [s[0] for s in info.skipped_images],
-        "dropped_batches": info.dropped_batches, "warnings": report.warnings,
-        "seconds": round(time.perf_counter() - t0, 3), "processes": ctx.world,
-    })
-    report_skips(info)
-    for w in report.warnings:
-        print(f"warning: {w}", file=sys.stderr)
+    write_run_json(out, "cka", models, args, info, t0, report.warnings, taps=[s.taps(m) for m, s in zip(models, stats)],
+                   images=report.images, repeats=report.repeats, tokens=args.tokens, kernel=args.kernel,
+                   estimator=args.estimator)
     print(f"CKA over {report.images} images ({info.batches_computed} batches computed, "
           f"{info.batches_from_cache} from cache): {out / 'cka.csv'}, {len(written)} chart files")
     return 0
