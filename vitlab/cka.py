@@ -157,12 +157,20 @@ class MinibatchCKA:
         if ca.shape[0] != len(self.layers_a) or cb.shape[0] != len(self.layers_b):
             raise VitlabError(f"Grams for {ca.shape[0]}/{cb.shape[0]} layers given to an accumulator of "
                               f"{len(self.layers_a)}/{len(self.layers_b)} layers")
-        self.xy += hsic_all_pairs(ca, cb, self.estimator)
         sa = hsic_self(ca, self.estimator)
-        self.xx += sa
-        self.yy += sa if same else hsic_self(cb, self.estimator)
+        sb = sa if same else hsic_self(cb, self.estimator)
+        self.add(hsic_all_pairs(ca, cb, self.estimator), sa, sb, ca.shape[-1])
+
+    def add(self, xy: np.ndarray, xx: np.ndarray, yy: np.ndarray, n: int) -> None:
+        """Add one batch's HSIC estimates (La, Lb), (La,), (Lb,) of ``n`` images, computed elsewhere (on the
+        model's device: :mod:`vitlab.device_cka`)."""
+        if np.shape(xy) != self.xy.shape:
+            raise VitlabError(f"HSIC estimates of shape {np.shape(xy)} given to an accumulator of {self.xy.shape}")
+        self.xy += xy
+        self.xx += xx
+        self.yy += yy
         self.batches += 1
-        self.images += ca.shape[-1]
+        self.images += n
 
     def merge(self, other: "MinibatchCKA") -> "MinibatchCKA":
         """Add another accumulator's state (other shards, other batches)."""

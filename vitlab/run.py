@@ -10,14 +10,15 @@ from __future__ import annotations
 import time
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import Callable, Iterator, Sequence
+from typing import Callable, ClassVar, Iterator, Sequence
 
 import numpy as np
 
 from . import cka as cka_mod
+from . import device_cka, inflight, pipeline
 from . import taps as taps_mod
 from .cache import Store, make_key
-from .data import Batch, ImageSource, decode, plan_batches, select, to_tensor
+from .data import Batch, ImageSource, plan_batches, select
 from .errors import VitlabError
 from .models import LoadedModel
 
@@ -29,6 +30,8 @@ class Statistic(ABC):
 
     name: str = "statistic"
     version: int = 1  # bump when the meaning changes, so stale cache entries cannot look valid
+    # True: computable one tap at a time (reduce_tap + finish), formed inside the forward (vitlab.inflight)
+    streams: ClassVar[bool] = False
 
     @abstractmethod
     def params(self, loaded: LoadedModel) -> dict:
@@ -41,6 +44,14 @@ class Statistic(ABC):
     @abstractmethod
     def compute(self, acts: dict, loaded: LoadedModel, batch: Batch) -> dict[str, np.ndarray]:
         """Pure function of one batch's activations (``acts['logits']`` holds the model output)."""
+
+    def reduce_tap(self, tap: str, act, loaded: LoadedModel):
+        """Streaming statistics: the part that depends on one tap's activation (called from its forward hook)."""
+        raise NotImplementedError(f"{type(self).__name__} does not stream")
+
+    def finish(self, parts: dict, loaded: LoadedModel, batch: Batch) -> dict[str, np.ndarray]:
+        """Streaming statistics: the per-batch value from ``{tap: reduce_tap(...)}`` of every tap."""
+        raise NotImplementedError(f"{type(self).__name__} does not stream")
 
     def cache_key(self, loaded: LoadedModel, batch: Batch) -> str:
         return make_key(self.name, self.version, loaded.fingerprint, batch.key, self.params(loaded))
@@ -57,6 +68,7 @@ class GramStatistic(Statistic):
     precision: str = "float32"  # 'float64': verify mode
     name: str = "gram"
     version: int = 1
+    streams: ClassVar[bool] = True
 
     def taps(self, loaded: LoadedModel) -> list[str]:
         return list(self.taps_) if self.taps_ else taps_mod.default_taps(loaded.model)
@@ -65,16 +77,20 @@ class GramStatistic(Statistic):
         return {"taps": self.taps(loaded), "tokens": self.tokens, "kernel": self.kernel,
                 "threshold": self.threshold, "precision": self.precision}
 
-    def compute(self, acts: dict, loaded: LoadedModel, batch: Batch) -> dict[str, np.ndarray]:
+    def reduce_tap(self, tap: str, act, loaded: LoadedModel):
         import torch
 
+        # bf16/fp16 activations are cast up before centring (cka.gram)
         dtype = torch.float64 if self.precision == "float64" else torch.float32
-        grams = []
-        for tap in self.taps(loaded):
-            # bf16/fp16 activations are cast up before centring (cka.gram)
-            f = taps_mod.features(acts[tap], loaded.model, self.tokens)
-            grams.append(cka_mod.gram(f, self.kernel, self.threshold, dtype=dtype))
-        return {"grams": torch.stack(grams).cpu().numpy()}
+        return cka_mod.gram(taps_mod.features(act, loaded.model, self.tokens), self.kernel, self.threshold, dtype=dtype)
+
+    def finish(self, parts: dict, loaded: LoadedModel, batch: Batch) -> dict[str, np.ndarray]:
+        import torch
+
+        return {"grams": torch.stack([parts[t] for t in self.taps(loaded)]).cpu().numpy()}
+
+    def compute(self, acts: dict, loaded: LoadedModel, batch: Batch) -> dict[str, np.ndarray]:
+        return self.finish({t: self.reduce_tap(t, acts[t], loaded) for t in self.taps(loaded)}, loaded, batch)
 
 
 @dataclass
@@ -98,44 +114,47 @@ class RunInfo:
             self.forward_passes[label] = self.forward_passes.get(label, 0) + n
 
 
-def _forward(loaded: LoadedModel, images: list, tap_names: list[str], amp: bool) -> dict:
-    import torch
-
-    x = to_tensor(images, loaded)
-    use_amp = amp and loaded.device.startswith("cuda")
-    with taps_mod.capture(loaded.model, tap_names) as acts, torch.inference_mode():
-        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=use_amp):
-            acts["logits"] = loaded.model(x)
-        acts = {k: (v.float() if v.dtype in (torch.bfloat16, torch.float16) else v) for k, v in acts.items()}
-    return acts
-
-
 def stream(models: Sequence[LoadedModel], source: ImageSource, indices: Sequence[int], batch_size: int,
            statistics: Sequence[Sequence[Statistic]], *, store: Store | None = None, progress: Progress | None = None,
            amp: bool = False, shard: tuple[int, int] = (0, 1), info: RunInfo | None = None,
-           min_batch: int = cka_mod.MIN_UNBIASED_BATCH
+           min_batch: int = cka_mod.MIN_UNBIASED_BATCH, workers: int | None = None
            ) -> Iterator[tuple[Batch, list[dict[str, dict[str, np.ndarray]]]]]:
     """Yield ``(batch, [per model: {statistic name: arrays}])`` for each batch of ``indices``.
 
     ``statistics[m]`` lists the statistics of ``models[m]``. ``shard=(rank, world)`` takes every world-th batch
     (torch.distributed). Batches left with fewer than ``min_batch`` readable images (4, for the unbiased HSIC)
     are dropped and reported in ``info``; per-image statistics (attention distance) pass ``min_batch=1``.
+    Inputs are decoded and transformed by ``workers`` threads ahead of the forward (vitlab.pipeline; None: the
+    default, 0: on this thread); each model's statistics are formed inside its forward (vitlab.inflight).
     """
     store = store or Store(None)
     info = info if info is not None else RunInfo()
     batches = plan_batches(source, indices, batch_size)[shard[0]::shard[1]]
     t0 = time.perf_counter()
-    for done, batch in enumerate(batches):
-        if progress:
-            progress(done, len(batches), f"batch {done + 1}/{len(batches)}")
-        meta_key = make_key("batch-meta", batch.key)
-        meta = store.get_json(meta_key)
+
+    def plan(batch: Batch):
+        """Cache lookups, ahead of the consumer; decoding is needed for any missing statistic or batch record."""
+        meta = store.get_json(make_key("batch-meta", batch.key))
         found = [{s.name: store.get(s.cache_key(m, batch)) for s in stats} for m, stats in zip(models, statistics)]
-        missing = any(v is None for per_model in found for v in per_model.values())
-        if missing or meta is None:
-            decode(source, batch)
+        need = [m for m, per_model in zip(models, found) if any(v is None for v in per_model.values())]
+        return (meta, found, bool(need)), (need if need or meta is None else None)
+
+    prefetcher = pipeline.Prefetcher(source, workers, pin=any(str(m.device).startswith("cuda") for m in models))
+    with prefetcher:
+        yield from _consume(models, statistics, pipeline.prefetched(batches, plan, prefetcher), len(batches),
+                            store, progress, amp, info, min_batch)
+    info.seconds += time.perf_counter() - t0
+    if progress:
+        progress(len(batches), len(batches), "done")
+
+
+def _consume(models, statistics, planned, total, store, progress, amp, info, min_batch):
+    for done, (batch, (meta, found, missing), prepared) in enumerate(planned):
+        if progress:
+            progress(done, total, f"batch {done + 1}/{total}")
+        if prepared is not None:
             meta = {"ids": batch.ids, "labels": batch.labels, "skipped": batch.skipped}
-            store.put_json(meta_key, meta)
+            store.put_json(make_key("batch-meta", batch.key), meta)
         batch.ids, batch.labels = meta["ids"], meta["labels"]
         batch.skipped = [tuple(s) for s in meta["skipped"]]
         info.skipped_images += [s for s in batch.skipped if s not in info.skipped_images]
@@ -149,20 +168,16 @@ def stream(models: Sequence[LoadedModel], source: ImageSource, indices: Sequence
                 todo = [s for s in stats if per_model[s.name] is None]
                 if not todo:
                     continue
-                tap_names = sorted({t for s in todo for t in s.taps(m)})
-                acts = _forward(m, batch.images, tap_names, amp)
+                values = inflight.forward_statistics(m, prepared.inputs[pipeline.input_key(m)], todo, batch, amp)
                 info.forward_passes[m.label] = info.forward_passes.get(m.label, 0) + 1
                 for s in todo:
-                    per_model[s.name] = s.compute(acts, m, batch)
+                    per_model[s.name] = values[s.name]
                     store.put(s.cache_key(m, batch), per_model[s.name])
-                del acts
+                del values
         else:
             info.batches_from_cache += 1
         batch.images = None
         yield batch, found
-    info.seconds += time.perf_counter() - t0
-    if progress:
-        progress(len(batches), len(batches), "done")
 
 
 @dataclass
@@ -203,18 +218,25 @@ def cka_accumulators(models: Sequence[LoadedModel], statistics: Sequence[GramSta
     return {(i, j): cka_mod.MinibatchCKA(layers[i], layers[j], estimator) for i in range(k) for j in range(i, k)}
 
 
-def fold_cka(accs: dict, found: list[dict], estimator: str) -> None:
-    """Add one batch's Grams of every model to every pair's accumulator (each Gram centred once)."""
-    centred = [cka_mod.centred(f["gram"]["grams"], estimator) for f in found]
+def fold_cka(accs: dict, found: list[dict], estimator: str, device: str = "cpu") -> None:
+    """Add one batch's Grams of every model to every pair's accumulator: each Gram centred once and every
+    pair's HSIC formed on ``device`` (vitlab.device_cka); only the (La, Lb) estimates come back to the host."""
+    import torch
+
+    mode = device_cka.mode_for(device)
+    centred = [device_cka.centred(torch.from_numpy(f["gram"]["grams"]).to(device), estimator, mode) for f in found]
+    selfs = [device_cka.hsic_self(c, estimator, mode) for c in centred]
     for (i, j), acc in accs.items():
-        acc.update(centred[i], None if i == j else centred[j])
+        xy = device_cka.hsic_all_pairs(centred[i], centred[j], estimator, mode)
+        acc.add(xy, selfs[i], selfs[j], centred[i].shape[-1])
 
 
 def cka(models: Sequence[LoadedModel], source: ImageSource, *, images: int | None = None, batch_size: int = 64,
         shuffle: int | None = None, repeats: int = 1,
         statistic: GramStatistic | Sequence[GramStatistic] = GramStatistic(),
         estimator: str = "unbiased", store: Store | None = None, progress: Progress | None = None,
-        amp: bool = False, shard: tuple[int, int] = (0, 1), reduce: Callable | None = None) -> CKAReport:
+        amp: bool = False, shard: tuple[int, int] = (0, 1), reduce: Callable | None = None,
+        workers: int | None = None) -> CKAReport:
     """Minibatch CKA between all taps of every model and every other (and itself), over ``repeats`` subsets.
 
     Repeat r > 0 (or every repeat when ``shuffle`` is set) uses the seeded permutation ``shuffle + r``.
@@ -230,8 +252,9 @@ def cka(models: Sequence[LoadedModel], source: ImageSource, *, images: int | Non
         indices = select(source, images, seed)
         accs = cka_accumulators(models, stats, estimator)
         for _, found in stream(models, source, indices, batch_size, [[s] for s in stats], store=store,
-                               progress=_repeat_progress(progress, r, repeats), amp=amp, shard=shard, info=info):
-            fold_cka(accs, found, estimator)
+                               progress=_repeat_progress(progress, r, repeats), amp=amp, shard=shard, info=info,
+                               workers=workers):
+            fold_cka(accs, found, estimator, models[0].device)
         if reduce is not None:
             reduce(accs)
         per_repeat.append({p: a.compute(models[p[0]].label, models[p[1]].label) for p, a in accs.items()})

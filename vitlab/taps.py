@@ -32,7 +32,7 @@ import threading
 import weakref
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Iterator, Sequence
+from typing import Callable, Iterator, Mapping, Sequence
 
 from .errors import VitlabError
 
@@ -185,11 +185,15 @@ def model_lock(model) -> threading.RLock:
 
 
 @contextmanager
-def capture(model, taps: Sequence[str], detach: bool = True) -> Iterator[dict]:
+def capture(model, taps: Sequence[str], detach: bool = True,
+            reduce: Mapping[str, Callable] | None = None) -> Iterator[dict]:
     """Hook ``taps`` of ``model``; inside the block every forward fills the yielded dict ``{tap: tensor}``.
 
     Hooks (and the switch-off of fused attention for ``attn_probs``) are undone in ``finally``, even when the
     forward raises. ``detach=False`` keeps the graph (for gradients, e.g. receptive fields).
+    ``reduce={tap: fn}``: the hook stores ``fn(tensor)`` instead of the tensor, called the moment the tap exists,
+    so the activation is not held past its use in the forward (memory does not grow with the number of taps).
+    ``fn`` must return new memory, never a view of its argument (a clone-tap's tensor is changed in place later).
     """
     check_taps(model, taps)
     table = tap_table(model)
@@ -198,9 +202,14 @@ def capture(model, taps: Sequence[str], detach: bool = True) -> Iterator[dict]:
     handles = []
     fused_restore = []
 
+    reduce = reduce or {}
+
     def keep(name, tensor, transpose, clone):
         t = tensor.transpose(1, 2) if transpose else tensor
         t = t.detach() if detach else t
+        if name in reduce:
+            out[name] = reduce[name](t)
+            return
         out[name] = t.clone() if clone else t
 
     with model_lock(model):
