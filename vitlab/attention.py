@@ -175,12 +175,21 @@ class AttentionDistanceStatistic(Statistic):
     def params(self, loaded: LoadedModel) -> dict:
         return {"taps": self.taps(loaded)}
 
-    def compute(self, acts: dict, loaded: LoadedModel, batch) -> dict[str, np.ndarray]:
+    # (B, H, N, N) probabilities are reduced to (B, H) distances inside the forward (vitlab.inflight), so one
+    # block's map at a time exists (~680 MiB per 32 images for all of ViT-B/16's, FACTS.md)
+    streams = True
+
+    def reduce_tap(self, tap: str, act, loaded: LoadedModel):
         model = loaded.model
         dist = distance_matrix(taps_mod.grid_size(model), taps_mod.patch_size(model))
-        prefix = taps_mod.num_prefix_tokens(model)
-        raw, ren = zip(*(mean_distance_per_image(acts[t], prefix, dist) for t in self.taps(loaded)))
+        return mean_distance_per_image(act, taps_mod.num_prefix_tokens(model), dist)
+
+    def finish(self, parts: dict, loaded: LoadedModel, batch) -> dict[str, np.ndarray]:
+        raw, ren = zip(*(parts[t] for t in self.taps(loaded)))
         return {"raw": np.stack([r.T.cpu().numpy() for r in raw]), "renorm": np.stack([r.T.cpu().numpy() for r in ren])}
+
+    def compute(self, acts: dict, loaded: LoadedModel, batch) -> dict[str, np.ndarray]:
+        return self.finish({t: self.reduce_tap(t, acts[t], loaded) for t in self.taps(loaded)}, loaded, batch)
 
 
 @dataclass

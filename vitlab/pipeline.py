@@ -197,7 +197,7 @@ def prefetched(batches: Iterable[Batch], plan: Callable[[Batch], tuple[object, S
     it = iter(batches)
 
     def fill() -> None:
-        while len(window) <= depth:
+        while len(window) < max(1, depth):
             batch = next(it, None)
             if batch is None:
                 return

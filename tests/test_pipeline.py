@@ -1,0 +1,145 @@
+"""The prefetching input pipeline equals the serial path: same tensors, same skipped images, same order."""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+import torch
+
+import vitlab
+from vitlab import VitlabError, pipeline
+from vitlab.data import decode, folder_source, plan_batches, select, to_tensor
+from vitlab.run import GramStatistic, stream
+
+SAMPLES = vitlab.data.ASSETS / "samples"
+
+
+@pytest.fixture()
+def jpeg_folder(tmp_path):
+    """Nine JPEGs of different sizes and modes (one greyscale), two unreadable files, in two class folders."""
+    from PIL import Image
+
+    files = sorted(SAMPLES.glob("*.jpg"))[:9]
+    for k, f in enumerate(files):
+        img = Image.open(f)
+        img = img.convert("L") if k == 4 else img.convert("RGB")
+        sub = tmp_path / ("a" if k % 2 else "b")
+        sub.mkdir(exist_ok=True)
+        img.resize((120 + 13 * k, 90 + 7 * k)).save(sub / f"img{k}.jpg", quality=90)
+    (tmp_path / "a" / "broken.jpg").write_bytes(b"\xff\xd8\xff\xe0 not really a jpeg")
+    (tmp_path / "b" / "empty.png").write_bytes(b"")
+    return tmp_path
+
+
+def _serial(source, batch, loaded):
+    decode(source, batch)
+    return batch, to_tensor(batch.images, loaded)
+
+
+@pytest.mark.parametrize("workers", [0, 1, 3])
+def test_prefetcher_equals_serial_decode_and_transform(jpeg_folder, tiny_vit, workers):
+    source = folder_source(jpeg_folder)
+    batches = plan_batches(source, select(source), 4)
+    with pipeline.Prefetcher(source, workers) as pf:
+        futures = [pf.submit(b, pipeline.groups_of([tiny_vit])) for b in plan_batches(source, select(source), 4)]
+        got = [f.result() for f in futures]
+    key = pipeline.input_key(tiny_vit)
+    skipped = []
+    for b, p in zip(batches, got):
+        ref, x = _serial(source, b, tiny_vit)
+        assert p.batch.ids == ref.ids and p.batch.labels == ref.labels and p.batch.skipped == ref.skipped
+        assert torch.equal(p.inputs[key], x)
+        skipped += p.batch.skipped
+    assert [s[0].split("/")[-1] for s in skipped] == ["broken.jpg", "empty.png"]
+    assert all("broken.jpg" in s[1] or "empty.png" in s[1] for s in skipped)
+
+
+def test_models_with_equal_transforms_share_one_input(tiny_vit, tiny_resnet):
+    other_vit = vitlab.load("test_vit@random:1", "cpu")
+    assert pipeline.input_key(other_vit) == pipeline.input_key(tiny_vit)
+    assert len(pipeline.groups_of([tiny_vit, other_vit])) == 1
+    # a different data config is a different input
+    assert len(pipeline.groups_of([tiny_vit, tiny_resnet])) == len({pipeline.input_key(tiny_vit),
+                                                                    pipeline.input_key(tiny_resnet)})
+
+
+def test_prefetched_keeps_order_and_runs_ahead(jpeg_folder):
+    source = folder_source(jpeg_folder)
+    batches = plan_batches(source, select(source), 2)
+    planned_at: list[int] = []
+    consumed: list[int] = []
+
+    def plan(batch):
+        planned_at.append(len(consumed))
+        return batch.index, ([] if batch.index % 2 else None)  # odd batches decode only, even ones need nothing
+
+    with pipeline.Prefetcher(source, 2) as pf:
+        for batch, planned, prepared in pipeline.prefetched(batches, plan, pf, depth=2):
+            assert planned == batch.index
+            assert (prepared is None) == (batch.index % 2 == 0)
+            if prepared is not None:
+                assert prepared.inputs == {} and prepared.batch.ids
+            consumed.append(batch.index)
+    assert consumed == [b.index for b in batches]
+    # batch k is planned before batch k - 2 is consumed: two batches are in preparation ahead of the consumer
+    assert planned_at[:4] == [0, 0, 0, 1]
+
+
+def test_stream_with_workers_equals_serial_stream(jpeg_folder, tiny_vit, tiny_resnet):
+    source = folder_source(jpeg_folder)
+    idx = select(source)
+    stats = [[GramStatistic()], [GramStatistic()]]
+
+    def run(workers):
+        info = vitlab.RunInfo()
+        out = [(b.ids, b.labels, b.skipped, [f["gram"]["grams"] for f in found])
+               for b, found in stream([tiny_vit, tiny_resnet], source, idx, 5, stats, info=info, workers=workers)]
+        return out, info
+
+    serial, info0 = run(0)
+    threaded, info3 = run(3)
+    assert len(serial) == len(threaded) == 2  # 11 files in batches of 5: the last (1 image) is dropped
+    for (ids0, lab0, sk0, g0), (ids3, lab3, sk3, g3) in zip(serial, threaded):
+        assert ids0 == ids3 and lab0 == lab3 and sk0 == sk3
+        for a, b in zip(g0, g3):
+            np.testing.assert_array_equal(a, b)
+    assert info0.skipped_images == info3.skipped_images and len(info0.skipped_images) == 2
+    assert info0.dropped_batches == info3.dropped_batches and len(info0.dropped_batches) == 1
+
+
+def test_worker_threads_leave_the_forward_its_threads(jpeg_folder, tiny_vit):
+    before = torch.get_num_threads()
+    seen = []
+    source = folder_source(jpeg_folder)
+    orig = pipeline._prepare_image
+
+    def spy(*a):
+        seen.append((threading.current_thread().name, torch.get_num_threads()))
+        return orig(*a)
+
+    pipeline._prepare_image = spy
+    try:
+        with pipeline.Prefetcher(source, 2) as pf:
+            pf.submit(plan_batches(source, select(source), 8)[0], pipeline.groups_of([tiny_vit])).result()
+    finally:
+        pipeline._prepare_image = orig
+    assert seen and all(name.startswith("vitlab-input") and n == 1 for name, n in seen)
+    assert torch.get_num_threads() == before
+
+
+def test_workers_option_is_checked(monkeypatch):
+    with pytest.raises(VitlabError, match="--workers must be a non-negative integer"):
+        pipeline.check_workers("-1")
+    with pytest.raises(VitlabError, match="--workers"):
+        pipeline.check_workers("two")
+    monkeypatch.setenv("VITLAB_WORKERS", "3")
+    assert pipeline.default_workers() == 3
+    pipeline.set_default_workers(5)
+    try:
+        assert pipeline.default_workers() == 5
+    finally:
+        pipeline.set_default_workers(None)
+    monkeypatch.delenv("VITLAB_WORKERS")
+    assert 1 <= pipeline.default_workers() <= pipeline.MAX_DEFAULT_WORKERS
