@@ -257,6 +257,8 @@ def status_ui() -> None:
         if info.get("enabled"):
             st.caption(f"Disk cache: {info['entries']} entries, {info['bytes'] / 2**20:.1f} MiB of "
                        f"{info['size_limit'] / 2**30:.0f} GiB in `{info['directory']}`")
+        st.caption(f"Input workers: {vitlab.pipeline.default_workers()} threads decoding and transforming images "
+                   f"ahead of the forward ({vitlab.pipeline.cores()} cores; set VITLAB_WORKERS to change)")
 
 
 # ------------------------------------------------------------------------------- models, data, store

@@ -21,8 +21,8 @@ Analyses, one module each (every result has ``to_frame()``; ``vitlab.charts`` dr
     tour                          the paper's claims checked on the results
 """
 
-from . import (activations, attention, checkpoints, cka, data, heads, interventions, localization, models, probes,
-               receptive, run, skips, taps, tour, zoo)
+from . import (activations, attention, checkpoints, cka, data, heads, interventions, localization, models, pipeline,
+               probes, receptive, run, skips, taps, tour, zoo)
 from .cache import Store
 from .cka import CKAResult, MinibatchCKA
 from .data import DataSpec, ImageSource, open_source, select, uploads_source
@@ -36,5 +36,6 @@ __all__ = [
     "CKAReport", "CKAResult", "DataSpec", "GramStatistic", "ImageSource", "LoadedModel", "MinibatchCKA",
     "ModelSpec", "PAPER_MODELS", "RunInfo", "Statistic", "Store", "VitlabError", "activations", "attention",
     "checkpoints", "cka", "data", "heads", "interventions", "load", "localization", "models", "open_source",
-    "parse_spec", "probes", "receptive", "run", "select", "skips", "stream", "taps", "tour", "uploads_source", "zoo",
+    "parse_spec", "pipeline", "probes", "receptive", "run", "select", "skips", "stream", "taps", "tour",
+    "uploads_source", "zoo",
 ]

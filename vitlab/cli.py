@@ -37,6 +37,9 @@ def add_data_options(p: argparse.ArgumentParser, images: int | None = 256, batch
     p.add_argument("--shuffle", type=int, default=None, metavar="SEED", help="take a seeded random subset")
     p.add_argument("--no-cache", action="store_true", help="neither read nor write the disk cache")
     p.add_argument("--cache-dir", default=None, help="cache folder (default: VITLAB_CACHE_DIR or ~/.cache/vitlab)")
+    p.add_argument("--workers", default=None, metavar="N",
+                   help="threads decoding and transforming images ahead of the forward "
+                        "(default: VITLAB_WORKERS, else the number of cores, at most 16; 0: on the main thread)")
 
 
 def add_out_option(p: argparse.ArgumentParser, default: str) -> None:
@@ -256,6 +259,10 @@ def main(argv: list[str] | None = None) -> int:
     from . import dist
 
     try:
+        if getattr(args, "workers", None) is not None:
+            from . import pipeline
+
+            pipeline.set_default_workers(args.workers)
         with dist.guard():  # torchrun: a failing rank stops the others, with its rank in the message
             return int(args.func(args) or 0)
     except VitlabError as e:
