@@ -77,6 +77,7 @@ class LocalizationStatistic(Statistic):
     layers: tuple[str, ...]
     name: str = "localization"
     version: int = 1
+    needs_images = True  # compute() re-reads the decoded images (batch.images) for the input patches
 
     def params(self, loaded: LoadedModel) -> dict:
         return {"layers": list(self.layers)}

@@ -110,16 +110,19 @@ def _one_thread() -> None:
     torch.set_num_threads(1)
 
 
-def _prepare_image(source: ImageSource, batch: Batch, i: int, groups: dict[str, _Input]):
+def _prepare_image(source: ImageSource, batch: Batch, i: int, groups: dict[str, _Input], keep: bool):
     """Decode item ``i`` exactly as the serial path does, and apply each group's transform: (one-image batch,
-    {key: (C, H, W)} or {} when the image was skipped)."""
+    {key: (C, H, W)} or {} when the image was skipped). The decoded image is dropped unless ``keep``."""
     one = decode(source, Batch(batch.index, [i], batch.key))
     if not one.images:
         return one, {}
-    return one, {k: to_tensor(one.images, g)[0] for k, g in groups.items()}
+    xs = {k: to_tensor(one.images, g)[0] for k, g in groups.items()}
+    if not keep:
+        one.images = [None]
+    return one, xs
 
 
-def _assemble(batch: Batch, parts: list, keys: Sequence[str], pin: bool, has_labels: bool) -> Prepared:
+def _assemble(batch: Batch, parts: list, keys: Sequence[str], pin: bool, has_labels: bool, keep: bool) -> Prepared:
     import torch
 
     batch.images, batch.ids, batch.labels, batch.skipped = [], [], [], []
@@ -130,6 +133,8 @@ def _assemble(batch: Batch, parts: list, keys: Sequence[str], pin: bool, has_lab
         batch.skipped += one.skipped
     if not has_labels:
         batch.labels = None
+    if not keep:
+        batch.images = None
     inputs = {}
     for k in keys:
         xs = [x[k] for _, x in parts if x]
@@ -144,11 +149,12 @@ class Prefetcher:
     """Prepares batches in ``workers`` threads; :meth:`submit` returns at once, :meth:`result` waits for one.
 
     ``pin=True`` (CUDA) puts each batch's input in page-locked memory, so the copy to the device can be
-    ``non_blocking`` and overlap with the forward of the batch before it.
+    ``non_blocking`` and overlap with the forward of the batch before it. ``keep_images=False`` drops each decoded
+    image once it is transformed (``batch.images`` is None): a 500x375 RGB image is as big as its 224 px input.
     """
 
-    def __init__(self, source: ImageSource, workers: int | None = None, pin: bool = False):
-        self.source, self.pin = source, pin
+    def __init__(self, source: ImageSource, workers: int | None = None, pin: bool = False, keep_images: bool = True):
+        self.source, self.pin, self.keep = source, pin, keep_images
         self.workers = default_workers() if workers is None else check_workers(workers)
         self._pool = ThreadPoolExecutor(self.workers, "vitlab-input", initializer=_one_thread) if self.workers else None
         self._assembler = ThreadPoolExecutor(1, "vitlab-assemble", initializer=_one_thread) if self.workers else None
@@ -158,12 +164,12 @@ class Prefetcher:
         has_labels = self.source.has_labels
         if self._pool is None:
             done: Future = Future()
-            parts = [_prepare_image(self.source, batch, i, groups) for i in batch.indices]
-            done.set_result(_assemble(batch, parts, list(groups), self.pin, has_labels))
+            parts = [_prepare_image(self.source, batch, i, groups, self.keep) for i in batch.indices]
+            done.set_result(_assemble(batch, parts, list(groups), self.pin, has_labels, self.keep))
             return done
-        futures = [self._pool.submit(_prepare_image, self.source, batch, i, groups) for i in batch.indices]
+        futures = [self._pool.submit(_prepare_image, self.source, batch, i, groups, self.keep) for i in batch.indices]
         return self._assembler.submit(lambda: _assemble(batch, [f.result() for f in futures], list(groups),
-                                                        self.pin, has_labels))
+                                                        self.pin, has_labels, self.keep))
 
     def close(self) -> None:
         for pool in (self._pool, self._assembler):

@@ -32,6 +32,8 @@ class Statistic(ABC):
     version: int = 1  # bump when the meaning changes, so stale cache entries cannot look valid
     # True: computable one tap at a time (reduce_tap + finish), formed inside the forward (vitlab.inflight)
     streams: ClassVar[bool] = False
+    # True: compute() reads the decoded PIL images (batch.images); otherwise the pipeline drops them once transformed
+    needs_images: ClassVar[bool] = False
 
     @abstractmethod
     def params(self, loaded: LoadedModel) -> dict:
@@ -139,10 +141,14 @@ def stream(models: Sequence[LoadedModel], source: ImageSource, indices: Sequence
         need = [m for m, per_model in zip(models, found) if any(v is None for v in per_model.values())]
         return (meta, found, bool(need)), (need if need or meta is None else None)
 
-    prefetcher = pipeline.Prefetcher(source, workers, pin=any(str(m.device).startswith("cuda") for m in models))
+    cuda = any(str(m.device).startswith("cuda") for m in models)
+    prefetcher = pipeline.Prefetcher(source, workers, pin=cuda,
+                                     keep_images=any(s.needs_images for stats in statistics for s in stats))
+    # one batch ahead hides preparation behind a CPU forward at the least memory (each batch ahead holds its
+    # inputs); a GPU forward is short, so two keep the workers busy while a batch is stacked and copied
+    ahead = pipeline.prefetched(batches, plan, prefetcher, depth=2 if cuda else 1)
     with prefetcher:
-        yield from _consume(models, statistics, pipeline.prefetched(batches, plan, prefetcher), len(batches),
-                            store, progress, amp, info, min_batch)
+        yield from _consume(models, statistics, ahead, len(batches), store, progress, amp, info, min_batch)
     info.seconds += time.perf_counter() - t0
     if progress:
         progress(len(batches), len(batches), "done")
