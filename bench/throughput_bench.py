@@ -1,0 +1,334 @@
+"""Benchmark: images/s of vitlab's input pipeline and of `vitlab cka`, against plain timm forwards; peak memory.
+
+Over the same JPEGs (made from assets/samples: 500x375 crops, quality 90, like a folder of photographs), per model:
+
+    pipeline        vitlab.pipeline alone: decode + the model's transform in W worker threads, no forward
+    forward-serial  decode + transform on the main thread, then the forward, no hooks (cka_bench's floor today)
+    forward-loader  a plain timm forward fed by torch.utils.data.DataLoader(num_workers=W): the floor a user writes
+    vitlab          vitlab.run.cka([model]) with every default CKA tap, no cache, W input workers
+
+Timed in one subprocess per model, interleaved (round r starts at method r) and the fastest of --repeats runs
+reported: on a shared machine the load moves more than the methods differ (bench/README.md).
+
+Peak memory: each of forward-loader, vitlab and vitlab-held (the previous path: every tap of a batch held, then
+the Grams) runs alone in a fresh subprocess at two batch sizes (--memory-batches, two batches of images each);
+the growth per image is (Δpeak(large) - Δpeak(small)) / (large - small), Δpeak = peak RSS (CUDA: max allocated)
+minus the RSS after the model was loaded. DataLoader workers are separate processes: only the batches they hand
+over count in the main process.
+
+Scaling: the pipeline alone on a decode-bound case (--scaling-model, default test_vit@random: a 160 px input,
+so decoding a 500x375 JPEG dominates), 1 and 2 workers (and 0: the main thread), interleaved.
+
+    nice python bench/throughput_bench.py                           # defaults: ~10 min on 2 loaded CPU cores
+    python bench/throughput_bench.py --models vit_base_patch16_224@random --images 256 --device cuda --amp
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+TIMED = ("pipeline", "forward-serial", "forward-loader", "vitlab")
+MEMORY = ("forward-loader", "vitlab", "vitlab-held")
+DEFAULT_MODELS = "vit_base_patch16_224@random,resnet50@random"
+
+
+# ---------------------------------------------------------------- images
+
+def make_jpegs(folder: Path, n: int) -> None:
+    """``n`` 500x375 JPEGs: seeded crops of the bundled samples, resized (deterministic)."""
+    import numpy as np
+    from PIL import Image
+
+    from vitlab.data import ASSETS
+
+    files = sorted((ASSETS / "samples").glob("*.jpg"))
+    rng = np.random.default_rng(0)
+    folder.mkdir(parents=True, exist_ok=True)
+    for k in range(n):
+        img = Image.open(files[k % len(files)]).convert("RGB")
+        w, h = img.size
+        cw, ch = int(w * rng.uniform(0.6, 1.0)), int(h * rng.uniform(0.6, 1.0))
+        x0, y0 = int(rng.integers(0, w - cw + 1)), int(rng.integers(0, h - ch + 1))
+        img.crop((x0, y0, x0 + cw, y0 + ch)).resize((500, 375), Image.BICUBIC).save(folder / f"{k:04d}.jpg",
+                                                                                    quality=90)
+
+
+# ---------------------------------------------------------------- methods (worker side)
+
+class _Images:
+    """DataLoader dataset: item i -> the model's transformed image i (decoded in the loader's worker)."""
+
+    def __init__(self, source, indices, loaded):
+        self.source, self.indices, self.loaded = source, indices, loaded
+
+    def __len__(self):
+        return len(self.indices)
+
+    def __getitem__(self, i):
+        from vitlab.data import to_tensor
+
+        return to_tensor([self.source.load(self.indices[i])], _cpu(self.loaded))[0]
+
+
+def _cpu(loaded):
+    from vitlab.pipeline import _Input
+
+    return _Input(loaded.in_chans, loaded.transform)
+
+
+def run_pipeline(m, source, indices, args):
+    from vitlab import pipeline
+    from vitlab.data import plan_batches
+
+    with pipeline.Prefetcher(source, args.workers, keep_images=False) as pf:
+        batches = plan_batches(source, indices, args.batch_size)
+        plan = (lambda b: (None, [m]))
+        for _ in pipeline.prefetched(batches, plan, pf, depth=1 if args.device == "cpu" else 2):
+            pass
+
+
+def run_forward_serial(m, source, indices, args):
+    import torch
+
+    from vitlab.data import to_tensor
+
+    with torch.inference_mode(), _autocast(args):
+        for k in range(0, len(indices), args.batch_size):
+            m.model(to_tensor([source.load(i) for i in indices[k:k + args.batch_size]], m))
+
+
+def run_forward_loader(m, source, indices, args):
+    import torch
+    from torch.utils.data import DataLoader
+
+    cuda = args.device.startswith("cuda")
+    loader = DataLoader(_Images(source, indices, m), batch_size=args.batch_size, num_workers=args.workers,
+                        pin_memory=cuda)
+    with torch.inference_mode(), _autocast(args):
+        for x in loader:
+            m.model(x.to(m.device, non_blocking=cuda))
+
+
+def run_vitlab(m, source, indices, args):
+    import vitlab
+
+    vitlab.run.cka([m], source, images=len(indices), batch_size=args.batch_size, store=vitlab.Store(None),
+                   amp=args.amp, workers=args.workers)
+
+
+def run_vitlab_held(m, source, indices, args):
+    """The path before in-capture statistics: hold every tap of the batch, then form the Grams."""
+    import vitlab
+
+    vitlab.run.GramStatistic.streams = False
+    try:
+        run_vitlab(m, source, indices, args)
+    finally:
+        vitlab.run.GramStatistic.streams = True
+
+
+def _autocast(args):
+    import torch
+
+    return torch.autocast("cuda", dtype=torch.bfloat16, enabled=args.amp and args.device.startswith("cuda"))
+
+
+RUNNERS = {"pipeline": run_pipeline, "forward-serial": run_forward_serial, "forward-loader": run_forward_loader,
+           "vitlab": run_vitlab, "vitlab-held": run_vitlab_held}
+
+
+# ---------------------------------------------------------------- workers: one subprocess each
+
+def rss_mib(device: str) -> float:
+    import torch
+
+    if device.startswith("cuda"):
+        return torch.cuda.max_memory_allocated() / 2**20
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def timed(fn, device: str) -> tuple[float, float]:
+    import torch
+
+    t0, c0 = time.perf_counter(), time.process_time()
+    fn()
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+    return time.perf_counter() - t0, time.process_time() - c0
+
+
+def setup(args):
+    import torch
+
+    import vitlab
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    torch.set_grad_enabled(False)
+    m = vitlab.load(args.model, args.device)
+    source = vitlab.open_source(args.data)
+    return m, source, vitlab.select(source, args.images)
+
+
+def memory_worker(args) -> dict:
+    import torch
+
+    m, source, indices = setup(args)
+    if args.device.startswith("cuda"):
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+    base = rss_mib(args.device)
+    wall, cpu = timed(lambda: RUNNERS[args.worker](m, source, indices, args), args.device)
+    return {"base": base, "peak": rss_mib(args.device), "wall": wall, "cpu": cpu}
+
+
+def timing_worker(args) -> dict:
+    m, source, indices = setup(args)
+    methods = args.methods.split(",")
+    RUNNERS["pipeline"](m, source, indices[: args.batch_size], args)  # warm: file cache, thread start, allocator
+    times: dict[str, list] = {k: [] for k in methods}
+    for r in range(args.repeats):
+        for k in methods[r % len(methods):] + methods[:r % len(methods)]:
+            times[k].append(timed(lambda k=k: RUNNERS[k](m, source, indices, args), args.device))
+    return {k: {"wall": min(w for w, _ in t), "cpu": min(c for _, c in t), "walls": [w for w, _ in t]}
+            for k, t in times.items()}
+
+
+def scaling_worker(args) -> dict:
+    m, source, indices = setup(args)
+    counts = [int(w) for w in args.methods.split(",")]
+    out: dict[str, list] = {str(w): [] for w in counts}
+    run_pipeline(m, source, indices[: args.batch_size], args)
+    for r in range(args.repeats):
+        for w in counts[r % len(counts):] + counts[:r % len(counts)]:
+            args.workers = w
+            out[str(w)].append(timed(lambda: run_pipeline(m, source, indices, args), args.device)[0])
+    return {w: min(t) for w, t in out.items()}
+
+
+# ---------------------------------------------------------------- parent
+
+def spawn(kind: str, model: str, args, images: int, batch: int, methods: str = "", workers: int | None = None):
+    with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as f:
+        result = f.name
+    cmd = [sys.executable, str(Path(__file__).resolve()), "--worker", kind, "--model", model, "--data", args.data,
+           "--images", str(images), "--batch-size", str(batch), "--device", args.device, "--repeats",
+           str(args.repeats), "--threads", str(args.threads), "--workers", str(args.workers if workers is None
+                                                                              else workers),
+           "--methods", methods, "--result-file", result] + (["--amp"] if args.amp else [])
+    env = dict(os.environ, HF_HUB_OFFLINE="1")
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout, check=False, env=env)
+        if proc.returncode != 0:
+            return {"error": " | ".join((proc.stderr or proc.stdout).strip().splitlines()[-3:])}
+        return json.loads(Path(result).read_text())
+    finally:
+        os.unlink(result)
+
+
+def report_model(model: str, args) -> None:
+    n = args.images
+    t = spawn("timing", model, args, n, args.batch_size, ",".join(TIMED))
+    print(f"\nmodel {model}: {n} JPEGs, batch {args.batch_size}, {args.workers} input worker(s)")
+    if "error" in t:
+        print(f"  timing FAILED: {t['error']}")
+    else:
+        loader = t["forward-loader"]["wall"]
+        print(f"  {'method':<16}{'images/s':>9}{'wall s':>8}{'cpu s':>8}{'/loader':>9}   walls of the rounds")
+        for k in TIMED:
+            r = t[k]
+            print(f"  {k:<16}{n / r['wall']:>9.1f}{r['wall']:>8.2f}{r['cpu']:>8.2f}{r['wall'] / loader:>9.2f}   "
+                  + " ".join(f"{w:.2f}" for w in r["walls"]))
+    small, large = args.memory_batches
+    rows = {}
+    for k in MEMORY:
+        rows[k] = [spawn(k, model, args, 2 * b, b) for b in (small, large)]
+        print(f"  done: memory {k}", file=sys.stderr, flush=True)
+    print(f"  peak memory: Δpeak MiB over the loaded model at batch {small} / {large} (2 batches each), growth per image")
+    plain = None
+    for k, (a, b) in rows.items():
+        if "error" in a or "error" in b:
+            print(f"  {k:<16}FAILED: {a.get('error') or b.get('error')}")
+            continue
+        da, db = a["peak"] - a["base"], b["peak"] - b["base"]
+        per = (db - da) / (large - small)
+        plain = per if k == "forward-loader" else plain
+        ratio = f"{per / plain:.2f}x the plain forward's" if plain else ""
+        print(f"  {k:<16}{da:>8.0f} /{db:>7.0f}   {per:6.2f} MiB per image   {ratio}")
+
+
+def report_scaling(args) -> None:
+    r = spawn("scaling", args.scaling_model, args, args.scaling_images, args.batch_size, "0,1,2")
+    print(f"\npipeline scaling: {args.scaling_model}, {args.scaling_images} JPEGs, batch {args.batch_size}")
+    if "error" in r:
+        print(f"  FAILED: {r['error']}")
+        return
+    for w in ("0", "1", "2"):
+        print(f"  {w} worker(s): {args.scaling_images / r[w]:7.1f} images/s   ({r[w]:.2f} s)"
+              + (f"   {r['1'] / r[w]:.2f}x one worker" if w == "2" else ""))
+
+
+def parse(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("--models", default=DEFAULT_MODELS, help=f"comma-separated model specs (default {DEFAULT_MODELS})")
+    p.add_argument("--images", type=int, default=64, help="JPEGs timed per model (default 64)")
+    p.add_argument("--batch-size", type=int, default=32)
+    p.add_argument("--workers", type=int, default=2, help="input workers of the pipeline and the DataLoader")
+    p.add_argument("--memory-batches", default="16,64", help="the two batch sizes of the memory growth")
+    p.add_argument("--scaling-model", default="test_vit@random")
+    p.add_argument("--scaling-images", type=int, default=128)
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--amp", action="store_true", help="bf16 autocast (CUDA)")
+    p.add_argument("--threads", type=int, default=0, help="torch threads of the main thread (0: torch's default)")
+    p.add_argument("--repeats", type=int, default=2)
+    p.add_argument("--timeout", type=float, default=1200)
+    p.add_argument("--data", default=None, help="image folder (default: JPEGs made in a temporary folder)")
+    p.add_argument("--skip", default="", help="comma-separated parts to skip: scaling, models")
+    p.add_argument("--worker", help=argparse.SUPPRESS)
+    p.add_argument("--model", help=argparse.SUPPRESS)
+    p.add_argument("--methods", default="", help=argparse.SUPPRESS)
+    p.add_argument("--result-file", help=argparse.SUPPRESS)
+    return p.parse_args(argv)
+
+
+def main(argv=None) -> None:
+    args = parse(argv)
+    if args.worker:
+        fn = {"timing": timing_worker, "scaling": scaling_worker}.get(args.worker, memory_worker)
+        Path(args.result_file).write_text(json.dumps(fn(args)))
+        return
+    import platform
+
+    import torch
+
+    args.memory_batches = [int(v) for v in args.memory_batches.split(",")]
+    with tempfile.TemporaryDirectory(prefix="throughput-bench-") as tmp:
+        if args.data is None:
+            args.data = str(Path(tmp) / "jpegs")
+            make_jpegs(Path(args.data), max(args.images, args.scaling_images, 2 * max(args.memory_batches)))
+        print(f"throughput_bench {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; "
+              f"{platform.machine()}, {os.cpu_count()} CPUs, load avg {os.getloadavg()[0]:.1f}; torch "
+              f"{torch.__version__}, device {args.device}{' (bf16 autocast)' if args.amp else ''}, "
+              f"{args.threads or torch.get_num_threads()} torch thread(s) on the main thread, fastest of "
+              f"{args.repeats} interleaved run(s)", flush=True)
+        skip = set(args.skip.split(","))
+        if "scaling" not in skip:
+            report_scaling(args)
+        if "models" not in skip:
+            for model in args.models.split(","):
+                report_model(model, args)
+        print(f"load avg at the end {os.getloadavg()[0]:.1f}")
+
+
+if __name__ == "__main__":
+    main()
