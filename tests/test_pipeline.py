@@ -142,4 +142,6 @@ def test_workers_option_is_checked(monkeypatch):
     finally:
         pipeline.set_default_workers(None)
     monkeypatch.delenv("VITLAB_WORKERS")
-    assert 1 <= pipeline.default_workers() <= pipeline.MAX_DEFAULT_WORKERS
+    assert pipeline.default_workers() == min(pipeline.MAX_DEFAULT_WORKERS, pipeline.cores())
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", str(2 * pipeline.cores()))  # torchrun: ranks share the cores
+    assert pipeline.default_workers() == 1

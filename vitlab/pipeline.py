@@ -48,14 +48,16 @@ def cores() -> int:
 
 def default_workers() -> int:
     """Input workers when none are asked for: ``--workers``/``set_default_workers``, ``VITLAB_WORKERS``, else the
-    number of cores (at most 16). Workers sleep whenever they are ``depth`` batches ahead, so on a CPU-only run they
-    take cores from the forward pass only for the work the serial path would have done on it anyway."""
+    cores shared by the processes torchrun started on this machine (at most 16). Workers sleep whenever they are
+    a batch or two ahead, so on a CPU-only run they take cores from the forward pass only for the work the serial
+    path would have done on it anyway."""
     if _default_workers is not None:
         return _default_workers
     env = os.environ.get("VITLAB_WORKERS")
     if env:
         return check_workers(env)
-    return max(1, min(MAX_DEFAULT_WORKERS, cores()))
+    local = max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "1") or 1))
+    return max(1, min(MAX_DEFAULT_WORKERS, cores() // local))
 
 
 def check_workers(value) -> int:
@@ -146,7 +148,7 @@ def _assemble(batch: Batch, parts: list, keys: Sequence[str], pin: bool, has_lab
 
 
 class Prefetcher:
-    """Prepares batches in ``workers`` threads; :meth:`submit` returns at once, :meth:`result` waits for one.
+    """Prepares batches in ``workers`` threads: :meth:`submit` returns a future of the :class:`Prepared` batch at once.
 
     ``pin=True`` (CUDA) puts each batch's input in page-locked memory, so the copy to the device can be
     ``non_blocking`` and overlap with the forward of the batch before it. ``keep_images=False`` drops each decoded
