@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import hashlib
 import functools
 import os
 import traceback
@@ -63,9 +64,13 @@ class Settings:
 
     @property
     def key(self) -> tuple:
-        """Identifies the inputs of a computation (uploads by name and size; their bytes are in the batch keys)."""
-        return (self.model_a, self.model_b, self.source, self.images, self.batch_size, self.device,
-                tuple((n, len(b)) for n, b in self.uploads))
+        """Identifies the inputs of a computation: uploads by content hash, a folder by its listing (names, sizes,
+        mtimes: a new or changed file is a new key), so the page never shows results of other images."""
+        uploads = tuple((n, hashlib.sha256(b).hexdigest()[:16]) for n, b in self.uploads) if self.source == UPLOADS \
+            else ()
+        fixed = self.source in SOURCES or self.source == UPLOADS
+        source = self.source if fixed else vitlab.data.listing_key(self.source)
+        return (self.model_a, self.model_b, source, self.images, self.batch_size, self.device, uploads)
 
 
 # ------------------------------------------------------------------------------------------- sidebar
@@ -142,13 +147,31 @@ def source_picker() -> str:
     elif choice == UPLOADS:
         files = st.file_uploader("Upload images", type=[s.lstrip(".") for s in vitlab.data.IMAGE_SUFFIXES],
                                  accept_multiple_files=True, key="w.uploads")
-        if files:
-            st.session_state["lab.uploads"] = tuple((f.name, f.getvalue()) for f in files)
+        # an emptied uploader empties the source: removed files must not linger in later results
+        st.session_state["lab.uploads"] = tuple((f.name, f.getvalue()) for f in files or ())
+        upload_problems_ui(st.session_state["lab.uploads"])
         source = UPLOADS
     else:
         source = choice
     st.session_state["lab.source"] = source
     return source
+
+
+def upload_problems_ui(uploads: tuple) -> None:
+    """Name every upload that cannot be used, with its reason, as soon as it is uploaded (checked once per content)."""
+    if not uploads:
+        return
+    digest = hashlib.sha256(b"".join(hashlib.sha256(b).digest() for _, b in uploads)).hexdigest()
+    memo = st.session_state.setdefault("lab.upload_checks", {})
+    if digest not in memo:
+        memo.clear()
+        memo[digest] = vitlab.data.check_uploads(uploads)
+    skipped, notices = memo[digest]
+    if skipped:
+        st.warning(f"{len(skipped)} of {len(uploads)} uploads cannot be used and are skipped:\n\n"
+                   + "\n".join(f"- {why}" for _, why in skipped))
+    for name, what in notices:
+        st.caption(f"`{name}`: {what}")
 
 
 def sidebar() -> None:

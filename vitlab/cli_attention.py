@@ -122,6 +122,8 @@ def add_attention_map(sub) -> None:
 
 
 def run_attention_map(args) -> int:
+    if not dist.is_main():  # not sharded: under torchrun rank 0 alone computes and writes --out
+        return 0
     from PIL import Image
 
     from .activations import model_view
@@ -225,6 +227,8 @@ def add_receptive_field(sub) -> None:
 
 
 def run_receptive_field(args) -> int:
+    if not dist.is_main():  # not sharded: under torchrun rank 0 alone computes and writes --out
+        return 0
     import pandas as pd
 
     from .charts import attention as ch
@@ -276,6 +280,8 @@ def add_attention_parity(sub) -> None:
 
 
 def run_attention_parity(args) -> int:
+    if not dist.is_main():  # not sharded: under torchrun rank 0 alone computes and writes --out
+        return 0
     from .attention import capture_parity
     from .charts import attention as ch
     from .charts.common import save
