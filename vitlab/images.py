@@ -127,18 +127,20 @@ def _decode_open(img, name: str, min_side: int):
     if frames > 1:
         img.seek(0)
         notes.append(f"animated ({frames} frames): the first frame is used")
-    orientation = _orientation(img, notes)
     factor = min(w, h) // max(1, min_side)
     if factor >= 2 and img.format == "JPEG":
         img.draft(None, (w // factor, h // factor))
-    img.load()
+    img.load()  # before EXIF: a PNG's EXIF may follow its pixels, and a failed read must not look like a load
+    orientation = _orientation(img, notes)
     out = _to_8bit(img, min_side, notes)
     if orientation in _ORIENTATION:
         from PIL import Image
 
         out = out.transpose(getattr(Image.Transpose, _ORIENTATION[orientation]))
     out = _central_part(out, name, notes)
-    out.info[NOTES] = notes
+    if out is img:
+        out = img.copy()  # detached from the file (closed on return) and from its metadata (EXIF can be 64 KB)
+    out.info = {NOTES: notes}
     return out
 
 
