@@ -277,6 +277,8 @@ def status_ui() -> None:
         loaded = _loaded_registry()
         st.caption("Loaded models: " + (", ".join(f"`{k[0]}` ({k[1]})" for k in loaded) if loaded else "none yet"))
         info = store().info()
+        for w in store().warnings:
+            st.warning(w)
         if info.get("enabled"):
             st.caption(f"Disk cache: {info['entries']} entries, {info['bytes'] / 2**20:.1f} MiB of "
                        f"{info['size_limit'] / 2**30:.0f} GiB in `{info['directory']}`")
@@ -287,7 +289,12 @@ def status_ui() -> None:
 
 @st.cache_resource(show_spinner=False)
 def store() -> vitlab.Store:
-    return vitlab.Store("default")
+    try:
+        return vitlab.Store("default")
+    except vitlab.VitlabError as e:  # e.g. a bad VITLAB_CACHE_GB: the lab still works, uncached, and says so
+        off = vitlab.Store(None)
+        off.warnings.append(f"disk cache off: {e}")
+        return off
 
 
 @st.cache_resource(show_spinner=False)
