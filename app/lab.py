@@ -452,7 +452,12 @@ def run_caption(info, images: int) -> str:
     text = (f"{images} images; {info.batches_computed} batches computed, {info.batches_from_cache} from the cache, "
             f"{info.seconds:.1f} s")
     if info.skipped_images:
-        text += f"; {len(info.skipped_images)} unreadable image(s) skipped"
+        named = "; ".join(why for _, why in info.skipped_images[:5])
+        more = f"; and {len(info.skipped_images) - 5} more" if len(info.skipped_images) > 5 else ""
+        text += f"; {len(info.skipped_images)} unreadable image(s) skipped: {named}{more}"
+    notices = getattr(info, "notices", [])
+    if notices:
+        text += "; " + "; ".join(f"{name.split('/')[-1]}: {what}" for name, what in notices[:5])
     return text
 
 

@@ -283,15 +283,9 @@ def _check_same_layout(items: list) -> list:
 
 
 def _compatible(a, b) -> bool:
-    if a[0] != b[0] or [k for k, _ in a[1]] != [k for k, _ in b[1]]:
-        return False
-    if any(v == _EMPTY for _, v in a[1]) or any(v == _EMPTY for _, v in b[1]):
-        return True  # an empty side contributes nothing and takes the other's shape
-    return a[1] == b[1]
-
-
-def _is_empty(state: dict) -> bool:
-    return any(v is None for v in state.values())
+    # an empty side contributes nothing and takes the other's shape
+    empty = any(v == _EMPTY for _, v in a[1] + b[1])
+    return a[0] == b[0] and [k for k, _ in a[1]] == [k for k, _ in b[1]] and (empty or a[1] == b[1])
 
 
 def _sum_states(items: list) -> None:
@@ -315,8 +309,8 @@ def _merge_states(items: list) -> None:
     for i, acc in enumerate(items):
         total = None
         for states in per_rank:
-            if _is_empty(states[i]):
-                continue
+            if any(v is None for v in states[i].values()):
+                continue  # this rank accumulated nothing
             if total is None:
                 total = _loaded(acc, states[i])
             else:
@@ -379,10 +373,7 @@ def reduce_run_info(info):
     for p in per_rank:
         skipped += [tuple(s) for s in p["skipped_images"] if tuple(s) not in skipped]
     info.skipped_images = skipped
-    notices: list = []
-    for p in per_rank:
-        notices += [tuple(s) for s in p.get("notices", ()) if tuple(s) not in notices]
-    info.notices = notices
+    info.notices = list(dict.fromkeys(tuple(s) for p in per_rank for s in p.get("notices", ())))
     info.dropped_batches = sorted((d for p in per_rank for d in p["dropped_batches"]), key=_batch_number)
     info.seconds = max(p["seconds"] for p in per_rank)
     info.forward_passes = {}

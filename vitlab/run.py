@@ -18,8 +18,8 @@ from . import cka as cka_mod
 from . import taps as taps_mod
 from .cache import Store, make_key
 from .data import Batch, ImageSource, decode, plan_batches, select, to_tensor
-from .images import needed_side
 from .errors import VitlabError
+from .images import needed_side
 from .models import LoadedModel
 
 Progress = Callable[[int, int, str], None]
