@@ -165,7 +165,8 @@ def upload_problems_ui(uploads: tuple) -> None:
     memo = st.session_state.setdefault("lab.upload_checks", {})
     if digest not in memo:
         memo.clear()
-        memo[digest] = vitlab.data.check_uploads(uploads)
+        with st.spinner(f"Checking {len(uploads)} uploads…"):  # a full decode each, one at a time (memory-bounded)
+            memo[digest] = vitlab.data.check_uploads(uploads)
     skipped, notices = memo[digest]
     if skipped:
         st.warning(f"{len(skipped)} of {len(uploads)} uploads cannot be used and are skipped:\n\n"
