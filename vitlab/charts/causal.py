@@ -24,7 +24,8 @@ def ablation_curves(summary: pd.DataFrame, metric: str = "delta_accuracy"):
                alt.Tooltip("hi:Q", format=".4f"), "interval", "draws"]
     line = base.mark_line(point=True).encode(y=alt.Y("mean:Q", title=METRIC_TITLES.get(metric, metric)),
                                              tooltip=tooltip)
-    bars = base.mark_errorbar(ticks=True).encode(y="lo:Q", y2="hi:Q", tooltip=tooltip)
+    bars = base.mark_errorbar(ticks=True).encode(y=alt.Y("lo:Q", title=METRIC_TITLES.get(metric, metric)),
+                                                 y2="hi:Q", tooltip=tooltip)
     zero = alt.Chart().mark_rule(color="grey", strokeDash=[4, 3]).encode(y=alt.datum(0))
     return alt.layer(zero, bars, line, data=part).properties(width=260, height=220).facet(
         column=alt.Column("mode:N", title="ablation"),
@@ -76,7 +77,8 @@ def faithfulness_summary_chart(summary: pd.DataFrame):
                alt.Tooltip("hi:Q", format=".4f"), "images"]
     dots = base.mark_point(filled=True, size=70).encode(x=alt.X("minus_random:Q", title="AUC − random order's"),
                                                         tooltip=tooltip)
-    bars = base.mark_errorbar(ticks=True).encode(x="lo:Q", x2="hi:Q", tooltip=tooltip)
+    bars = base.mark_errorbar(ticks=True).encode(x=alt.X("lo:Q", title="AUC − random order's"), x2="hi:Q",
+                                                 tooltip=tooltip)
     zero = alt.Chart().mark_rule(color="grey", strokeDash=[4, 3]).encode(x=alt.datum(0))
     return alt.layer(zero, bars, dots, data=summary).properties(width=260, height=28 * summary["method"].nunique()
                                                                 ).facet(column=alt.Column("curve:N", title=None),
