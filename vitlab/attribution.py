@@ -169,8 +169,10 @@ def maps_for_batch(loaded: LoadedModel, x, targets: Sequence[int] | None, method
                 maps[m] = gradcam(acts[args[0]][i], grads[args[0]][i])
             else:
                 probs = [acts[t][i] for t in taps if t.endswith(".attn_probs")]
-                r = (fused_rollout(probs, *args) if name == "rollout" else
-                     grad_rollout(probs, [grads[t][i] for t in taps if t.endswith(".attn_probs")]))
+                if name == "grad-rollout":
+                    r = grad_rollout(probs, [grads[t][i] for t in taps if t.endswith(".attn_probs")])
+                else:  # plain rollout is the attention page's (identical to fused_rollout(mean, 0), tested)
+                    r = rollout_matrix(probs) if args == ("mean", 0.0) else fused_rollout(probs, *args)
                 maps[m] = token_map(r, prefix, grid, taps_mod.has_cls_token(model))
         out.append(maps)
     return logits, out

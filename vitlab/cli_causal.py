@@ -73,7 +73,8 @@ def run_head_ablation(args) -> int:
     res.to_frame().to_csv(out / "ablation.csv", index=False)
     verdicts.to_csv(out / "verdicts.csv", index=False)
     written = (save(ablation_curves(summary, "delta_accuracy"), out, "delta_accuracy", summary)
-               + save(ablation_curves(summary, "kl"), out, "kl", summary) + save(ablation_cka_chart(cka), out, "cka", cka))
+               + save(ablation_curves(summary, "kl"), out, "kl", summary)
+               + save(ablation_cka_chart(cka), out, "cka", cka))
     write_run_json(out, "head-ablation", [vit, other], args, run.info, t0, res.warnings, blocks=res.blocks,
                    scope=res.scope, accuracy_kind=res.accuracy_kind, intact=float(res.intact_correct.mean()),
                    heads_by_distance=res.heads_by_distance, verdicts=verdicts.to_dict("records"))
