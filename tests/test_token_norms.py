@@ -46,7 +46,7 @@ def source():
 
 def test_injected_token_is_flagged_exactly_and_leaving_it_out_restores_cka(tiny_vit, source):
     dirty = injected_model(tiny_vit)
-    opts = tn.TokenNormOptions(images=8, batch_size=4, attention=False)
+    opts = tn.TokenNormOptions(images=8, batch_size=4, skip_attention=True)
     clean_res = tn.token_norms(tiny_vit, source, opts, Run())
     dirty_res = tn.token_norms(dirty, source, opts, Run())
     n_clean = clean_res.norms.shape[2]
@@ -64,7 +64,7 @@ def test_injected_token_is_flagged_exactly_and_leaving_it_out_restores_cka(tiny_
 
 def test_thresholds_energy_and_distance_against_references(tiny_vit, source):
     res = tn.token_norms(tiny_vit, source, tn.TokenNormOptions(images=8, batch_size=8, k=1.0), Run())
-    taps = res.taps
+    taps = res.layers
     acts = vitlab.activations.activations(tiny_vit, source, taps + [f"blocks.{i}.attn_probs" for i in range(6)]
                                           + [f"blocks.{i}.resid_pre" for i in range(6)], indices=range(8))
     for li, tap in enumerate(taps):

@@ -12,8 +12,9 @@ dataclass, paper figure, charts and headline; the CLI, the app and the docs inde
 (``python -m vitlab.analyses --markdown`` prints it). ``tour`` checks the paper's claims on the results.
 """
 
-from . import (ablation, activations, analyses, attention, attribution, checkpoints, cka, data, heads, hub, interventions, localization,
-               models, options, probes, receptive, run, skips, taps, token_norms, tour, zoo)
+from . import (ablation, activations, analyses, attention, attribution, checkpoints, cka, data, heads, hub,
+               interventions, localization, models, options, probes, receptive, run, skips, taps, token_norms, tour,
+               zoo)
 from .analyses import ANALYSES, Analysis
 from .cache import Store
 from .cka import CKAResult, MinibatchCKA
@@ -26,9 +27,9 @@ from .run import CKAOptions, CKAReport, GramStatistic, Statistic, stream
 __version__ = "0.1.0"
 
 __all__ = [
-    "ANALYSES", "Analysis", "ablation", "attribution", "token_norms", "CKAOptions", "CKAReport", "CKAResult", "DataSpec", "GramStatistic", "ImageSource",
+    "ANALYSES", "Analysis", "CKAOptions", "CKAReport", "CKAResult", "DataSpec", "GramStatistic", "ImageSource",
     "LoadedModel", "MinibatchCKA", "ModelSpec", "PAPER_MODELS", "Run", "RunInfo", "Statistic", "Store",
-    "VitlabError", "activations", "analyses", "attention", "checkpoints", "cka", "data", "heads", "hub",
-    "interventions", "load", "localization", "models", "open_source", "options", "parse_spec", "probes",
-    "receptive", "run", "select", "skips", "stream", "taps", "tour", "uploads_source", "zoo",
+    "VitlabError", "ablation", "activations", "analyses", "attention", "attribution", "checkpoints", "cka", "data",
+    "heads", "hub", "interventions", "load", "localization", "models", "open_source", "options", "parse_spec", "probes",
+    "receptive", "run", "select", "skips", "stream", "taps", "token_norms", "tour", "uploads_source", "zoo",
 ]

@@ -46,6 +46,7 @@ from .data import Batch, ImageSource, select
 from .errors import VitlabError
 from .heads import default_lower_taps, head_outputs
 from .models import LoadedModel
+from .options import DataOptions, option
 from .run import GramStatistic, Statistic, stream
 
 MODES = ("zero", "mean")
@@ -200,7 +201,7 @@ def head_means(loaded: LoadedModel, source: ImageSource, indices: Sequence[int],
     """Per-position mean over images of every head's output in ``blocks``: {block: (H, N, Dh) float32}."""
     stat = HeadMeanStatistic(tuple(int(b) for b in blocks))
     total, count = None, 0
-    for _, found in stream([loaded], source, indices, batch_size, [[stat]], store=run.store, info=run.info,
+    for _, found in stream([loaded], source, indices, batch_size, [[stat]], run.with_progress(None),
                            min_batch=1):
         s = found[0][stat.name]
         total = s["sum"] if total is None else total + s["sum"]
@@ -213,23 +214,20 @@ def head_means(loaded: LoadedModel, source: ImageSource, indices: Sequence[int],
 # ---------------------------------------------------------------- the experiment
 
 
-def _opt(default, help_: str):
-    return field(default=default, metadata={"help": help_})
-
-
 @dataclass(frozen=True)
-class AblationOptions:
+class AblationOptions(DataOptions):
     """Options of :func:`head_ablation` (every field has its help text in ``metadata``)."""
 
-    images: int | None = _opt(256, "labelled images (the first N, or a seeded subset with shuffle)")
-    batch_size: int = _opt(64, "images per forward pass (and per minibatch-CKA batch)")
-    shuffle: int | None = _opt(None, "seed of a random image subset (None: the first images)")
-    blocks: tuple[int, ...] | None = _opt(None, "blocks whose heads are ranked and ablated (default: the lower half)")
-    ks: tuple[int, ...] | None = _opt(None, "numbers of heads ablated at once (default: 1 .. half the candidates)")
-    scope: str = _opt("pooled", "pooled: rank all heads of the chosen blocks together; per-block: k heads per block")
-    modes: tuple[str, ...] = _opt(MODES, "zero and/or mean ablation")
-    draws: int = _opt(10, "random head sets per k (seeded by the run's seed)")
-    other_taps: tuple[str, ...] | None = _opt(None, "the other model's layers (default: first half of its CKA taps)")
+    blocks: tuple[int, ...] | None = option(None, "blocks whose heads are ranked and ablated (default: the lower "
+                                                  "half)", kind="ints")
+    ks: tuple[int, ...] | None = option(None, "numbers of heads ablated at once (default: 1 .. half the candidates)",
+                                        kind="ints", flag="--k")
+    scope: str = option("pooled", "pooled: rank all heads of the chosen blocks together; per-block: k heads per "
+                                  "block", choices=SCOPES)
+    modes: tuple[str, ...] = option(MODES, "zero and/or mean ablation", kind="strs")
+    draws: int = option(10, "random head sets per k (seeded by the run's seed)")
+    other_taps: tuple[str, ...] | None = option(None, "the other model's layers (default: first half of its CKA "
+                                                      "taps)", kind="strs")
 
 
 def choose_heads(distance: np.ndarray, blocks: Sequence[int], k: int, selection: str, scope: str,
@@ -273,8 +271,7 @@ def _pass(loaded: LoadedModel, source: ImageSource, indices, opts: AblationOptio
           run: Run) -> tuple[_Pass, list]:
     lp, grams, labels = LogProbStatistic(), [], []
     logps = []
-    for batch, found in stream([loaded], source, indices, opts.batch_size, [[gram, lp]], store=run.store,
-                               info=run.info):
+    for batch, found in stream([loaded], source, indices, opts.batch_size, [[gram, lp]], run.with_progress(None)):
         grams.append(cka_mod.centred(found[0][gram.name]["grams"]))
         logps.append(found[0][lp.name]["logp"])
         labels += batch.labels if batch.labels is not None else [None] * len(batch.ids)
@@ -336,6 +333,10 @@ class AblationResult:
                              "cka_other_intact": float(self.intact_cka_other[li])})
         return pd.DataFrame(rows)
 
+    def headline(self) -> list[str]:
+        return [self.verdicts().to_string(index=False),
+                f"{self.accuracy_kind} of the intact model {self.intact_correct.mean():.4f} over {self.images} images"]
+
     def _interval(self, conds: list[dict], key: str, paired_with: np.ndarray | None) -> tuple[float, float, float]:
         """(mean, lo, hi): over draws (random) or a bootstrap over images (one set), minus ``paired_with``."""
         if len(conds) > 1:
@@ -392,8 +393,7 @@ class AblationResult:
 def _distances(vit: LoadedModel, source, indices, blocks, opts: AblationOptions, run: Run) -> np.ndarray:
     stat = AttentionDistanceStatistic(tuple(blocks))
     acc = AttentionDistanceAccumulator(list(blocks), vit.model.blocks[blocks[0]].attn.num_heads)
-    for _, found in stream([vit], source, indices, opts.batch_size, [[stat]], store=run.store, info=run.info,
-                           min_batch=1):
+    for _, found in stream([vit], source, indices, opts.batch_size, [[stat]], run.with_progress(None), min_batch=1):
         acc.update(found[0][stat.name])
     return acc.compute(vit.label, image_side(vit)).distance_px  # (L, H)
 

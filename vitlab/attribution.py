@@ -42,6 +42,7 @@ from .context import Run
 from .data import ImageSource, select, to_tensor
 from .errors import VitlabError
 from .models import LoadedModel
+from .options import DataOptions, option
 
 FUSIONS = ("mean", "max", "min")
 BASELINES = ("mean", "black")
@@ -261,24 +262,23 @@ def auc(curve: np.ndarray) -> np.ndarray:
 # ---------------------------------------------------------------- one image, many images
 
 
-def _opt(default, help_: str):
-    return field(default=default, metadata={"help": help_})
-
-
 @dataclass(frozen=True)
-class FaithfulnessOptions:
-    """Options of :func:`attribution` and :func:`faithfulness`."""
+class FaithfulnessOptions(DataOptions):
+    """Options of :func:`attribution`, :func:`faithfulness` and :func:`attribution_report`."""
 
-    methods: tuple[str, ...] | None = _opt(None, "maps to compute (default: rollout, rollout:max:0.9, "
-                                                 "rollout:min:0.9, grad-rollout for ViTs; gradcam for CNNs)")
-    target: str = _opt("pred", "target class: pred (the model's top-1) or label (the source's label)")
-    cell_px: int | None = _opt(None, "side of the deleted/inserted cells in input pixels (default: patch size; "
-                                     "side // 14 for CNNs)")
-    baseline: str = _opt("mean", "fill of deleted cells: mean (the data set's mean pixel) or black")
-    random_orders: int = _opt(8, "random cell orders averaged for the control")
-    images: int | None = _opt(256, "images scored (faithfulness over a set)")
-    batch_size: int = _opt(16, "images per map batch")
-    shuffle: int | None = _opt(None, "seed of a random image subset")
+    images: int | None = option(64, "images scored (first N, or shuffled)", short="-n")
+    batch_size: int = option(16, "images per map batch", short="-b")
+    methods: tuple[str, ...] | None = option(None, "maps: rollout[:FUSION:DISCARD], grad-rollout, gradcam[:TAP], "
+                                                   "random (default: rollout, rollout:max:0.9, rollout:min:0.9, "
+                                                   "grad-rollout for ViTs; gradcam for CNNs)", kind="strs")
+    target: str = option("pred", "target class: pred (the model's top-1) or label (the source's label)",
+                         choices=TARGETS)
+    cell_px: int | None = option(None, "side of the deleted/inserted cells in input pixels (default: patch size; "
+                                       "side // 14 for CNNs)")
+    baseline: str = option("mean", "fill of deleted cells: mean (the data set's mean pixel, 0 after normalisation) "
+                                   "or black", choices=BASELINES)
+    random_orders: int = option(8, "random cell orders averaged for the control")
+    image: int = option(0, "the image whose maps and curves are drawn")
 
 
 def _methods(loaded: LoadedModel, opts: FaithfulnessOptions) -> tuple[str, ...]:
@@ -457,3 +457,28 @@ def faithfulness(loaded: LoadedModel, source: ImageSource, opts: FaithfulnessOpt
     boot = np.random.default_rng(run.seed).integers(0, len(ids), size=(max(1, run.bootstrap), len(ids)))
     return FaithfulnessResult(loaded.label, list(methods), ids, np.stack(aucs), np.stack(rand), cell_px,
                               int(np.prod(cell_grid((h, w), cell_px))), opts.baseline, boot, skipped)
+
+
+@dataclass
+class AttributionReport:
+    """Faithfulness over a set of images, and the maps and curves of one of them (what the CLI writes)."""
+
+    scores: FaithfulnessResult
+    one: AttributionResult
+    view: np.ndarray  # (H, W, 3) uint8: the image as the model sees it
+
+    def headline(self) -> list[str]:
+        s, r = self.scores.summary(), self.scores
+        return [s[["method", "curve", "auc", "auc_random_order", "minus_random", "lo", "hi"]].to_string(index=False),
+                f"{r.images} images, {r.cells} cells of {r.cell_px} px, baseline {r.baseline}"]
+
+
+def attribution_report(loaded: LoadedModel, source: ImageSource, opts: FaithfulnessOptions = FaithfulnessOptions(),
+                       run: Run | None = None) -> AttributionReport:
+    """:func:`faithfulness` over the images and :func:`attribution` of image ``opts.image``."""
+    from .activations import model_view
+
+    run = run or Run()
+    scores = faithfulness(loaded, source, opts, run)
+    one = attribution(loaded, source, opts.image, opts, run.with_progress(None))
+    return AttributionReport(scores, one, model_view(loaded, source.load(opts.image)))

@@ -26,7 +26,7 @@ Shapes: L taps, n images, B batch, N tokens (P prefix first), D width, H heads.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -37,6 +37,7 @@ from .context import Run
 from .data import Batch, ImageSource, select
 from .errors import VitlabError
 from .models import LoadedModel
+from .options import DataOptions, option
 from .run import GramStatistic, Statistic, stream
 
 MAD_SCALE = 1.4826  # MAD -> standard deviation of a normal distribution
@@ -161,19 +162,12 @@ class MaskedDistanceStatistic(Statistic):
                 .permute(0, 2, 1).numpy()}
 
 
-def _opt(default, help_: str):
-    return field(default=default, metadata={"help": help_})
-
-
 @dataclass(frozen=True)
-class TokenNormOptions:
+class TokenNormOptions(DataOptions):
     """Options of :func:`token_norms`."""
 
-    images: int | None = _opt(256, "images (the first N, or a seeded subset with shuffle)")
-    batch_size: int = _opt(64, "images per forward pass and per minibatch-CKA batch")
-    shuffle: int | None = _opt(None, "seed of a random image subset")
-    k: float = _opt(5.0, "threshold = median + k · 1.4826 · MAD of the spatial tokens' norms, per tap")
-    attention: bool = _opt(True, "also the attention distance with and without flagged tokens (ViT)")
+    k: float = option(5.0, "threshold = median + k · 1.4826 · MAD of the spatial tokens' norms, per tap")
+    skip_attention: bool = option(False, "skip the attention distance with and without flagged tokens (ViT)")
 
 
 @dataclass
@@ -181,7 +175,7 @@ class TokenNormResult:
     """Norms, thresholds and flags per tap; CKA and attention distance with all tokens and with flagged left out."""
 
     model: str
-    taps: list[str]
+    layers: list[str]  # the taps
     prefix: list[str]  # prefix token names, positions 0..P-1
     grid: tuple[int, int]
     k: float
@@ -217,7 +211,7 @@ class TokenNormResult:
 
         f, p = self.flags, len(self.prefix)
         spatial = f.shape[1] * (f.shape[2] - p)
-        return pd.DataFrame({"model": self.model, "tap": self.taps, "threshold": self.thresholds,
+        return pd.DataFrame({"model": self.model, "tap": self.layers, "threshold": self.thresholds,
                              "median": self.medians, "mad": self.mads, "k": self.k,
                              "flagged_tokens": f.sum((1, 2)), "flagged_share": f.sum((1, 2)) / spatial,
                              "images_with_flags": f.any(2).sum(1), "energy_share": self.energy_share,
@@ -228,7 +222,7 @@ class TokenNormResult:
         import pandas as pd
 
         li, ii, nn = np.nonzero(self.flags)
-        return pd.DataFrame({"tap": [self.taps[i] for i in li], "image": [self.ids[i] for i in ii],
+        return pd.DataFrame({"tap": [self.layers[i] for i in li], "image": [self.ids[i] for i in ii],
                              "position": nn, "token": [self.token_name(int(n)) for n in nn],
                              "norm": self.norms[li, ii, nn].astype(np.float64), "threshold": self.thresholds[li]})
 
@@ -237,7 +231,7 @@ class TokenNormResult:
         import pandas as pd
 
         rows, p = [], len(self.prefix)
-        for li, tap in enumerate(self.taps):
+        for li, tap in enumerate(self.layers):
             v = self.norms[li].astype(np.float64)
             lo, hi = max(v.min(), 1e-6), max(v.max(), 1e-6) * 1.0001
             edges = np.geomspace(lo, hi, bins + 1)
@@ -249,10 +243,15 @@ class TokenNormResult:
                          for b in range(bins) if counts[b]]
         return pd.DataFrame(rows)
 
+    def headline(self) -> list[str]:
+        f = self.to_frame()
+        return [f[["tap", "threshold", "flagged_tokens", "flagged_share", "energy_share"]].to_string(index=False),
+                f"{len(self.ids)} images; threshold median + {self.k:g} · 1.4826 · MAD per tap"]
+
     def flag_grid(self, image: int, tap: str) -> np.ndarray:
         """(gh, gw) 0/1 flags of one image's patch tokens at ``tap`` (for drawing on the image)."""
         p, (gh, gw) = len(self.prefix), self.grid
-        return self.flags[self.taps.index(tap), image, p:p + gh * gw].reshape(gh, gw).astype(np.float64)
+        return self.flags[self.layers.index(tap), image, p:p + gh * gw].reshape(gh, gw).astype(np.float64)
 
     def cka_frame(self):
         """Self-CKA rows (layer_a, layer_b, cka) with ``tokens`` = 'all' | 'flagged left out'."""
@@ -294,8 +293,7 @@ def token_norms(loaded: LoadedModel, source: ImageSource, opts: TokenNormOptions
     prefix = taps_mod.num_prefix_tokens(loaded.model)
     norm_stat = TokenNormStatistic(tuple(taps))
     norms, ids = [], []
-    for batch, found in stream([loaded], source, indices, opts.batch_size, [[norm_stat]], store=run.store,
-                               info=run.info, progress=run.progress):
+    for batch, found in stream([loaded], source, indices, opts.batch_size, [[norm_stat]], run):
         norms.append(found[0][norm_stat.name]["norms"])
         ids += batch.ids
     if not norms:
@@ -306,7 +304,7 @@ def token_norms(loaded: LoadedModel, source: ImageSource, opts: TokenNormOptions
     gram_all, gram_kept = GramStatistic(tuple(taps)), MaskedGramStatistic(tuple(taps), thr)
     acc_all, acc_kept = cka_mod.MinibatchCKA(taps, taps), cka_mod.MinibatchCKA(taps, taps)
     energy = np.zeros((len(taps), 2))
-    vit = taps_mod.family(loaded.model) == "vit" and opts.attention
+    vit = taps_mod.family(loaded.model) == "vit" and not opts.skip_attention
     dist_stat = None
     if vit:
         by_tap = dict(zip(taps, thr))
@@ -315,7 +313,7 @@ def token_norms(loaded: LoadedModel, source: ImageSource, opts: TokenNormOptions
     sums = {"all": 0.0, "kept": 0.0}
     counts = 0
     for _, found in stream([loaded], source, indices, opts.batch_size,
-                           [[gram_all, gram_kept] + ([dist_stat] if vit else [])], store=run.store, info=run.info):
+                           [[gram_all, gram_kept] + ([dist_stat] if vit else [])], run.with_progress(None)):
         f = found[0]
         acc_all.update(cka_mod.centred(f[gram_all.name]["grams"]))
         acc_kept.update(cka_mod.centred(f[gram_kept.name]["grams"]))

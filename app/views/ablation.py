@@ -8,7 +8,6 @@ import vitlab
 from vitlab import ablation
 from vitlab.attention import require_vit
 from vitlab.charts import causal as charts
-from vitlab.context import Run
 
 st.title("Head ablation by attention distance")
 st.caption("Local heads resemble convolutions (Fig 5), but what do they do? Ablate the k most local, the k most "
@@ -42,9 +41,9 @@ with lab.guard():
     a, b = lab.models(s)
     src = lab.source(s)
     require_vit(a, "head ablation (model A's heads)")
-    opts = options_ui(len(a.model.blocks), a.model.blocks[0].attn.num_heads)
-    result = lab.compute(("ablation", s.key, opts), lambda progress: ablation.head_ablation(
-        a, b, src, opts, Run(store=lab.store(), progress=progress)), "Head ablation")
+    opts = options_ui(a.depth, a.heads)
+    result = lab.compute(("ablation", s.key, opts), lambda run: ablation.head_ablation(
+        a, b, src, opts, run), "Head ablation")
 
 if result is not None:
     summary = result.summary()

@@ -5,10 +5,9 @@ import lab
 import streamlit as st
 
 import vitlab.activations
-from vitlab import attribution, taps
+from vitlab import attribution
 from vitlab.charts import causal as charts
 from vitlab.charts.attention import overlay
-from vitlab.context import Run
 
 st.title("Attribution maps and their faithfulness")
 st.caption("Where does the model look for this image and class? Each map orders the image's cells; deleting them "
@@ -40,9 +39,9 @@ result = None
 with lab.guard():
     m = lab.model(spec, s.device)
     src = lab.source(s)
-    index, opts = options_ui(taps.family(m.model), min(s.images, len(src)), src.item_id)
-    result = lab.compute(("attribution", s.key, spec, index, opts), lambda progress: attribution.attribution(
-        m, src, index, opts, Run(progress=progress)), "Attribution")
+    index, opts = options_ui(m.family, min(s.images, len(src)), src.item_id)
+    result = lab.compute(("attribution", s.key, spec, index, opts), lambda run: attribution.attribution(
+        m, src, index, opts, run), "Attribution")
 
 if result is not None:
     view = vitlab.activations.model_view(m, src.load(index))

@@ -9,7 +9,6 @@ from vitlab import token_norms
 from vitlab.charts import causal as charts
 from vitlab.charts import cka_heatmap
 from vitlab.charts.attention import overlay
-from vitlab.context import Run
 
 st.title("Token-norm artefacts")
 st.caption("Some ViTs store global information in a few high-norm tokens of uninformative patches (Darcet et al. "
@@ -23,8 +22,8 @@ with lab.guard():
     m = lab.model(spec, s.device)
     src = lab.source(s)
     opts = token_norms.TokenNormOptions(images=s.images, batch_size=s.batch_size, k=float(k))
-    result = lab.compute(("token-norms", s.key, spec, opts), lambda progress: token_norms.token_norms(
-        m, src, opts, Run(store=lab.store(), progress=progress)), "Token norms")
+    result = lab.compute(("token-norms", s.key, spec, opts), lambda run: token_norms.token_norms(
+        m, src, opts, run), "Token norms")
 
 if result is not None:
     frame = result.to_frame()
@@ -32,7 +31,7 @@ if result is not None:
     lab.chart(chart, key="tn.flags")
     lab.export(chart, frame, f"token_flags_{result.model}", "tn.flags")
     c1, c2 = st.columns(2)
-    tap = c1.selectbox("Layer", result.taps, index=len(result.taps) - 1, key="tn.tap")
+    tap = c1.selectbox("Layer", result.layers, index=len(result.layers) - 1, key="tn.tap")
     image = c2.selectbox("Image", list(range(len(result.ids))), key="tn.image", format_func=lambda i: result.ids[i])
     hist = result.histogram_frame()
     chart = charts.norm_histogram(hist, tap)
