@@ -151,3 +151,14 @@ def test_experiment_on_a_tiny_model(tiny_vit, tiny_resnet):
     s = res.summary()
     assert ((s["lo"] <= s["mean"] + 1e-12) & (s["mean"] <= s["hi"] + 1e-12)).all()
     assert set(res.verdicts()["vs_global"]) <= {"local hurts more", "global hurts more", "can't tell"}
+
+
+def test_random_draws_depend_only_on_the_seed_and_k():
+    d = np.random.default_rng(0).random((3, 4))
+    pick = lambda ks, seed=0: [(c["mode"], c["k"], c["heads"]) for c in ab._plan(  # noqa: E731
+        d, [0, 1, 2], ab.AblationOptions(ks=ks, draws=4), Run(seed=seed)) if c["selection"] == "random"]
+    both, alone = pick((1, 3)), pick((3,))
+    assert [p for p in both if p[1] == 3] == alone
+    zero, mean = [p[2] for p in alone if p[0] == "zero"], [p[2] for p in alone if p[0] == "mean"]
+    assert zero == mean and len(set(zero)) > 1
+    assert pick((3,), seed=1) != alone

@@ -401,12 +401,14 @@ def _distances(vit: LoadedModel, source, indices, blocks, opts: AblationOptions,
 def _plan(distance, blocks, opts: AblationOptions, run: Run) -> list[dict]:
     per_group = distance.size if opts.scope == "pooled" else distance.shape[1]
     ks = opts.ks or tuple(range(1, max(1, per_group // 2) + 1))
-    rng = np.random.default_rng(run.seed)
     plan = []
     for mode in opts.modes:
         if mode not in MODES:
             raise VitlabError(f"ablation mode must be one of {', '.join(MODES)}, not '{mode}'")
         for k in ks:
+            # seeded per k: the random sets do not depend on which other ks are asked for, and both modes see
+            # the same sets (a paired comparison of zero and mean ablation)
+            rng = np.random.default_rng([run.seed, int(k)])
             for sel in SELECTIONS:
                 for draw in range(opts.draws if sel == "random" else 1):
                     plan.append({"mode": mode, "selection": sel, "k": int(k), "draw": draw,
