@@ -43,7 +43,7 @@ def start(page: str, **overrides) -> AppTest:
     at.run()
     at.switch_page(f"views/{page}.py").run()
     assert not at.exception, [e.message for e in at.exception]
-    return at
+    return at  # with source 'uploads' the page shows "no images uploaded" until the uploader gets files
 
 
 def exports(at: AppTest) -> list[str]:
@@ -75,8 +75,8 @@ def test_attribution_page_on_the_dataset_and_on_an_upload():
 
     buf = io.BytesIO()
     Image.new("L", (40, 40), 200).save(buf, "PNG")
-    up = start("attribution", **{"lab.source": "uploads", "lab.uploads": (("shirt.png", buf.getvalue()),),
-                                 "attr.orders": 1, "attr.model": "B"})
+    up = start("attribution", **{"lab.source": "uploads", "attr.orders": 1, "attr.model": "B"})
+    up.sidebar.file_uploader(key="w.uploads").set_value([("shirt.png", buf.getvalue(), "image/png")]).run()
     assert not up.error, [e.value for e in up.error]
     assert len(up.get("image")) == 2 and set(up.dataframe[0].value["method"]) == {"gradcam", "random order"}
     assert exports(up).count("PNG") >= 3
