@@ -122,8 +122,8 @@ def run_forward_loader(m, source, indices, args):
 def run_vitlab(m, source, indices, args):
     import vitlab
 
-    vitlab.run.cka([m], source, images=len(indices), batch_size=args.batch_size, store=vitlab.Store(None),
-                   amp=args.amp, workers=args.workers)
+    vitlab.run.cka([m], source, vitlab.CKAOptions(images=len(indices), batch_size=args.batch_size),
+                   vitlab.Run(amp=args.amp, workers=args.workers))
 
 
 def run_vitlab_held(m, source, indices, args):

@@ -129,8 +129,9 @@ def test_cuda_path_pinned_non_blocking_and_float64(tiny_vit, fmnist_source):
     assert on_gpu.device.type == "cuda"
     c = device_cka.centred(torch.ones(2, 6, 6, device="cuda") + torch.eye(6, device="cuda"), mode="float64")
     assert c.device.type == "cuda" and c.dtype == torch.float64
-    rep_gpu = vitlab.run.cka([gpu], src, images=24, batch_size=8)
-    rep_cpu = vitlab.run.cka([tiny_vit], src, images=24, batch_size=8)
+    opts = vitlab.CKAOptions(images=24, batch_size=8)
+    rep_gpu = vitlab.run.cka([gpu], src, opts)
+    rep_cpu = vitlab.run.cka([tiny_vit], src, opts)
     np.testing.assert_allclose(rep_gpu.pair(0, 0).cka, rep_cpu.pair(0, 0).cka, atol=1e-3)
-    rep_amp = vitlab.run.cka([gpu], src, images=24, batch_size=8, amp=True)
+    rep_amp = vitlab.run.cka([gpu], src, opts, vitlab.Run(amp=True))
     assert np.all(np.isfinite(rep_amp.pair(0, 0).cka))

@@ -95,7 +95,8 @@ def test_stream_with_workers_equals_serial_stream(jpeg_folder, tiny_vit, tiny_re
     def run(workers):
         info = vitlab.RunInfo()
         out = [(b.ids, b.labels, b.skipped, [f["gram"]["grams"] for f in found])
-               for b, found in stream([tiny_vit, tiny_resnet], source, idx, 5, stats, info=info, workers=workers)]
+               for b, found in stream([tiny_vit, tiny_resnet], source, idx, 5, stats, vitlab.Run(info=info,
+                                                                                              workers=workers))]
         return out, info
 
     serial, info0 = run(0)

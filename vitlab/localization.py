@@ -25,11 +25,12 @@ import numpy as np
 
 from . import cka as cka_mod
 from . import taps as taps_mod
-from .cache import Store
+from .context import Run, RunInfo
 from .data import Batch, ImageSource, select, to_tensor
 from .errors import VitlabError
 from .models import LoadedModel
-from .run import Progress, RunInfo, Statistic, stream
+from .options import DataOptions, option
+from .run import Statistic, stream
 
 MAX_POSITIONS = 1024  # T x G CKAs per layer; beyond this a CNN stage is too fine-grained to be worth it
 
@@ -137,6 +138,11 @@ class LocalizationResult:
                          "localized": own is not None and best == own})
         return pd.DataFrame(rows)
 
+    def rate(self) -> float:
+        """Fraction of spatial tokens whose best-matching input patch is their own (Figs 9-10's headline)."""
+        summary = self.summary()
+        return float(summary[summary["kind"] == "spatial"]["localized"].mean())
+
     def to_frame(self):
         """One row per (token, grid position): model, layer, token, kind, token_row/col, position, pos_row/col, cka."""
         import pandas as pd
@@ -168,6 +174,24 @@ class LocalizationReport:
 
         return pd.concat([r.summary() for r in self.results], ignore_index=True)
 
+    def rates(self):
+        """Per model and layer: the fraction of spatial tokens localized (own patch best) and their mean own CKA."""
+        spatial = self.summary()
+        spatial = spatial[spatial["kind"] == "spatial"]
+        if spatial.empty:
+            raise VitlabError("no spatial tokens to summarise")
+        return spatial.groupby(["model", "layer"], sort=False, as_index=False).agg(
+            localized=("localized", "mean"), own_cka=("own_cka", "mean"))
+
+    @property
+    def images(self) -> int:
+        return self.results[0].images
+
+    def headline(self) -> list[str]:
+        lines = [f"{r.model} {r.layer}: {r.localized:.0%} of spatial tokens best match their own input patch"
+                 for r in self.rates().itertuples()]
+        return lines + [f"localization over {self.images} images"]
+
     @property
     def warnings(self) -> list[str]:
         return [w for r in self.results for w in r.warnings]
@@ -181,30 +205,34 @@ def default_layers(model) -> list[str]:
     return [names[i] for i in picks]
 
 
-def localization(models: Sequence[LoadedModel], source: ImageSource, *,
-                 layers: Sequence[Sequence[str] | None] | None = None, images: int | None = None,
-                 batch_size: int = 64, shuffle: int | None = None, store: Store | None = None,
-                 progress: Progress | None = None, amp: bool = False, shard: tuple[int, int] = (0, 1),
-                 reduce=None) -> LocalizationReport:
-    """Token-to-input-patch CKA maps of ``layers[m]`` of every model (default: first, middle and last block).
+@dataclass(frozen=True)
+class LocalizationOptions(DataOptions):
+    """Options of the localization maps (``vitlab localization``)."""
 
-    ``shard=(rank, world)`` and ``reduce`` (``vitlab.dist``: sums the CKA states across ranks) run it under torchrun.
+    layers: tuple[str, ...] | None = option(None, "comma-separated taps (default: first, middle and last block "
+                                            "outputs)", kind="strs")
+    tokens: tuple[int, ...] | None = option(None, "comma-separated token indices to draw (default: a spread)",
+                                            kind="ints")
+
+
+def localization(models: Sequence[LoadedModel], source: ImageSource,
+                 opts: LocalizationOptions = LocalizationOptions(), run: Run | None = None) -> LocalizationReport:
+    """Token-to-input-patch CKA maps of ``opts.layers`` of every model (default: first, middle and last block).
+
+    ``run.shard`` and ``run.reduce`` (``vitlab.dist``: sums the CKA states across ranks) run it under torchrun.
     """
     if not models:
         raise VitlabError("give at least one model")
-    layers = list(layers) if layers is not None else [None] * len(models)
-    if len(layers) != len(models):
-        raise VitlabError(f"{len(layers)} layer lists given for {len(models)} models")
+    run = run or Run()
     stats = []
-    for m, ls in zip(models, layers):
-        ls = tuple(ls) if ls else tuple(default_layers(m.model))
+    for m in models:
+        ls = tuple(opts.layers) if opts.layers else tuple(default_layers(m.model))
         taps_mod.check_taps(m.model, ls)
         stats.append(LocalizationStatistic(ls))
     accs: list[list[cka_mod.MinibatchCKA] | None] = [None] * len(models)
     grids: list[list] = [[] for _ in models]
-    info = RunInfo()
-    for _, found in stream(models, source, select(source, images, shuffle), batch_size, [[s] for s in stats],
-                           store=store, progress=progress, amp=amp, info=info, shard=shard):
+    for _, found in stream(models, source, select(source, opts.images, opts.shuffle), opts.batch_size,
+                           [[s] for s in stats], run):
         for k, (stat, per_model) in enumerate(zip(stats, found)):
             arrays = per_model[stat.name]
             if accs[k] is None:
@@ -215,16 +243,15 @@ def localization(models: Sequence[LoadedModel], source: ImageSource, *,
                 acc.update(cka_mod.centred(arrays[f"tokens_{i}"]), cka_mod.centred(arrays[f"patches_{i}"]))
     if accs[0] is None:
         raise VitlabError("no batch of 4 or more readable images: localization needs at least 4 images"
-                          + (" (on this rank: use fewer processes than batches)" if shard[1] > 1 else ""))
-    if reduce is not None:
-        reduce([acc for acc_list in accs for acc in acc_list])
+                          + (" (on this rank: use fewer processes than batches)" if run.shard[1] > 1 else ""))
+    run.reduce_accumulators([acc for acc_list in accs for acc in acc_list])
     results = []
     for m, stat, acc_list, grid_list in zip(models, stats, accs, grids):
         prefix = taps_mod.num_prefix_tokens(m.model)
         for tap, acc, grid in zip(stat.layers, acc_list, grid_list):
             res = acc.compute(m.label, "input")
             results.append(LocalizationResult(m.label, tap, grid, prefix, res.cka, res.images, res.warnings))
-    return LocalizationReport(results, info)
+    return LocalizationReport(results, run.info)
 
 
 def _accumulator(tokens: int, positions: int) -> cka_mod.MinibatchCKA:

@@ -112,10 +112,11 @@ def _one_thread() -> None:
     torch.set_num_threads(1)
 
 
-def _prepare_image(source: ImageSource, batch: Batch, i: int, groups: dict[str, _Input], keep: bool):
+def _prepare_image(source: ImageSource, batch: Batch, i: int, groups: dict[str, _Input], keep: bool,
+                   min_side: int | None = None):
     """Decode item ``i`` exactly as the serial path does, and apply each group's transform: (one-image batch,
     {key: (C, H, W)} or {} when the image was skipped). The decoded image is dropped unless ``keep``."""
-    one = decode(source, Batch(batch.index, [i], batch.key))
+    one = decode(source, Batch(batch.index, [i], batch.key), min_side)
     if not one.images:
         return one, {}
     xs = {k: to_tensor(one.images, g)[0] for k, g in groups.items()}
@@ -127,12 +128,13 @@ def _prepare_image(source: ImageSource, batch: Batch, i: int, groups: dict[str, 
 def _assemble(batch: Batch, parts: list, keys: Sequence[str], pin: bool, has_labels: bool, keep: bool) -> Prepared:
     import torch
 
-    batch.images, batch.ids, batch.labels, batch.skipped = [], [], [], []
+    batch.images, batch.ids, batch.labels, batch.skipped, batch.notices = [], [], [], [], []
     for one, _ in parts:
         batch.images += one.images
         batch.ids += one.ids
         batch.labels += one.labels or [None] * len(one.ids)
         batch.skipped += one.skipped
+        batch.notices += one.notices
     if not has_labels:
         batch.labels = None
     if not keep:
@@ -155,8 +157,9 @@ class Prefetcher:
     image once it is transformed (``batch.images`` is None): a 500x375 RGB image is as big as its 224 px input.
     """
 
-    def __init__(self, source: ImageSource, workers: int | None = None, pin: bool = False, keep_images: bool = True):
-        self.source, self.pin, self.keep = source, pin, keep_images
+    def __init__(self, source: ImageSource, workers: int | None = None, pin: bool = False, keep_images: bool = True,
+                 min_side: int | None = None):
+        self.source, self.pin, self.keep, self.min_side = source, pin, keep_images, min_side
         self.workers = default_workers() if workers is None else check_workers(workers)
         self._pool = ThreadPoolExecutor(self.workers, "vitlab-input", initializer=_one_thread) if self.workers else None
         self._assembler = ThreadPoolExecutor(1, "vitlab-assemble", initializer=_one_thread) if self.workers else None
@@ -166,10 +169,11 @@ class Prefetcher:
         has_labels = self.source.has_labels
         if self._pool is None:
             done: Future = Future()
-            parts = [_prepare_image(self.source, batch, i, groups, self.keep) for i in batch.indices]
+            parts = [_prepare_image(self.source, batch, i, groups, self.keep, self.min_side) for i in batch.indices]
             done.set_result(_assemble(batch, parts, list(groups), self.pin, has_labels, self.keep))
             return done
-        futures = [self._pool.submit(_prepare_image, self.source, batch, i, groups, self.keep) for i in batch.indices]
+        futures = [self._pool.submit(_prepare_image, self.source, batch, i, groups, self.keep, self.min_side)
+                   for i in batch.indices]
         return self._assembler.submit(lambda: _assemble(batch, [f.result() for f in futures], list(groups),
                                                         self.pin, has_labels, self.keep))
 

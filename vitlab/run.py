@@ -9,20 +9,24 @@ from __future__ import annotations
 
 import time
 from abc import ABC, abstractmethod
-from dataclasses import dataclass, field
-from typing import Callable, ClassVar, Iterator, Sequence
+from dataclasses import dataclass
+from typing import ClassVar, Iterator, Sequence
 
 import numpy as np
 
 from . import cka as cka_mod
 from . import device_cka, inflight, pipeline
 from . import taps as taps_mod
-from .cache import Store, make_key
+from .cache import make_key
+from .context import Run, RunInfo
 from .data import Batch, ImageSource, plan_batches, select
 from .errors import VitlabError
+from .images import needed_side
 from .models import LoadedModel
+from .options import DataOptions, option
+from .progress import Progress, scaled
 
-Progress = Callable[[int, int, str], None]
+__all__ = ["CKAOptions", "CKAReport", "GramStatistic", "Progress", "Run", "RunInfo", "Statistic", "cka", "stream"]
 
 
 class Statistic(ABC):
@@ -55,8 +59,17 @@ class Statistic(ABC):
         """Streaming statistics: the per-batch value from ``{tap: reduce_tap(...)}`` of every tap."""
         raise NotImplementedError(f"{type(self).__name__} does not stream")
 
-    def cache_key(self, loaded: LoadedModel, batch: Batch) -> str:
-        return make_key(self.name, self.version, loaded.fingerprint, batch.key, self.params(loaded))
+    def cache_key(self, loaded: LoadedModel, batch: Batch, precision: str = "float32") -> str:
+        """Name, version, weights, images, parameters and the forward pass's numerics (``precision``:
+        :func:`forward_precision`); make_key adds the library versions."""
+        return make_key(self.name, self.version, loaded.fingerprint, batch.key, self.params(loaded), precision)
+
+
+def forward_precision(loaded: LoadedModel, amp: bool) -> str:
+    """What changes a forward pass's numbers besides weights and images: bf16 autocast (only on CUDA) and the
+    device kind (CUDA convolutions use TF32 by default; CPU and GPU kernels round differently)."""
+    kind = str(loaded.device).split(":")[0]
+    return f"{'bf16' if amp and kind == 'cuda' else 'float32'}/{kind}"
 
 
 @dataclass(frozen=True)
@@ -95,95 +108,86 @@ class GramStatistic(Statistic):
         return self.finish({t: self.reduce_tap(t, acts[t], loaded) for t in self.taps(loaded)}, loaded, batch)
 
 
-@dataclass
-class RunInfo:
-    """What a run did: the counts reported in run.json and in the app."""
-
-    batches_computed: int = 0
-    batches_from_cache: int = 0
-    skipped_images: list[tuple[str, str]] = field(default_factory=list)
-    dropped_batches: list[str] = field(default_factory=list)
-    seconds: float = 0.0
-    forward_passes: dict[str, int] = field(default_factory=dict)  # per model label: batches it had to run
-
-    def merge(self, other: "RunInfo") -> None:
-        self.batches_computed += other.batches_computed
-        self.batches_from_cache += other.batches_from_cache
-        self.skipped_images += [s for s in other.skipped_images if s not in self.skipped_images]
-        self.dropped_batches += other.dropped_batches
-        self.seconds += other.seconds
-        for label, n in other.forward_passes.items():
-            self.forward_passes[label] = self.forward_passes.get(label, 0) + n
-
-
 def stream(models: Sequence[LoadedModel], source: ImageSource, indices: Sequence[int], batch_size: int,
-           statistics: Sequence[Sequence[Statistic]], *, store: Store | None = None, progress: Progress | None = None,
-           amp: bool = False, shard: tuple[int, int] = (0, 1), info: RunInfo | None = None,
-           min_batch: int = cka_mod.MIN_UNBIASED_BATCH, workers: int | None = None
+           statistics: Sequence[Sequence[Statistic]], run: Run | None = None, *,
+           min_batch: int = cka_mod.MIN_UNBIASED_BATCH
            ) -> Iterator[tuple[Batch, list[dict[str, dict[str, np.ndarray]]]]]:
     """Yield ``(batch, [per model: {statistic name: arrays}])`` for each batch of ``indices``.
 
-    ``statistics[m]`` lists the statistics of ``models[m]``. ``shard=(rank, world)`` takes every world-th batch
+    ``statistics[m]`` lists the statistics of ``models[m]``. ``run.shard=(rank, world)`` takes every world-th batch
     (torch.distributed). Batches left with fewer than ``min_batch`` readable images (4, for the unbiased HSIC)
-    are dropped and reported in ``info``; per-image statistics (attention distance) pass ``min_batch=1``.
-    Inputs are decoded and transformed by ``workers`` threads ahead of the forward (vitlab.pipeline; None: the
-    default, 0: on this thread); each model's statistics are formed inside its forward (vitlab.inflight).
+    are dropped and reported in ``run.info``; per-image statistics (attention distance) pass ``min_batch=1``.
+    Inputs are decoded and transformed by ``run.workers`` threads ahead of the forward (vitlab.pipeline); each
+    model's statistics are formed inside its forward (vitlab.inflight).
     """
-    store = store or Store(None)
-    info = info if info is not None else RunInfo()
+    run = run or Run()
+    store, info, progress, amp, shard = run.store, run.info, run.progress, run.amp, run.shard
     batches = plan_batches(source, indices, batch_size)[shard[0]::shard[1]]
+    precision = [forward_precision(m, amp) for m in models]
+    min_side = max((needed_side(m.data_config) for m in models), default=None)
     t0 = time.perf_counter()
 
     def plan(batch: Batch):
         """Cache lookups, ahead of the consumer; decoding is needed for any missing statistic or batch record."""
-        meta = store.get_json(make_key("batch-meta", batch.key))
-        found = [{s.name: store.get(s.cache_key(m, batch)) for s in stats} for m, stats in zip(models, statistics)]
+        # the label mapping is part of the key: a new class folder renumbers every label
+        meta = store.get_json(make_key("batch-meta", batch.key, source.classes))
+        found = [{s.name: store.get(s.cache_key(m, batch, p)) for s in stats}
+                 for m, stats, p in zip(models, statistics, precision)]
         need = [m for m, per_model in zip(models, found) if any(v is None for v in per_model.values())]
-        return (meta, found, bool(need)), (need if need or meta is None else None)
+        return (meta, found, bool(need)), (need if need or not _meta_ok(meta) else None)
 
     cuda = any(str(m.device).startswith("cuda") for m in models)
-    prefetcher = pipeline.Prefetcher(source, workers, pin=cuda,
+    prefetcher = pipeline.Prefetcher(source, run.workers, pin=cuda, min_side=min_side,
                                      keep_images=any(s.needs_images for stats in statistics for s in stats))
     # one batch ahead hides preparation behind a CPU forward at the least memory (each batch ahead holds its
     # inputs); a GPU forward is short, so two keep the workers busy while a batch is stacked and copied
     ahead = pipeline.prefetched(batches, plan, prefetcher, depth=2 if cuda else 1)
     with prefetcher:
-        yield from _consume(models, statistics, ahead, len(batches), store, progress, amp, info, min_batch)
+        yield from _consume(models, statistics, precision, ahead, len(batches), source, run, min_batch)
     info.seconds += time.perf_counter() - t0
     if progress:
         progress(len(batches), len(batches), "done")
 
 
-def _consume(models, statistics, planned, total, store, progress, amp, info, min_batch):
+def _consume(models, statistics, precision, planned, total, source, run, min_batch):
+    store, info, progress = run.store, run.info, run.progress
     for done, (batch, (meta, found, missing), prepared) in enumerate(planned):
         if progress:
             progress(done, total, f"batch {done + 1}/{total}")
         if prepared is not None:
-            meta = {"ids": batch.ids, "labels": batch.labels, "skipped": batch.skipped}
-            store.put_json(make_key("batch-meta", batch.key), meta)
+            meta = {"ids": batch.ids, "labels": batch.labels, "skipped": batch.skipped, "notices": batch.notices}
+            store.put_json(make_key("batch-meta", batch.key, source.classes), meta)
         batch.ids, batch.labels = meta["ids"], meta["labels"]
         batch.skipped = [tuple(s) for s in meta["skipped"]]
         info.skipped_images += [s for s in batch.skipped if s not in info.skipped_images]
+        info.notices += [tuple(s) for s in meta["notices"] if tuple(s) not in info.notices]
         if len(batch.ids) < max(1, min_batch):
             info.dropped_batches.append(f"batch {batch.index}: {len(batch.ids)} readable image(s), "
                                         f"fewer than {max(1, min_batch)}")
             continue
         if missing:
             info.batches_computed += 1
-            for m, stats, per_model in zip(models, statistics, found):
+            for m, stats, per_model, p in zip(models, statistics, found, precision):
                 todo = [s for s in stats if per_model[s.name] is None]
                 if not todo:
                     continue
-                values = inflight.forward_statistics(m, prepared.inputs[pipeline.input_key(m)], todo, batch, amp)
+                with taps_mod.holding(m.model, progress, m.label):  # says so while another run holds it
+                    values = inflight.forward_statistics(m, prepared.inputs[pipeline.input_key(m)], todo, batch,
+                                                         run.amp)
                 info.forward_passes[m.label] = info.forward_passes.get(m.label, 0) + 1
                 for s in todo:
                     per_model[s.name] = values[s.name]
-                    store.put(s.cache_key(m, batch), per_model[s.name])
+                    store.put(s.cache_key(m, batch, p), per_model[s.name])
                 del values
         else:
             info.batches_from_cache += 1
         batch.images = None
         yield batch, found
+
+
+def _meta_ok(meta) -> bool:
+    """A batch's cached ids/labels/skips are usable (an entry from another version, or damaged, is a miss)."""
+    return isinstance(meta, dict) and all(isinstance(meta.get(k), list) for k in ("ids", "skipped", "notices"))
 
 
 @dataclass
@@ -195,6 +199,11 @@ class CKAReport:
     info: RunInfo
     images: int
     repeats: int
+    taps: list[list[str]] | None = None  # per model: the taps compared
+
+    def headline(self) -> list[str]:
+        return [f"CKA over {self.images} images ({self.info.batches_computed} batches computed, "
+                f"{self.info.batches_from_cache} from cache)"]
 
     def pair(self, i: int, j: int) -> cka_mod.CKAResult:
         return self.results[(i, j)]
@@ -237,32 +246,55 @@ def fold_cka(accs: dict, found: list[dict], estimator: str, device: str = "cpu")
         acc.add(xy, selfs[i], selfs[j], centred[i].shape[-1])
 
 
-def cka(models: Sequence[LoadedModel], source: ImageSource, *, images: int | None = None, batch_size: int = 64,
-        shuffle: int | None = None, repeats: int = 1,
-        statistic: GramStatistic | Sequence[GramStatistic] = GramStatistic(),
-        estimator: str = "unbiased", store: Store | None = None, progress: Progress | None = None,
-        amp: bool = False, shard: tuple[int, int] = (0, 1), reduce: Callable | None = None,
-        workers: int | None = None) -> CKAReport:
-    """Minibatch CKA between all taps of every model and every other (and itself), over ``repeats`` subsets.
+@dataclass(frozen=True)
+class CKAOptions(DataOptions):
+    """Options of minibatch CKA (``vitlab cka``)."""
 
-    Repeat r > 0 (or every repeat when ``shuffle`` is set) uses the seeded permutation ``shuffle + r``.
-    ``reduce`` (torch.distributed) sums accumulator states across ranks before computing.
+    tokens: str = option("all", "representation: all tokens flattened, CLS token, or mean of spatial tokens",
+                         choices=("all", "cls", "gap"))
+    kernel: str = option("linear", "Gram kernel", choices=("linear", "rbf"))
+    rbf_threshold: float = option(1.0, "RBF width as a fraction of the median distance")
+    estimator: str = option("unbiased", "unbiased minibatch HSIC_1 (Nguyen et al. 2021) or biased HSIC_0 "
+                            "(full-batch CKA when --batch-size >= --images)", choices=("unbiased", "biased"))
+    taps: tuple[str, ...] | None = option(None, "comma-separated tap names (default: the family's CKA taps)",
+                                          kind="strs")
+    repeats: int = option(1, "average over R reshuffled image subsets")
+    verify: bool = option(False, "float64 Grams (slower; for checking precision)")
+
+
+def gram_statistics(models: Sequence[LoadedModel], opts: CKAOptions) -> list[GramStatistic]:
+    """One Gram statistic per model, as ``opts`` asks (explicit taps only for a single model)."""
+    if opts.taps is not None and len(models) > 1:
+        raise VitlabError("--taps applies to a single model; with several models use their default taps")
+    return [GramStatistic(opts.taps, opts.tokens, opts.kernel, opts.rbf_threshold,
+                          "float64" if opts.verify else "float32") for _ in models]
+
+
+def cka(models: Sequence[LoadedModel], source: ImageSource, opts: CKAOptions = CKAOptions(), run: Run | None = None,
+        *, statistic: GramStatistic | Sequence[GramStatistic] | None = None) -> CKAReport:
+    """Minibatch CKA between all taps of every model and every other (and itself), over ``opts.repeats`` subsets.
+
+    Repeat r > 0 (or every repeat when ``opts.shuffle`` is set) uses the seeded permutation ``shuffle + r``.
+    ``run.reduce`` (torch.distributed) sums accumulator states across ranks before computing. ``statistic``
+    overrides the Gram statistics built from ``opts`` (one for all models, or one per model).
     """
     if not models:
         raise VitlabError("give at least one model")
-    stats = list(statistic) if isinstance(statistic, (list, tuple)) else [statistic] * len(models)
-    info = RunInfo()
+    run = run or Run()
+    if statistic is None:
+        stats = gram_statistics(models, opts)
+    else:
+        stats = list(statistic) if isinstance(statistic, (list, tuple)) else [statistic] * len(models)
+    repeats, shuffle = max(1, opts.repeats), opts.shuffle
     per_repeat = []
-    for r in range(max(1, repeats)):
+    for r in range(repeats):
         seed = None if (repeats <= 1 and shuffle is None) else (shuffle or 0) + r
-        indices = select(source, images, seed)
-        accs = cka_accumulators(models, stats, estimator)
-        for _, found in stream(models, source, indices, batch_size, [[s] for s in stats], store=store,
-                               progress=_repeat_progress(progress, r, repeats), amp=amp, shard=shard, info=info,
-                               workers=workers):
-            fold_cka(accs, found, estimator, models[0].device)
-        if reduce is not None:
-            reduce(accs)
+        indices = select(source, opts.images, seed)
+        accs = cka_accumulators(models, stats, opts.estimator)
+        part = run.with_progress(scaled(run.progress, r, repeats, "repeat"))
+        for _, found in stream(models, source, indices, opts.batch_size, [[s] for s in stats], part):
+            fold_cka(accs, found, opts.estimator, models[0].device)
+        run.reduce_accumulators(accs)
         per_repeat.append({p: a.compute(models[p[0]].label, models[p[1]].label) for p, a in accs.items()})
     results = {}
     for p in per_repeat[0]:
@@ -275,10 +307,5 @@ def cka(models: Sequence[LoadedModel], source: ImageSource, *, images: int | Non
         if p[0] != p[1]:
             results[(p[1], p[0])] = _transpose(res)
     n_images = per_repeat[0][(0, 0)].images
-    return CKAReport([m.label for m in models], results, info, n_images, max(1, repeats))
-
-
-def _repeat_progress(progress: Progress | None, r: int, repeats: int) -> Progress | None:
-    if progress is None or repeats <= 1:
-        return progress
-    return lambda done, total, text: progress(r * total + done, repeats * total, f"repeat {r + 1}/{repeats}: {text}")
+    return CKAReport([m.label for m in models], results, run.info, n_images, repeats,
+                     [s.taps(m) for m, s in zip(models, stats)])

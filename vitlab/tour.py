@@ -196,15 +196,10 @@ def check_removal(result) -> Verdict:
     return sharp_change_after_removal(np.diag(result.cross.cka), blocks, result.removal.block)
 
 
-def _localized_rate(result) -> float:
-    summary = result.summary()
-    return float(summary[summary["kind"] == "spatial"]["localized"].mean())
-
-
 def check_localization(report, first_label: str, second_label: str) -> Verdict:
     """Figs 9-10 from a ``localization.LocalizationReport``: the last layer of each model."""
     last = {r.model: r for r in report.results}  # results are in layer order: the last one wins
-    return better_localization(_localized_rate(last[first_label]), _localized_rate(last[second_label]),
+    return better_localization(last[first_label].rate(), last[second_label].rate(),
                                first_label, second_label)
 
 

@@ -18,7 +18,7 @@ SCALE_PAIRS = [("zoo:vit-cls-3pct", "zoo:vit-cls"), ("zoo:vit-cls-10pct", "zoo:v
 
 def roles(a, b):
     """(ViT, CNN) among models A and B; a VitlabError in words when the pair lacks one."""
-    fam = {m.label: vitlab.taps.family(m.model) for m in (a, b)}
+    fam = {m.label: m.family for m in (a, b)}
     vit = next((m for m in (a, b) if fam[m.label] == "vit"), None)
     cnn = next((m for m in (a, b) if fam[m.label] in ("resnet", "resnetv2")), None)
     if vit is None or cnn is None:
@@ -33,73 +33,70 @@ def run(key: str, fn, label: str):
 
 
 def step_cka(vit, cnn, src, s):
-    report = run("cka", lambda p: vitlab.run.cka([vit, cnn], src, images=s.images, batch_size=s.batch_size,
-                                                 store=lab.store(), progress=p), "CKA")
+    opts = vitlab.run.CKAOptions(images=s.images, batch_size=s.batch_size)
+    report = run("cka", lambda r: vitlab.run.cka([vit, cnn], src, opts, r), "CKA")
     shown = [(charts.cka_heatmap(report.pair(i, j).to_frame(), size=220), report.pair(i, j).to_frame(), f"cka_{i}{j}")
              for i, j in ((0, 0), (1, 1), (0, 1))]
     return shown, tour.check_cka(report, 0, 1)
 
 
 def step_distance(vit, cnn, src, s):
-    r = run("distance", lambda p: attention.attention_distance(vit, src, images=s.images, batch_size=s.batch_size,
-                                                               store=lab.store(), progress=p), "Attention distance")
+    opts = attention.AttentionDistanceOptions(images=s.images, batch_size=s.batch_size)
+    r = run("distance", lambda run_: attention.attention_distance(vit, src, opts, run_), "Attention distance")
     return [(att_charts.attention_distance_chart(r.to_frame()), r.to_frame(), "attention_distance")], \
         tour.check_distance(r)
 
 
 def step_heads(vit, cnn, src, s):
-    r = run("heads", lambda p: heads.head_subsets(vit, cnn, src, images=s.images, batch_size=s.batch_size,
-                                                  store=lab.store(), progress=p), "Head subsets")
+    opts = heads.HeadSubsetOptions(images=s.images, batch_size=s.batch_size)
+    r = run("heads", lambda run_: heads.head_subsets(vit, cnn, src, opts, run_), "Head subsets")
     return [(att_charts.head_subset_chart(r.to_frame()), r.to_frame(), "head_subsets")], tour.check_heads(r)
 
 
 def step_receptive(vit, cnn, src, s):
-    n = min(s.images, 16)
-    rv, rc = (run(f"rf-{m.label}", lambda p, m=m: receptive.receptive_fields(
-        m, src, images=n, batch_size=min(s.batch_size, 8), store=lab.store(), progress=p),
-        f"Receptive fields of {m.label}") for m in (vit, cnn))
+    opts = receptive.ReceptiveOptions(images=min(s.images, 16), batch_size=min(s.batch_size, 8))
+    rv, rc = (run(f"rf-{m.label}", lambda run_, m=m: receptive.receptive_fields(m, src, opts, run_),
+                  f"Receptive fields of {m.label}") for m in (vit, cnn))
     return [(att_charts.receptive_field_chart(r.to_frame(), columns=6, size=90), r.to_frame(), f"rf_{r.model}")
             for r in (rv, rc)], tour.check_receptive(rv, rc)
 
 
 def step_skips(vit, cnn, src, s):
-    r = run("skips", lambda p: skips.skip_ratios([vit, cnn], src, images=s.images, batch_size=s.batch_size,
-                                                 store=lab.store(), progress=p), "Skip ratios")
-    frame = r.to_frame()
-    return [(skip_charts.skip_lines(frame), frame, "skip_ratio")], tour.check_skips(r, vit.label, cnn.label)
+    opts = skips.SkipOptions(images=s.images, batch_size=s.batch_size)
+    r = run("skips", lambda run_: skips.skip_ratios([vit, cnn], src, opts, run_), "Skip ratios")
+    summary = r.summary()
+    return [(skip_charts.skip_lines(summary), summary, "skip_ratio")], tour.check_skips(r, vit.label, cnn.label)
 
 
 def step_removal(vit, cnn, src, s):
-    removal = interventions.SkipRemoval(len(vit.model.blocks) // 2, "both")
-    r = run("removal", lambda p: interventions.skip_removal(vit, src, removal, images=s.images,
-                                                            batch_size=s.batch_size, store=lab.store(), progress=p),
-            "Skip removal")
+    opts = interventions.RemoveSkipOptions(block=vit.depth // 2, which="both", images=s.images,
+                                           batch_size=s.batch_size)
+    r = run("removal", lambda run_: interventions.skip_removal(vit, src, opts, run_), "Skip removal")
     cross = r.cross.to_frame()
-    shown = [(charts.cka_heatmap(cross, title=f"unmodified vs without {removal.label}", size=300), cross,
+    shown = [(charts.cka_heatmap(cross, title=f"unmodified vs without {opts.removal.label}", size=300), cross,
               "skip_removal"), (skip_charts.metrics_chart(r.metrics_frame()), r.metrics_frame(), "skip_removal_acc")]
     return shown, tour.check_removal(r)
 
 
 def step_localization(vit, cnn, src, s):
-    r = run("localization", lambda p: localization.localization(
-        [vit, cnn], src, images=s.images, batch_size=s.batch_size, store=lab.store(), progress=p), "Localization")
-    summary = r.summary()
-    return [(loc_charts.localization_rate_chart(summary), summary, "localization")], \
+    opts = localization.LocalizationOptions(images=s.images, batch_size=s.batch_size)
+    r = run("localization", lambda run_: localization.localization([vit, cnn], src, opts, run_), "Localization")
+    rates = r.rates()
+    return [(loc_charts.localization_rate_chart(rates), rates, "localization")], \
         tour.check_localization(r, vit.label, cnn.label)
 
 
 def step_probes(vit, cnn, src, s):
-    r = run("probes", lambda p: probes.probes([vit, cnn], src, shots=5, test=max(50, s.images),
-                                              reps=["cls", "gap"], batch_size=s.batch_size, store=lab.store(),
-                                              progress=p), "Linear probes")
+    opts = probes.ProbeOptions(shots=5, test=max(50, s.images), reps=("cls", "gap"), batch_size=s.batch_size)
+    r = run("probes", lambda run_: probes.probes([vit, cnn], src, opts, run_), "Linear probes")
     frame = r.to_frame()
     return [(probe_charts.probe_lines(frame), frame, "probes")], tour.check_probes(r, vit.label)
 
 
 def step_scale(vit, cnn, src, s):
     pairs = [(lab.model(x, s.device), lab.model(y, s.device)) for x, y in SCALE_PAIRS]
-    r = run("scale", lambda p: checkpoints.compare_checkpoints(pairs, src, images=s.images, batch_size=s.batch_size,
-                                                               store=lab.store(), progress=p), "Data scale")
+    opts = checkpoints.CheckpointOptions(images=s.images, batch_size=s.batch_size)
+    r = run("scale", lambda run_: checkpoints.compare_checkpoints(pairs, src, opts, run_), "Data scale")
     return [(ckpt_charts.checkpoint_lines(r.to_frame()), r.to_frame(), "data_scale")], tour.check_scale(r)
 
 
