@@ -39,6 +39,7 @@ NAV = {
         page("localization.py", "Localization", ":material/my_location:"),
         page("probes.py", "Linear probes", ":material/linear_scale:"),
         page("checkpoints.py", "Checkpoints", ":material/compare_arrows:"),
+        page("models.py", "Many models", ":material/scatter_plot:"),
     ],
     "Cause": [
         page("ablation.py", "Head ablation", ":material/content_cut:"),

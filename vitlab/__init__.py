@@ -10,11 +10,13 @@ Every analysis is one row of ``vitlab.analyses.ANALYSES``: its engine function
 ``fn(models, source, opts, run: Run) -> result`` (``result.to_frame()``; ``vitlab.charts`` draws it), its options
 dataclass, paper figure, charts and headline; the CLI, the app and the docs index are generated from that table
 (``python -m vitlab.analyses --markdown`` prints it). ``tour`` checks the paper's claims on the results.
+Beyond CKA: ``similarity`` (more measures, ``measures.MEASURES``), ``agreement`` (do they agree?),
+``sensitivity`` (how one CKA value moves) and ``manymodels`` (models x models per depth).
 """
 
-from . import (ablation, activations, analyses, attention, attribution, checkpoints, cka, data, heads, hub,
-               interventions, localization, models, options, probes, receptive, run, skips, taps, token_norms, tour,
-               zoo)
+from . import (ablation, activations, agreement, analyses, attention, attribution, checkpoints, cka, data, heads,
+               hub, interventions, localization, manymodels, measures, models, options, probes, receptive, run,
+               sensitivity, similarity, skips, taps, token_norms, tour, zoo)
 from .analyses import ANALYSES, Analysis
 from .cache import Store
 from .cka import CKAResult, MinibatchCKA
@@ -29,7 +31,8 @@ __version__ = "0.1.0"
 __all__ = [
     "ANALYSES", "Analysis", "CKAOptions", "CKAReport", "CKAResult", "DataSpec", "GramStatistic", "ImageSource",
     "LoadedModel", "MinibatchCKA", "ModelSpec", "PAPER_MODELS", "Run", "RunInfo", "Statistic", "Store",
-    "VitlabError", "ablation", "activations", "analyses", "attention", "attribution", "checkpoints", "cka", "data",
-    "heads", "hub", "interventions", "load", "localization", "models", "open_source", "options", "parse_spec", "probes",
-    "receptive", "run", "select", "skips", "stream", "taps", "token_norms", "tour", "uploads_source", "zoo",
+    "VitlabError", "ablation", "activations", "agreement", "analyses", "attention", "attribution", "checkpoints", "cka",
+    "data", "heads", "hub", "interventions", "load", "localization", "manymodels", "measures", "models", "open_source",
+    "options", "parse_spec", "probes", "receptive", "run", "select", "sensitivity", "similarity", "skips", "stream",
+    "taps", "token_norms", "tour", "uploads_source", "zoo",
 ]
