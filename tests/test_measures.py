@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 import torch
 
-from vitlab import cka, measures as ms
+from vitlab import cka
+from vitlab import measures as ms
 
 from .reference import hsic1_song
 

@@ -18,7 +18,7 @@ from vitlab.manymodels import CompareOptions, compare_models, parse_depths, tap_
 from vitlab.sensitivity import SensitivityOptions, sensitivity
 from vitlab.similarity import SimilarityOptions, similarity
 
-from .reference import cka64, hsic1_song, linear_gram64
+from .reference import hsic1_song, linear_gram64
 from .test_measures import ref_mutual_knn, ref_procrustes, ref_svcca_pwcca
 
 N, B = 24, 12

@@ -8,8 +8,16 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from .cli import add_data_options, add_model_options, add_out_option, load_models, open_store, relabel, tqdm_progress
-from .cli import write_run_json
+from .cli import (
+    add_data_options,
+    add_model_options,
+    add_out_option,
+    load_models,
+    open_store,
+    relabel,
+    tqdm_progress,
+    write_run_json,
+)
 from .errors import VitlabError
 from .measures import MEASURES
 

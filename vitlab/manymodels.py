@@ -16,8 +16,8 @@ similarity s, sqrt(2 - 2 s)); PWCCA, which is not symmetric, is averaged with it
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Sequence
 
 import numpy as np
 
@@ -92,7 +92,7 @@ class ManyModelsResult:
                 break
             vals = sim[k][iu]
             hi, lo = int(np.nanargmax(vals)), int(np.nanargmin(vals))
-            pair = lambda p: f"{self.labels[iu[0][p]]} and {self.labels[iu[1][p]]}"  # noqa: E731
+            pair = lambda p: f"{self.labels[iu[0][p]]} and {self.labels[iu[1][p]]}"
             lines.append(f"depth {d:g}: most alike {pair(hi)} ({self.matrices[k][iu][hi]:.3f}), least alike "
                          f"{pair(lo)} ({self.matrices[k][iu][lo]:.3f})")
         return lines

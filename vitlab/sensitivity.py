@@ -16,8 +16,8 @@ from the cached per-batch Grams (no forward pass when they are cached):
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Sequence
 
 import numpy as np
 

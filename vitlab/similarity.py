@@ -21,8 +21,8 @@ distances (a mean of metrics is a metric); mutual k-NN looks for neighbours with
 from __future__ import annotations
 
 import functools
+from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
-from typing import Sequence
 
 import numpy as np
 
