@@ -13,7 +13,7 @@ from ..measures import MEASURES
 def _scale(measure: str) -> alt.Scale:
     # a distance's colour runs the other way, so "alike" is bright under every measure
     if MEASURES[measure].kind == "distance":
-        return alt.Scale(scheme="magma", domain=[0, math.pi / 2], reverse=True)
+        return alt.Scale(scheme="magma", domain=[0, math.pi / 2], reverse=True, nice=False)
     return alt.Scale(scheme="magma", domain=[0, 1])
 
 
@@ -38,7 +38,9 @@ def measure_heatmap(frame: pd.DataFrame, size: int = 360, select: str | None = N
 def measure_grid(frames: list[pd.DataFrame], size: int = 170, columns: int = 3):
     """Every measure's map of one view side by side (independent colour scales, each titled by its measure)."""
     cells = [measure_heatmap(f, size=size, title=MEASURES[f["measure"].iloc[0]].title) for f in frames]
-    rows = [alt.hconcat(*cells[i:i + columns]) for i in range(0, len(cells), columns)]
+    # each row and the stack resolve apart: nested concats otherwise merge the measures' colour domains
+    rows = [alt.hconcat(*cells[i:i + columns]).resolve_scale(color="independent")
+            for i in range(0, len(cells), columns)]
     return alt.vconcat(*rows).resolve_scale(color="independent")
 
 
