@@ -245,3 +245,28 @@ def test_bad_inputs_are_refused_with_messages():
         ms.knn_membership(lin_gram(feats(8, 5))[None], 9)
     with pytest.raises(VitlabError, match="finite square"):
         ms.classical_mds(np.array([[0, np.nan], [1, 0]]))
+
+
+def test_agrees_with_the_repsim_package():
+    """repsim (PyPI; C++ backend) as an outside reference: its linear CKA with Gretton's estimator is vitlab's
+    biased full-batch CKA; its SVCCA with Pillai's trace is the mean canonical correlation when its 99 %-variance
+    cut keeps every direction (equal-variance data of rank r, vitlab d = r); its PWCCA is the mean of vitlab's two
+    directions (vitlab weights by A's features only)."""
+    repsim = pytest.importorskip("repsim")
+    rng = np.random.default_rng(6)
+    r = 5
+    x = rng.normal(size=(80, r)) @ rng.normal(size=(r, 9))
+    u, _, vt = np.linalg.svd(x - x.mean(0), full_matrices=False)
+    x = u[:, :r] @ vt[:r] * 4.0  # rank r, equal singular values: the 99 % cut keeps all r
+    y = x[:, :7] @ rng.normal(size=(7, 6)) + rng.normal(size=(80, 6))
+    u, _, vt = np.linalg.svd(y - y.mean(0), full_matrices=False)
+    y = u @ vt * 2.0  # full rank 6, equal singular values
+    gx, gy = cka.double_center(lin_gram(x)[None]), cka.double_center(lin_gram(y)[None])
+    biased = cka.hsic_all_pairs(gx, gy, "biased")[0, 0] / np.sqrt(
+        cka.hsic_self(gx, "biased")[0] * cka.hsic_self(gy, "biased")[0])
+    assert repsim.cka([x, y], "linear", "gretton")[0, 1] == pytest.approx(biased, rel=1e-8)
+    a, b = ms.svd_basis(x, r), ms.svd_basis(y, 6)
+    sv, pw_ab = ms.cca_pair(a, b)
+    _, pw_ba = ms.cca_pair(b, a)
+    assert repsim.svcca([x, y], "pillai")[0, 1] == pytest.approx(sv, rel=1e-7)
+    assert repsim.pwcca([x, y])[0, 1] == pytest.approx((pw_ab + pw_ba) / 2, rel=1e-7)
