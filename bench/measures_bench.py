@@ -92,18 +92,18 @@ def main() -> None:
     if args.threads:
         torch.set_num_threads(args.threads)
     source = vitlab.open_source(args.data)
-    rows = []
+    print(f"{args.images} images, batch {args.batch_size}, 224 px, CPU {torch.get_num_threads()} thread(s); all "
+          "default taps x all default taps of each model with itself", flush=True)
+    print("| model | taps | measure | per-batch statistic (s) | from cache (s) | extra over CKA (s) | "
+          "extra (% of CKA run) |")
+    print("|---|---|---|---|---|---|---|", flush=True)
     for spec in args.models.split(","):
-        rows += bench_model(spec.strip(), args, source)
-        r = rows[-1]
-        print(f"# {spec}: forward {r['forward_s']:.1f} s, CKA in all {r['cka_total_s']:.1f} s", flush=True)
-    print(f"\n{args.images} images, batch {args.batch_size}, 224 px, CPU "
-          f"{torch.get_num_threads()} thread(s); all default taps x all default taps of each model with itself")
-    print("| model | taps | measure | per-batch statistic (s) | from cache (s) | extra over CKA (s) | extra (% of CKA run) |")
-    print("|---|---|---|---|---|---|---|")
-    for r in rows:
-        print(f"| {r['model']} | {r['taps']} | {r['measure']} | {r['statistic_s']:.2f} | {r['from_cache_s']:.2f} | "
-              f"{r['extra_over_cka_s']:+.2f} | {r['extra_pct']:+.1f} % |")
+        rows = bench_model(spec.strip(), args, source)
+        for r in rows:  # each model's rows as soon as they exist: a slow machine may not see the next model
+            print(f"| {r['model']} | {r['taps']} | {r['measure']} | {r['statistic_s']:.2f} | {r['from_cache_s']:.2f} | "
+                  f"{r['extra_over_cka_s']:+.2f} | {r['extra_pct']:+.1f} % |")
+        print(f"| {spec} | | (CKA baseline: forward {rows[0]['forward_s']:.1f} s + Grams + sums) | | | "
+              f"{rows[0]['cka_total_s']:.1f} s in all | |", flush=True)
 
 
 if __name__ == "__main__":
