@@ -41,7 +41,8 @@ def _help(text: str) -> dict:
 
 @dataclass(frozen=True)
 class SimilarityOptions:
-    measures: tuple[str, ...] = tuple(ms.MEASURES)
+    measures: tuple[str, ...] = field(default=tuple(ms.MEASURES),
+                                      metadata=_help(f"measures to compute, of {', '.join(ms.MEASURES)}"))
     images: int | None = field(default=256, metadata=_help("number of images (first N, or a seeded subset)"))
     batch_size: int = field(default=64, metadata=_help("images per batch (the minibatch of CKA, Procrustes, k-NN)"))
     shuffle: int | None = field(default=None, metadata=_help("seed of a random subset of images"))
