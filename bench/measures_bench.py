@@ -52,7 +52,7 @@ def bench_model(spec: str, args, source) -> list[dict]:
     clock: dict[str, float] = {}
     stats = [timed_statistic(s, clock) for s in statistics_for(list(ms.MEASURES), opts)]
     t0 = time.perf_counter()
-    for _ in stream([model], source, vitlab.select(source, args.images), args.batch_size, [stats], store=store):
+    for _ in stream([model], source, vitlab.select(source, args.images), args.batch_size, [stats], Run(store=store)):
         pass
     pass_s = time.perf_counter() - t0
     forward_s = pass_s - sum(clock.values())
@@ -60,7 +60,7 @@ def bench_model(spec: str, args, source) -> list[dict]:
     base = None
     for m in ms.MEASURES:
         t = time.perf_counter()
-        similarity([model], source, SimilarityOptions((m,), images=args.images, batch_size=args.batch_size),
+        similarity([model], source, SimilarityOptions(measures=(m,), images=args.images, batch_size=args.batch_size),
                    Run(store=store))
         fold_s = time.perf_counter() - t
         stat_s = clock.get("gram" if ms.MEASURES[m].source == "gram" else "sketch", 0.0)

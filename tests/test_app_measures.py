@@ -19,7 +19,7 @@ def test_measure_choice_draws_that_measure():
     at.selectbox(key="sim.measure").set_value("procrustes").run()
     assert not at.error and not at.exception, [e.value for e in at.error]
     rows = chart_values(charts(at)[0])
-    opts = vitlab.similarity.SimilarityOptions(("procrustes",), images=SETTINGS["lab.images"],
+    opts = vitlab.similarity.SimilarityOptions(measures=("procrustes",), images=SETTINGS["lab.images"],
                                                batch_size=SETTINGS["lab.batch_size"])
     rep = vitlab.similarity.similarity(engine_models(), vitlab.open_source(SETTINGS["lab.source"]), opts)
     want = rep.pair_frame("procrustes", 0, 1)
@@ -61,10 +61,9 @@ def test_many_models_page_matches_the_engine():
     rows = chart_values(charts(at)[0])
     depth = rows[0]["depth"]
     models = [vitlab.load(m, "cpu") for m in specs]
-    sim = vitlab.similarity.SimilarityOptions(("cka",), images=SETTINGS["lab.images"],
-                                              batch_size=SETTINGS["lab.batch_size"])
-    res = vitlab.manymodels.compare_models(models, vitlab.open_source(SETTINGS["lab.source"]),
-                                           vitlab.manymodels.CompareOptions((depth,), sim))
+    opts = vitlab.manymodels.CompareOptions(images=SETTINGS["lab.images"], batch_size=SETTINGS["lab.batch_size"],
+                                            depths=(depth,), measure="cka")
+    res = vitlab.manymodels.compare_models(models, vitlab.open_source(SETTINGS["lab.source"]), opts)
     want = res.to_frame()
     got = {(r["model_a"], r["model_b"]): r["value"] for r in rows}
     for r in want.itertuples():

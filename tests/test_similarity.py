@@ -84,8 +84,8 @@ def test_cca_measures_equal_reference_on_the_cached_sketches(report_and_feats, t
 
 
 def test_rbf_cka_from_cached_linear_grams_equals_rbf_statistic(tiny_vit, fmnist_source):
-    rep = similarity([tiny_vit], fmnist_source, SimilarityOptions(("cka-rbf",), images=N, batch_size=B), Run())
-    direct = vitlab.run.cka([tiny_vit], fmnist_source, images=N, batch_size=B,
+    rep = similarity([tiny_vit], fmnist_source, SimilarityOptions(measures=("cka-rbf",), images=N, batch_size=B), Run())
+    direct = vitlab.run.cka([tiny_vit], fmnist_source, vitlab.CKAOptions(images=N, batch_size=B),
                             statistic=vitlab.GramStatistic(kernel="rbf", precision="float64"))
     np.testing.assert_allclose(rep.maps[("cka-rbf", 0, 0)], direct.pair(0, 0).cka, atol=2e-5)
 
@@ -125,7 +125,8 @@ def test_claim_statistics_on_constructed_maps():
 def test_sensitivity_matches_brute_force(tiny_vit, tiny_resnet, fmnist_source):
     fa, fb = batch_features(tiny_vit, fmnist_source), batch_features(tiny_resnet, fmnist_source)
     la, lb = list(fa)[3], list(fb)[2]
-    res = sensitivity([tiny_vit, tiny_resnet], fmnist_source, la, lb, SensitivityOptions(N, B, pcs=(1, 2)), Run())
+    opts = SensitivityOptions(images=N, batch_size=B, layer_a=la, layer_b=lb, pcs=(1, 2))
+    res = sensitivity(tiny_vit, tiny_resnet, fmnist_source, opts, Run())
     f = res.to_frame().set_index(["check", "side", "k"])
     xs, ys = fa[la], fb[lb]
 
@@ -155,14 +156,14 @@ def test_sensitivity_matches_brute_force(tiny_vit, tiny_resnet, fmnist_source):
 def test_compare_models_one_pass_each_then_none(tiny_vit, tiny_resnet, fmnist_source, store):
     other = vitlab.load("test_vit@random:1", "cpu")
     models = [tiny_vit, tiny_resnet, other]
-    opts = CompareOptions((0.5, 1.0), SimilarityOptions(("cka",), images=N, batch_size=B))
+    opts = CompareOptions(images=N, batch_size=B, depths=(0.5, 1.0), measure="cka")
     run = Run(store=store)
     res = compare_models(models, fmnist_source, opts, run)
     assert run.info.forward_passes == {m.label: 2 for m in models}
     again = Run(store=store)
     res2 = compare_models(models, fmnist_source, opts, again)
     assert again.info.forward_passes == {} and np.array_equal(res.matrices, res2.matrices)
-    full = similarity(models, fmnist_source, SimilarityOptions(("cka",), images=N, batch_size=B), Run(store=store))
+    full = similarity(models, fmnist_source, SimilarityOptions(measures=("cka",), images=N, batch_size=B), Run(store=store))
     for k, d in enumerate(opts.depths):
         for a in range(3):
             for b in range(3):
@@ -203,3 +204,9 @@ def test_cli_similarity_and_compare_models(tmp_path, capsys):
     assert main(["similarity", *args, "--measure", "cka,rsa", "-o", str(out)]) == 2
     assert "unknown measure" in capsys.readouterr().err
     assert main(["compare-models", *args, "--depth", "2", "-o", str(out2)]) == 2
+    out3 = tmp_path / "sens"
+    pair = ["-m", "test_vit@random:0", "--other", "test_resnet@random:0", "-d", "fashion-mnist:test", "-n", "24",
+            "-b", "12", "--device", "cpu"]
+    layers = ["--layer-a", "blocks.0.resid_post", "--layer-b", "layer1.0"]
+    assert main(["cka-sensitivity", *pair, *layers, "-o", str(out3)]) == 0
+    assert (out3 / "cka_sensitivity.csv").is_file()

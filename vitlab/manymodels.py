@@ -15,9 +15,10 @@ similarity s, sqrt(2 - 2 s)); PWCCA, which is not symmetric, is averaged with it
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -26,8 +27,18 @@ from . import taps as taps_mod
 from .context import Run
 from .data import ImageSource, select
 from .errors import VitlabError
+from .options import option
 from .run import stream
-from .similarity import PairAccumulator, SimilarityOptions, _Derived, _min_batch, cca_maps, statistics_for
+from .similarity import (
+    MeasureParams,
+    PairAccumulator,
+    SimilarityOptions,
+    _Derived,
+    _min_batch,
+    cca_maps,
+    check_params,
+    statistics_for,
+)
 
 
 def parse_depths(text: str | Sequence[float]) -> tuple[float, ...]:
@@ -46,13 +57,21 @@ def tap_at(taps: list[str], depth: float) -> str:
 
 
 @dataclass(frozen=True)
-class CompareOptions:
-    depths: tuple[float, ...] = field(default=(0.25, 0.5, 0.75, 1.0), metadata={"help": "relative depths in (0, 1]"})
-    similarity: SimilarityOptions = field(default_factory=lambda: SimilarityOptions(measures=("cka",)))
+class CompareOptions(MeasureParams):
+    """Options of ``vitlab compare-models``: the measure's parameters, which measure, which depths."""
 
-    @property
-    def measure(self) -> str:
-        return self.similarity.measures[0]
+    depths: tuple[float, ...] | str = option((0.25, 0.5, 0.75, 1.0), "relative depths in (0, 1], comma-separated; "
+                                             "t picks tap ceil(t L) - 1 of L", flag="--depth")
+    measure: str = option("cka", "the measure", choices=tuple(ms.MEASURES))
+
+    def __post_init__(self):
+        ms.check_measures([self.measure])
+        check_params(self)
+        parse_depths(self.depths)
+
+    def similarity_options(self) -> SimilarityOptions:
+        common = {f.name: getattr(self, f.name) for f in dataclasses.fields(MeasureParams)}
+        return SimilarityOptions(measures=(self.measure,), **common)
 
 
 @dataclass
@@ -82,6 +101,9 @@ class ManyModelsResult:
                               "y": float(self.coords[k, i, 1]), "explained": float(self.explained[k])}
                              for k, d in enumerate(self.depths) for i, m in enumerate(self.labels)])
 
+    def headline(self) -> list[str]:
+        return self.summary()
+
     def summary(self) -> list[str]:
         """Per depth: the most and the least alike pair of different models."""
         lines = []
@@ -104,7 +126,7 @@ def compare_models(models: Sequence, source: ImageSource, opts: CompareOptions =
     run = run or Run()
     if len(models) < 2:
         raise VitlabError(f"compare-models needs at least two models, not {len(models)}")
-    sim, measure = opts.similarity, opts.measure
+    sim, measure = opts.similarity_options(), opts.measure
     depths = parse_depths(opts.depths)
     all_taps = [taps_mod.default_taps(m.model) for m in models]
     idx = [[all_taps[i].index(tap_at(all_taps[i], d)) for d in depths] for i in range(len(models))]
@@ -113,8 +135,7 @@ def compare_models(models: Sequence, source: ImageSource, opts: CompareOptions =
     sketches: list[list[np.ndarray]] = [[] for _ in depths]
     images = batches = 0
     for batch, found in stream(models, source, select(source, sim.images, sim.shuffle), sim.batch_size, stats,
-                               store=run.store, progress=run.progress, amp=run.amp, info=run.info,
-                               min_batch=_min_batch(sim)):
+                               run, min_batch=_min_batch(sim)):
         with ms.blas_single_thread():
             for k in range(len(depths)):
                 if ms.MEASURES[measure].source == "gram":

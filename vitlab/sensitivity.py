@@ -16,8 +16,7 @@ from the cached per-batch Grams (no forward pass when they are cached):
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -27,16 +26,19 @@ from . import taps as taps_mod
 from .context import Run
 from .data import ImageSource, select
 from .errors import VitlabError
+from .options import DataOptions, option
 from .run import GramStatistic, stream
 
 
 @dataclass(frozen=True)
-class SensitivityOptions:
-    images: int | None = field(default=256, metadata={"help": "number of images"})
-    batch_size: int = field(default=64, metadata={"help": "images per batch"})
-    shuffle: int | None = field(default=None, metadata={"help": "seed of a random subset of images"})
-    tokens: str = field(default="all", metadata={"help": "all tokens flattened, cls, or gap"})
-    pcs: tuple[int, ...] = field(default=(1, 2, 5, 10), metadata={"help": "numbers of top PCs to remove"})
+class SensitivityOptions(DataOptions):
+    """Options of ``vitlab cka-sensitivity``: the cell (a tap of each model) and the checks."""
+
+    layer_a: str = option("", "tap of the first model (see `vitlab taps`)", required=True)
+    layer_b: str = option("", "tap of the other model", required=True)
+    tokens: str = option("all", "representation: all tokens flattened, CLS token, or mean of spatial tokens",
+                         choices=("all", "cls", "gap"))
+    pcs: tuple[int, ...] = option((1, 2, 5, 10), "numbers of top principal components to remove", kind="ints")
 
 
 def _terms(ga: np.ndarray, gb: np.ndarray) -> np.ndarray:
@@ -76,6 +78,10 @@ class SensitivityResult:
 
         return pd.DataFrame(self.rows)
 
+    def headline(self) -> list[str]:
+        f = self.to_frame()
+        return [f[["check", "side", "k", "value", "change", "detail"]].to_string(index=False), self.summary()]
+
     def summary(self) -> str:
         f = self.to_frame()
         moves = f[f["check"] != "top-direction energy share"]
@@ -96,7 +102,7 @@ def _collect(models, source, layer_a, layer_b, opts, run):
         idx.append(names.index(layer))
     ga, gb, ids = [], [], []
     for batch, found in stream(models, source, select(source, opts.images, opts.shuffle), opts.batch_size, stats,
-                               store=run.store, progress=run.progress, amp=run.amp, info=run.info):
+                               run):
         ga.append(np.asarray(found[0]["gram"]["grams"][idx[0]], dtype=np.float64))
         gb.append(np.asarray(found[1]["gram"]["grams"][idx[1]], dtype=np.float64))
         ids.append(list(batch.ids))
@@ -105,12 +111,10 @@ def _collect(models, source, layer_a, layer_b, opts, run):
     return ga, gb, ids
 
 
-def sensitivity(models: Sequence, source: ImageSource, layer_a: str, layer_b: str,
-                opts: SensitivityOptions = SensitivityOptions(), run: Run | None = None) -> SensitivityResult:
-    """The checks above for the cell (``layer_a`` of models[0], ``layer_b`` of models[1])."""
+def sensitivity(a, b, source: ImageSource, opts: SensitivityOptions, run: Run | None = None) -> SensitivityResult:
+    """The checks above for the cell (``opts.layer_a`` of model a, ``opts.layer_b`` of model b)."""
     run = run or Run()
-    if len(models) != 2:
-        raise VitlabError(f"sensitivity compares two models (A and B), not {len(models)}")
+    models, layer_a, layer_b = [a, b], opts.layer_a, opts.layer_b
     ga, gb, ids = _collect(models, source, layer_a, layer_b, opts, run)
     with ms.blas_single_thread():
         per_batch = np.stack([_terms(a, b) for a, b in zip(ga, gb)])  # (batches, 3)

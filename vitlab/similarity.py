@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -32,47 +32,55 @@ from . import taps as taps_mod
 from .context import Run
 from .data import ImageSource, select
 from .errors import VitlabError
+from .options import DataOptions, option
 from .run import GramStatistic, Statistic, stream
 
 
-def _help(text: str) -> dict:
-    return {"help": text}
+@dataclass(frozen=True)
+class MeasureParams(DataOptions):
+    """The parameters of the measures (shared by ``vitlab similarity`` and ``vitlab compare-models``)."""
+
+    tokens: str = option("all", "representation: all tokens flattened, CLS token, or mean of spatial tokens",
+                         choices=("all", "cls", "gap"))
+    rbf_threshold: float = option(1.0, "RBF CKA width as a fraction of the median distance")
+    pca_dims: int = option(256, "Procrustes: PCA to k = min(batch - 1, this) dimensions per batch")
+    svd_dims: int = option(20, "SVCCA/PWCCA: number of top SVD directions kept per side")
+    sketch_dims: int = option(256, "SVCCA/PWCCA: CountSketch width of the cached features")
+    sketch_seed: int = option(0, "SVCCA/PWCCA: seed of the CountSketch")
+    knn_k: int = option(10, "mutual k-NN: neighbours per image, within its batch")
 
 
 @dataclass(frozen=True)
-class SimilarityOptions:
-    measures: tuple[str, ...] = field(default=tuple(ms.MEASURES),
-                                      metadata=_help(f"measures to compute, of {', '.join(ms.MEASURES)}"))
-    images: int | None = field(default=256, metadata=_help("number of images (first N, or a seeded subset)"))
-    batch_size: int = field(default=64, metadata=_help("images per batch (the minibatch of CKA, Procrustes, k-NN)"))
-    shuffle: int | None = field(default=None, metadata=_help("seed of a random subset of images"))
-    tokens: str = field(default="all", metadata=_help("all tokens flattened, cls, or gap"))
-    rbf_threshold: float = field(default=1.0, metadata=_help("RBF width as a fraction of the median distance"))
-    pca_dims: int = field(default=256, metadata=_help("Procrustes: PCA to k = min(batch - 1, this) dimensions"))
-    svd_dims: int = field(default=20, metadata=_help("SVCCA/PWCCA: number of top SVD directions kept per side"))
-    sketch_dims: int = field(default=256, metadata=_help("SVCCA/PWCCA: CountSketch width of the cached features"))
-    sketch_seed: int = field(default=0, metadata=_help("SVCCA/PWCCA: seed of the CountSketch"))
-    knn_k: int = field(default=10, metadata=_help("mutual k-NN: neighbours per image, within its batch"))
+class SimilarityOptions(MeasureParams):
+    """Options of ``vitlab similarity``."""
+
+    measures: tuple[str, ...] = option(tuple(ms.MEASURES), f"measures, comma-separated, of {', '.join(ms.MEASURES)}",
+                                       kind="strs", flag="--measure")
 
     def __post_init__(self):
         ms.check_measures(self.measures)
-        for name in ("pca_dims", "svd_dims", "sketch_dims", "knn_k", "batch_size"):
-            if getattr(self, name) < 1:
-                raise VitlabError(f"{name.replace('_', '-')} must be positive, not {getattr(self, name)}")
-        if self.svd_dims > self.sketch_dims:
-            raise VitlabError(f"svd-dims ({self.svd_dims}) cannot exceed sketch-dims ({self.sketch_dims})")
+        check_params(self)
 
     def settings(self, measure: str) -> str:
-        """The parameters a measure's values depend on, in words (for captions and run.json)."""
-        return {"cka": "unbiased HSIC_1, summed over batches",
-                "cka-rbf": f"RBF threshold {self.rbf_threshold} x median distance, unbiased HSIC_1",
-                "procrustes": f"PCA to k = min(batch - 1, {self.pca_dims}) per batch, mean over batches",
-                "svcca": f"top {self.svd_dims} SVD directions of a {self.sketch_dims}-column CountSketch",
-                "pwcca": f"top {self.svd_dims} SVD directions of a {self.sketch_dims}-column CountSketch",
-                "mutual-knn": f"k = {self.knn_k} within each batch of {self.batch_size}"}[measure]
+        return describe(self, measure)
 
 
-OPTION_FIELDS = [f.name for f in fields(SimilarityOptions)]
+def check_params(p: MeasureParams) -> None:
+    for name in ("pca_dims", "svd_dims", "sketch_dims", "knn_k", "batch_size"):
+        if getattr(p, name) < 1:
+            raise VitlabError(f"{name.replace('_', '-')} must be positive, not {getattr(p, name)}")
+    if p.svd_dims > p.sketch_dims:
+        raise VitlabError(f"svd-dims ({p.svd_dims}) cannot exceed sketch-dims ({p.sketch_dims})")
+
+
+def describe(p: MeasureParams, measure: str) -> str:
+    """The parameters a measure's values depend on, in words (for captions and run.json)."""
+    return {"cka": "unbiased HSIC_1, summed over batches",
+            "cka-rbf": f"RBF threshold {p.rbf_threshold} x median distance, unbiased HSIC_1",
+            "procrustes": f"PCA to k = min(batch - 1, {p.pca_dims}) per batch, mean over batches",
+            "svcca": f"top {p.svd_dims} SVD directions of a {p.sketch_dims}-column CountSketch",
+            "pwcca": f"top {p.svd_dims} SVD directions of a {p.sketch_dims}-column CountSketch",
+            "mutual-knn": f"k = {p.knn_k} within each batch of {p.batch_size}"}[measure]
 
 
 @dataclass(frozen=True)
@@ -217,6 +225,15 @@ class SimilarityReport:
 
         return pd.concat([self.pair_frame(*key) for key in self.maps], ignore_index=True)
 
+    def headline(self) -> list[str]:
+        """The agreement view's sentences for the first two models when there are two measures or more."""
+        from .agreement import agreement
+
+        lines = [f"{len(self.measures)} measure(s) between {len(self.labels)} model(s) over {self.images} images"]
+        if len(self.labels) >= 2 and len(self.measures) >= 2:
+            lines += agreement(self, 0, 1).summary()
+        return lines
+
 
 def _nan_warnings(report: SimilarityReport) -> list[str]:
     out = []
@@ -243,8 +260,8 @@ def similarity(models: Sequence, source: ImageSource, opts: SimilarityOptions = 
     sketches: list[list[np.ndarray]] = [[] for _ in models]
     images = batches = 0
     indices = select(source, opts.images, opts.shuffle)
-    for batch, found in stream(models, source, indices, opts.batch_size, stats, store=run.store,
-                               progress=run.progress, amp=run.amp, info=run.info, min_batch=_min_batch(opts)):
+    for batch, found in stream(models, source, indices, opts.batch_size, stats, run,
+                               min_batch=_min_batch(opts)):
         with ms.blas_single_thread():
             _fold(accs, found, sketches, opts)
         images += len(batch.ids)

@@ -39,8 +39,8 @@ with lab.guard():
         raise vitlab.VitlabError("choose at least two models and one depth")
     models = [lab.model(m, s.device) for m in specs]
     src = lab.source(s)
-    opts = vitlab.manymodels.CompareOptions(depths, vitlab.similarity.SimilarityOptions(
-        (measure,), images=s.images, batch_size=s.batch_size, tokens=tokens))
+    opts = vitlab.manymodels.CompareOptions(images=s.images, batch_size=s.batch_size, tokens=tokens, depths=depths,
+                                            measure=measure)
     result = lab.compute(("mm", s.key, tuple(specs), depths, measure, tokens),
                          lambda run: (vitlab.manymodels.compare_models(models, src, opts, run), run.info),
                          "Many models")

@@ -67,9 +67,10 @@ def detail(frame, la: str, lb: str) -> None:
 def sensitivity_ui(a, b, src, s, tokens: str, la: str, lb: str) -> None:
     """How the clicked cell's linear CKA moves: top PCs removed, a batch or an image left out, Gram energy."""
     st.markdown("**Sensitivity of this CKA value**")
-    opts = vitlab.sensitivity.SensitivityOptions(s.images, s.batch_size, None, tokens)
+    opts = vitlab.sensitivity.SensitivityOptions(images=s.images, batch_size=s.batch_size, layer_a=la, layer_b=lb,
+                                                 tokens=tokens)
     res = lab.compute(("sens", s.key, tokens, la, lb), lambda run: vitlab.sensitivity.sensitivity(
-        [a, b], src, la, lb, opts, run), "Sensitivity")
+        a, b, src, opts, run), "Sensitivity")
     if res is None:
         return
     frame = res.to_frame()
@@ -84,7 +85,7 @@ def sensitivity_ui(a, b, src, s, tokens: str, la: str, lb: str) -> None:
 
 def other_measure(a, b, src, s, tokens: str, measure: str) -> None:
     """One non-CKA measure's maps, with the clicked cell's value."""
-    opts = vitlab.similarity.SimilarityOptions((measure,), images=s.images, batch_size=s.batch_size, tokens=tokens)
+    opts = vitlab.similarity.SimilarityOptions(measures=(measure,), images=s.images, batch_size=s.batch_size, tokens=tokens)
     rep = lab.compute(("simm", s.key, tokens, measure), lambda run: vitlab.similarity.similarity(
         [a, b], src, opts, run), measure)
     if rep is None:
