@@ -13,7 +13,7 @@ The paper's claims, as statistics computed under each measure (A should be the V
   ViT layers is similar to a much larger part of the ResNet") holds when more than half of B's layers find their
   best match in A's lower half.
 
-Words: |ρ| >= 0.8 "agree", 0.5 <= ρ < 0.8 "partly agree", ρ < 0.5 "disagree" (thresholds stated on the page).
+Words: ρ >= 0.8 "agree", 0.5 <= ρ < 0.8 "partly agree", ρ < 0.5 "disagree" (thresholds stated on the page).
 """
 
 from __future__ import annotations
