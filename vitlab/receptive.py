@@ -10,9 +10,12 @@ value is taken per input pixel, then averaged over the input's colour channels.
 Layers are blocks (``blocks.3``, ``layer2.1``, ``stages.1.blocks.0``) with ``residual``:
 
 - ``post`` (default): the block output, after the residual sum;
-- ``pre``: the branch alone, before the sum: for ViT the MLP branch (``ls2`` output), for Mixer the channel-mixing
-  MLP, for ResNet the last conv/BN of the residual branch (``bn3``/``bn2``; a squeeze-excite after it is left out),
-  for ResNetV2/BiT the last conv of the pre-activation branch.
+- ``pre``: the branch alone, before the sum, as in the paper's App. C: for ViT the attention sublayer (``ls1``
+  output), for Mixer the token-mixing MLP, for ResNet the last conv/BN of the residual branch (``bn3``/``bn2``; a
+  squeeze-excite after it is left out), for ResNetV2/BiT the last conv of the pre-activation branch;
+- ``pre-mlp``: ViT and Mixer only: the block's second branch, the MLP (``ls2``) or channel-mixing MLP. The
+  attention branch is the one whose field the paper shows (global from block 1 on); the MLP branch sees what the
+  attention already mixed and looks more local.
 
 Any tap name (``vitlab taps``) is accepted too, e.g. ``blocks.3.attn_out`` for the attention branch.
 Shapes: B batch, C input channels, H x W input pixels, L layers.
@@ -32,7 +35,9 @@ from .errors import VitlabError
 from .models import LoadedModel
 from .run import RunInfo
 
-RESIDUALS = ("post", "pre")
+RESIDUALS = ("post", "pre", "pre-mlp")
+RESIDUAL_LABELS = {"post": "after the residual", "pre": "before the residual (attention / branch)",
+                   "pre-mlp": "before the residual (MLP branch)"}
 VERSION = 1
 
 
@@ -115,10 +120,13 @@ def layer_point(loaded: LoadedModel, layer: str, residual: str = "post") -> tupl
     fam = taps_mod.family(model)
     if residual == "post":
         return layer, "out"
+    mlp = residual == "pre-mlp"
     if fam == "vit":
-        return f"{layer}.ls2", "out"
+        return f"{layer}.{'ls2' if mlp else 'ls1'}", "out"
     if fam == "mixer":
-        return f"{layer}.mlp_channels", "out"
+        return f"{layer}.{'mlp_channels' if mlp else 'mlp_tokens'}", "out"
+    if mlp:
+        raise VitlabError(f"'{loaded.label}' is a CNN: its blocks have one branch; use residual 'pre', not 'pre-mlp'")
     return _last_branch_module(model, layer), "out"
 
 

@@ -1,26 +1,27 @@
-"""The paper's claims, checked on the current models: one small test per figure of Raghu et al. 2021.
+"""The paper's claims as checks that can fail: one per figure of Raghu et al. 2021, each with its control.
 
-Each check reads an analysis result (never runs a model) and returns a :class:`Verdict`: whether these models
-show the claim (None when the models cannot say, e.g. no ViT among them) and the numbers behind it, in words.
-The criteria are deliberately plain comparisons (the paper's claims are qualitative); the evidence shows the
-margins, so a reader can judge a narrow call. Used by the app's Paper tour.
+A check compares a statistic with the control the claim needs (the untrained twin, the uniform-attention reference
+in the statistic's own convention, chance level, the retrained model without skips, the GAP model, the other
+architecture) and says "shown", "not shown" or "can't tell" (:func:`vitlab.evidence.verdict`): shown only when the
+statistic's interval clears the control's interval. The pure check functions below take estimates (value and
+interval) and plain arrays; :func:`run_tour` measures them on models (``vitlab/tour_measure.py``).
 
-Shapes: L layers (taps), H heads, S head subsets.
+    report = tour.run_tour([vit, cnn], source, TourOptions(), Run(store=Store(), bootstrap=200, seed=0))
+    report.to_frame()      # tour.csv: figure, claim, verdict, statistic, lo, hi, control, evidence
+    report.charts[figure]  # Altair: statistic and control with their 95 % intervals
+
+Shapes: B resamples, L layers, H heads.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
+from .context import Run, RunInfo
 from .errors import VitlabError
-
-
-@dataclass(frozen=True)
-class Verdict:
-    shown: bool | None  # None: these models cannot show or refute the claim
-    evidence: str
+from .evidence import Estimate, verdict
 
 
 @dataclass(frozen=True)
@@ -33,22 +34,26 @@ class Claim:
 CLAIMS: dict[str, Claim] = {
     "cka": Claim("Figs 1-2", "Representation structure",
                  "ViTs have a more uniform representation structure than ResNets: their layers are more similar "
-                 "to each other, while ResNet similarity falls off in stages."),
+                 "to each other, while ResNet similarity falls off in stages (a learned property: more than the "
+                 "untrained twins show)."),
     "distance": Claim("Figs 3-4", "Local and global attention",
                       "Lower ViT layers have both local and global heads; higher layers attend globally."),
     "heads": Claim("Fig 5", "Local heads resemble convolutions",
-                   "The ViT's local attention heads are more similar to the ResNet's lower layers than its global "
-                   "heads are."),
+                   "The more local a lower-layer ViT head, the more similar it is to the ResNet's lower layers."),
     "receptive": Claim("Fig 6", "Receptive fields",
-                       "ViT receptive fields are larger than ResNet ones from the lowest layers on."),
+                       "ViT receptive fields are larger than ResNet ones from the lowest layers on: attention "
+                       "widens the field more than a convolutional block does."),
     "skips": Claim("Fig 7", "Strong skip connections",
                    "ViT skip connections are much more influential than ResNet ones: the skip's norm dominates the "
                    "branch's (ratio ‖z‖/‖f(z)‖)."),
     "removal": Claim("Fig 8", "Skip removal",
-                     "Removing a ViT block's skip connection changes the representations after that block sharply."),
-    "localization": Claim("Figs 9-10", "Spatial localization",
+                     "A ViT trained without one block's skip connection has dissimilar representations before and "
+                     "after that block."),
+    "localization": Claim("Fig 9", "Spatial localization",
                           "ViT tokens in higher layers keep their own position's information better than ResNet "
-                          "positions; training with GAP instead of a CLS token weakens this."),
+                          "positions (chance-corrected: each grid's chance level is 1/positions)."),
+    "gap": Claim("Fig 10", "CLS vs GAP localization",
+                 "Training with global average pooling instead of a CLS token weakens localization."),
     "probes": Claim("Fig 11", "Linear probes",
                     "In a CLS-trained ViT the CLS token becomes a good representation only in the higher layers, "
                     "while the mean of the spatial tokens is better in the lower ones."),
@@ -57,168 +62,201 @@ CLAIMS: dict[str, Claim] = {
                    "model's."),
 }
 
+# timm's global_pool="avg" also moves the final LayerNorm after pooling (norm=Identity, fc_norm=LayerNorm): stated
+# wherever the CLS-vs-GAP comparison is shown (FACTS.md; the zoo models are not retrained for it).
+GAP_CAVEAT = ("the GAP model also differs in where its final LayerNorm sits (timm's global_pool='avg': norm=Identity, "
+              "fc_norm=LayerNorm after pooling), not in pooling alone")
 
-def _off_diagonal_mean(m: np.ndarray) -> float:
+
+@dataclass(frozen=True)
+class Check:
+    """One row of the tour: a claim, its verdict, the statistic with its 95 % interval and the control."""
+
+    figure: str
+    title: str
+    claim: str
+    verdict: str  # 'shown' | 'not shown' | "can't tell"
+    statistic: float
+    lo: float
+    hi: float
+    control: float
+    control_label: str
+    evidence: str
+
+
+def make_check(key: str, stat: Estimate, control: Estimate, control_label: str, evidence: str,
+               direction: str = "greater", floor: float | None = None, force: str | None = None) -> Check:
+    """The :class:`Check` of claim ``key``: :func:`vitlab.evidence.verdict` unless ``force`` (e.g. no control)."""
+    c = CLAIMS[key]
+    v = force or verdict(stat, control, direction, floor)
+    return Check(c.figure, c.title, c.claim, v, stat.value, stat.lo, stat.hi, control.value, control_label, evidence)
+
+
+def cant_tell(key: str, why: str) -> Check:
+    """A check that could not be measured (missing model, wrong data): "can't tell", and why."""
+    c = CLAIMS[key]
+    nan = float("nan")
+    return Check(c.figure, c.title, c.claim, "can't tell", nan, nan, nan, nan, "none", why)
+
+
+# ---------------------------------------------------------------- statistics, vectorised over resamples
+
+
+def off_diagonal_mean(m: np.ndarray) -> np.ndarray:
+    """(..., L, L) self-CKA -> (...) mean over pairs of different layers (non-finite cells left out)."""
     m = np.asarray(m, dtype=np.float64)
-    mask = ~np.eye(m.shape[0], dtype=bool) & np.isfinite(m)
-    if not mask.any():
-        raise VitlabError("a self-CKA map needs at least two layers with finite CKA")
-    return float(m[mask].mean())
+    if m.shape[-1] < 2:
+        raise VitlabError("a self-CKA map needs at least two layers")
+    mask = ~np.eye(m.shape[-1], dtype=bool) & np.isfinite(m)
+    with np.errstate(invalid="ignore"):
+        return np.where(mask, m, 0).sum((-2, -1)) / mask.sum((-2, -1))
 
 
-def cka_uniformity(vit_self: np.ndarray, cnn_self: np.ndarray) -> Verdict:
-    """Figs 1-2: mean off-diagonal self-CKA (L, L) of the ViT above the ResNet's."""
-    v, c = _off_diagonal_mean(vit_self), _off_diagonal_mean(cnn_self)
-    return Verdict(v > c, f"mean CKA between different layers: ViT {v:.3f}, ResNet {c:.3f}")
+def cross_block_mean(m: np.ndarray, block_of_layer: list[int], block: int) -> np.ndarray:
+    """(..., L, L) self-CKA -> (...) mean CKA between layers before ``block`` and layers after it (Fig 8)."""
+    b = np.asarray(block_of_layer)
+    before, after = np.flatnonzero(b < block), np.flatnonzero(b > block)
+    if not before.size or not after.size:
+        raise VitlabError(f"block {block} needs layers on both sides to compare before with after")
+    return np.nanmean(np.asarray(m, dtype=np.float64)[..., before[:, None], after[None, :]], axis=(-2, -1))
 
 
-def attention_mixing(distance_px: np.ndarray) -> Verdict:
-    """Figs 3-4: (L, H) mean distances; the first block's heads spread wider and sit lower than the last's."""
-    d = np.asarray(distance_px, dtype=np.float64)
-    if d.shape[0] < 2:
-        return Verdict(None, "only one block measured")
-    first, last = d[0], d[-1]
-    spread_first, spread_last = float(np.ptp(first)), float(np.ptp(last))
-    shown = bool(spread_first > spread_last and first.mean() < last.mean())
-    return Verdict(shown, f"first block: heads from {first.min():.1f} to {first.max():.1f} px (mean {first.mean():.1f}); "
-                          f"last block: {last.min():.1f} to {last.max():.1f} px (mean {last.mean():.1f})")
+def head_locality(distance: np.ndarray, uniform: float) -> np.ndarray:
+    """(..., H) head distances -> (...) 1 − (most local head) / (uniform attention's distance, same convention)."""
+    return 1.0 - np.asarray(distance, dtype=np.float64).min(-1) / uniform
 
 
-def local_heads_like_convolutions(subset_cka: np.ndarray) -> Verdict:
-    """Fig 5: (S, Lb) CKA of head subsets, most local first, all heads last; local above global (mean over Lb)."""
-    c = np.asarray(subset_cka, dtype=np.float64)
-    if c.shape[0] < 3:
-        return Verdict(None, "fewer than two head subsets")
-    local, global_ = float(np.nanmean(c[0])), float(np.nanmean(c[-2]))
-    return Verdict(local > global_, f"mean CKA with the other model's layers: most local heads {local:.3f}, "
-                                    f"most global heads {global_:.3f}")
+def depth_drop(curve: np.ndarray) -> np.ndarray:
+    """(..., L) block-by-block CKA -> (...) lower-half mean minus upper-half mean (> 0: the top diverges more)."""
+    c = np.asarray(curve, dtype=np.float64)
+    half = max(1, c.shape[-1] // 2)
+    return np.nanmean(c[..., :half], -1) - np.nanmean(c[..., half:], -1)
 
 
-def wider_receptive_fields(vit_radius_frac: float, cnn_radius_frac: float) -> Verdict:
-    """Fig 6: radius holding half the gradient of the first block, as a fraction of the image side."""
-    return Verdict(bool(vit_radius_frac > cnn_radius_frac),
-                   f"first block's 50 % radius: ViT {vit_radius_frac:.1%}, ResNet {cnn_radius_frac:.1%} of the image side")
-
-
-def _finite_median(x: np.ndarray) -> float:
+def finite_median(x: np.ndarray) -> np.ndarray:
+    """(..., S, N) -> (...) median over the last two axes, infinite ratios (zero branches) left out."""
     x = np.asarray(x, dtype=np.float64)
-    x = x[np.isfinite(x)]
-    return float(np.median(x)) if x.size else float("nan")
+    flat = x.reshape(x.shape[:-2] + (-1,))
+    return np.nanmedian(np.where(np.isfinite(flat), flat, np.nan), axis=-1)
 
 
-def stronger_skips(vit_ratio: np.ndarray, cnn_ratio: np.ndarray) -> Verdict:
-    """Fig 7: median ‖z‖/‖f(z)‖ over sublayers and tokens (infinite ratios left out), ViT above ResNet."""
-    v, c = _finite_median(vit_ratio), _finite_median(cnn_ratio)
-    if not (np.isfinite(v) and np.isfinite(c)):
-        return Verdict(None, "no finite norm ratios")
-    return Verdict(v > c, f"median norm ratio: ViT {v:.2f}, ResNet {c:.2f}")
+# ---------------------------------------------------------------- the checks
 
 
-def sharp_change_after_removal(cross_diag: np.ndarray, block_of_layer: list[int], block: int) -> Verdict:
-    """Fig 8: CKA of each layer with itself, unmodified vs ablated (L,); lower after the block than before it."""
-    d = np.asarray(cross_diag, dtype=np.float64)
-    idx = np.asarray(block_of_layer)
-    before, after = d[idx < block], d[idx >= block]
-    if not after.size:
-        return Verdict(None, f"no layer at or after block {block}")
-    b = float(before.mean()) if before.size else 1.0  # layers before the block are untouched: CKA 1
-    a = float(after.mean())
-    return Verdict(a < b, f"CKA of each layer with its ablated self: before block {block} {b:.3f}, "
-                          f"from block {block} on {a:.3f} (lowest {after.min():.3f})")
+def check_uniformity(gap: Estimate, twin_gap: Estimate | None, detail: str) -> Check:
+    """Figs 1-2: (ViT − ResNet) mean off-diagonal self-CKA, against the same gap of the untrained twins."""
+    if twin_gap is None:
+        return make_check("cka", gap, Estimate.exact(0.0), "none (run with --control random)",
+                          f"{detail}; without the untrained twins, learned uniformity cannot be told from "
+                          "initialisation", force="can't tell")
+    return make_check("cka", gap, twin_gap, "untrained twins' gap", f"{detail}; untrained twins: {twin_gap.text()}",
+                      floor=0.0)
 
 
-def better_localization(first_rate: float, second_rate: float, first: str, second: str) -> Verdict:
-    """Figs 9-10: fraction of spatial tokens of the last layer whose best-matching input patch is their own."""
-    return Verdict(bool(first_rate > second_rate),
-                   f"last layer, tokens localized at their own patch: {first} {first_rate:.0%}, {second} {second_rate:.0%}")
+def check_locality(locality: Estimate, twin: Estimate | None, margin: float, detail: str) -> Check:
+    """Figs 3-4: the most local first-block head is closer than uniform attention (same convention) by at least
+    ``margin`` (as a fraction of the uniform distance), beyond its interval and beyond the untrained twin's."""
+    control = twin if twin is not None else Estimate.exact(0.0)
+    label = "untrained twin's most local head" if twin is not None else "uniform attention"
+    return make_check("distance", locality, control, label,
+                      f"{detail}; a head counts as local when it attends ≥ {margin:.0%} closer than uniform",
+                      floor=margin)
 
 
-def cls_late_gap_early(cls_acc: np.ndarray, gap_acc: np.ndarray) -> Verdict:
-    """Fig 11: probe accuracy per layer (L,) of the CLS token and of GAP; GAP better first, CLS improves by the end."""
-    cls_acc, gap_acc = np.asarray(cls_acc, dtype=np.float64), np.asarray(gap_acc, dtype=np.float64)
-    if cls_acc.size < 2:
-        return Verdict(None, "fewer than two probed layers")
-    shown = bool(gap_acc[0] > cls_acc[0] and cls_acc[-1] > cls_acc[0])
-    return Verdict(shown, f"first layer: CLS {cls_acc[0]:.0%}, GAP {gap_acc[0]:.0%}; "
-                          f"last layer: CLS {cls_acc[-1]:.0%}, GAP {gap_acc[-1]:.0%}")
+def check_head_rank(neg_rho: Estimate, p_value: float, null_hi: float, detail: str, alpha: float = 0.05) -> Check:
+    """Fig 5: −Spearman(head distance, CKA with the other model's lower layers) > 0, permutation p < alpha."""
+    text = f"{detail}; permutation p = {p_value:.3g}"
+    force = "can't tell" if (p_value >= alpha and neg_rho.value > 0) else None
+    return make_check("heads", neg_rho, Estimate.exact(null_hi), "head-label permutation null (97.5 %)", text,
+                      floor=0.0, force=force)
 
 
-def higher_layers_diverge(curves: list[np.ndarray], pairs: list[str]) -> Verdict:
-    """Fig 12: per pair, the block-by-block CKA (L,) of the smaller-data vs the full model ends lower than it starts."""
-    if not curves:
-        return Verdict(None, "no checkpoint pair")
-    parts, shown = [], True
-    for name, c in zip(pairs, curves):
-        c = np.asarray(c, dtype=np.float64)
-        lower, upper = c[: max(1, len(c) // 2)].mean(), c[len(c) // 2:].mean()
-        shown &= bool(upper < lower)
-        parts.append(f"{name}: lower half {lower:.3f}, upper half {upper:.3f}")
-    return Verdict(shown, "; ".join(parts))
+def check_growth(vit_growth: Estimate, cnn_growth: Estimate, detail: str) -> Check:
+    """Fig 6: the first block's attention widens the field (50 % radius, fraction of the input side) more than
+    the CNN's first block widens its own input's field."""
+    return make_check("receptive", vit_growth, cnn_growth, "CNN first block's growth", detail)
 
 
-# ------------------------------------------------------------------ the same checks, read from analysis results
+def check_skips(vit: Estimate, cnn: Estimate, detail: str) -> Check:
+    """Fig 7: the ViT's median ‖z‖/‖f(z)‖ above the CNN's."""
+    return make_check("skips", vit, cnn, "CNN median ratio", detail)
 
 
-def check_cka(report, vit: int, cnn: int) -> Verdict:
-    """Figs 1-2 from a ``run.CKAReport`` over both models (``vit``, ``cnn``: their indices)."""
-    return cka_uniformity(report.pair(vit, vit).cka, report.pair(cnn, cnn).cka)
+def check_removal(noskip: Estimate, normal: Estimate, block: int, detail: str) -> Check:
+    """Fig 8: mean self-CKA across block ``block`` lower in the model retrained without its skip."""
+    return make_check("removal", noskip, normal, "the same model with its skips", detail, direction="less")
 
 
-def check_distance(result) -> Verdict:
-    """Figs 3-4 from an ``attention.AttentionDistanceResult``."""
-    return attention_mixing(result.distance_px)
+def check_localization(vit: Estimate, cnn: Estimate, detail: str) -> Check:
+    """Fig 9: chance-corrected localization of the ViT's last layer above the CNN's."""
+    return make_check("localization", vit, cnn, "CNN chance-corrected rate", detail, floor=0.0)
 
 
-def check_heads(result) -> Verdict:
-    """Fig 5 from a ``heads.HeadSubsetResult``."""
-    return local_heads_like_convolutions(result.cka)
+def check_gap(cls: Estimate, gap: Estimate, detail: str) -> Check:
+    """Fig 10: chance-corrected localization of the CLS model above the GAP model's."""
+    return make_check("gap", cls, gap, "GAP model's chance-corrected rate", f"{detail}; note: {GAP_CAVEAT}")
 
 
-def _radius_frac(rf) -> float:
-    _, h, w = rf.maps.shape
-    return float(rf.radius_px(0.5)[0] / np.sqrt(h * w))
+def check_probes(margin: Estimate, twin: Estimate | None, detail: str) -> Check:
+    """Fig 11: min(GAP − CLS at the first layer, CLS last − CLS first) > 0, beyond the untrained twin's."""
+    control = twin if twin is not None else Estimate.exact(0.0)
+    label = "untrained twin's margin" if twin is not None else "no margin (0)"
+    return make_check("probes", margin, control, label, detail, floor=0.0)
 
 
-def check_receptive(vit_rf, cnn_rf) -> Verdict:
-    """Fig 6 from two ``receptive.ReceptiveFieldResult`` (each model's own input size)."""
-    return wider_receptive_fields(_radius_frac(vit_rf), _radius_frac(cnn_rf))
+def check_scale(drop: Estimate, detail: str) -> Check:
+    """Fig 12: the smaller-data model's block-by-block CKA with the full model falls from the lower to the upper
+    half (the smallest drop over the pairs) beyond its interval."""
+    return make_check("scale", drop, Estimate.exact(0.0), "no depth trend (0)", detail)
 
 
-def check_skips(report, vit_label: str, cnn_label: str) -> Verdict:
-    """Fig 7 from a ``skips.SkipReport``."""
-    by = {r.model: r for r in report.results}
-    return stronger_skips(by[vit_label].ratio, by[cnn_label].ratio)
+# ---------------------------------------------------------------- the report
 
 
-def check_removal(result) -> Verdict:
-    """Fig 8 from an ``interventions.SkipRemovalResult`` over ViT/Mixer taps named ``blocks.{i}.*``."""
-    blocks = [int(layer.split(".")[1]) for layer in result.cross.layers_a]
-    return sharp_change_after_removal(np.diag(result.cross.cka), blocks, result.removal.block)
+@dataclass(frozen=True)
+class TourOptions:
+    images: int = field(default=256, metadata={"help": "images for every check (first N of the source)"})
+    batch_size: int = field(default=32, metadata={"help": "images per batch: the bootstrap resamples batches"})
+    control: str = field(default="random", metadata={"help": "'random': untrained twins as controls; 'none'"})
+    permutations: int = field(default=200, metadata={"help": "permutations for the Fig 5 and CKA nulls"})
+    local_margin: float = field(default=0.25, metadata={"help": "a head is local when it attends at least this "
+                                                                "fraction closer than uniform attention"})
+    rf_images: int = field(default=32, metadata={"help": "images for the receptive fields (a backward each)"})
+    probe_draws: int = field(default=5, metadata={"help": "few-shot draws for the probe interval"})
+    probe_shots: int = field(default=10, metadata={"help": "training images per class in each draw"})
+    probe_test: int = field(default=200, metadata={"help": "test images per draw"})
+    noskip: tuple[str, str] = field(default=("zoo:vit-cls", "zoo:vit-cls-noskip"),
+                                    metadata={"help": "Fig 8: (model, the same retrained without a skip)"})
+    noskip_block: int = field(default=3, metadata={"help": "Fig 8: the block trained without its skips"})
+    gap_pair: tuple[str, str] = field(default=("zoo:vit-cls", "zoo:vit-gap"),
+                                      metadata={"help": "Fig 10: (CLS model, GAP model)"})
+    scale_pairs: tuple[tuple[str, str], ...] = field(
+        default=(("zoo:vit-cls-3pct", "zoo:vit-cls"), ("zoo:vit-cls-10pct", "zoo:vit-cls")),
+        metadata={"help": "Fig 12: (smaller-data model, full-data model) pairs"})
+    only: tuple[str, ...] = field(default=(), metadata={"help": "claim keys to run (default: all)"})
 
 
-def _localized_rate(result) -> float:
-    summary = result.summary()
-    return float(summary[summary["kind"] == "spatial"]["localized"].mean())
+@dataclass
+class TourReport:
+    rows: list[Check]
+    charts: dict  # figure -> Altair chart of the statistic and control with their intervals
+    models: list[str]
+    info: RunInfo
+    frames: dict = field(default_factory=dict)  # figure -> the chart's data (CSV export)
+
+    COLUMNS = ("figure", "claim", "verdict", "statistic", "lo", "hi", "control", "evidence")
+
+    def to_frame(self):
+        import pandas as pd
+
+        return pd.DataFrame([{k: getattr(r, k) for k in self.COLUMNS} for r in self.rows], columns=self.COLUMNS)
+
+    def summary(self) -> dict[str, int]:
+        return {v: sum(r.verdict == v for r in self.rows) for v in ("shown", "not shown", "can't tell")}
 
 
-def check_localization(report, first_label: str, second_label: str) -> Verdict:
-    """Figs 9-10 from a ``localization.LocalizationReport``: the last layer of each model."""
-    last = {r.model: r for r in report.results}  # results are in layer order: the last one wins
-    return better_localization(_localized_rate(last[first_label]), _localized_rate(last[second_label]),
-                               first_label, second_label)
+def run_tour(models: list, source, opts: TourOptions, run: Run) -> TourReport:
+    """Measure every claim on ``models`` (a ViT with a CLS token and a CNN among them) and ``source``."""
+    from . import tour_measure
 
-
-def check_probes(report, vit_label: str) -> Verdict:
-    """Fig 11 from a ``probes.ProbeReport`` with 'cls' and 'gap' rows for the ViT."""
-    frame = report.to_frame()
-    part = frame[frame["model"] == vit_label].sort_values("layer_index")
-    cls_acc = part[part["representation"] == "cls"]["accuracy"].to_numpy()
-    gap_acc = part[part["representation"] == "gap"]["accuracy"].to_numpy()
-    if not cls_acc.size or len(cls_acc) != len(gap_acc):
-        return Verdict(None, f"{vit_label} has no CLS and GAP probes")
-    return cls_late_gap_early(cls_acc, gap_acc)
-
-
-def check_scale(comparison) -> Verdict:
-    """Fig 12 from a ``checkpoints.CheckpointComparison``."""
-    return higher_layers_diverge(comparison.curves, [f"{a} vs {b}" for a, b in comparison.pairs])
+    return tour_measure.run_tour(models, source, opts, run)
