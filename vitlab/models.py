@@ -82,7 +82,7 @@ def parse_spec(text: str) -> ModelSpec:
             raise VitlabError(f"model spec '{text}': a zoo model takes no weights but '@random[:SEED]' (its untrained "
                               "twin)")
         return ModelSpec(name, "zoo")
-    elif weights != "pretrained":
+    elif weights != "pretrained" and not weights.startswith("random:"):
         path = Path(weights).expanduser()
         if path.suffix.lower() not in CHECKPOINT_SUFFIXES:
             raise VitlabError(
