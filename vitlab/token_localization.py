@@ -203,3 +203,24 @@ def _count(images) -> int:
         return len(images)
     except TypeError:
         return len(list(images))
+
+
+def block_of_tap(loaded: LoadedModel, tap: str) -> str:
+    """The block a localization tap belongs to ('blocks.5.resid_post' -> 'blocks.5'; a CNN tap is its block)."""
+    blocks = block_names(loaded)
+    if tap in blocks:
+        return tap
+    head = tap.rsplit(".", 1)[0]
+    if head in blocks:
+        return head
+    raise VitlabError(f"tap '{tap}' of '{loaded.label}' belongs to no block")
+
+
+def images_for_dataset(given: int, given_name: str, reference: ReferenceOptions) -> tuple[str, int, str | None]:
+    """(source, images, note) for a data-set statistic over the images given: them if there are at least
+    :data:`MIN_IMAGES`, else the reference set (and a note saying so)."""
+    if enough_images(given):
+        return given_name, given, None
+    return reference.source, reference.images, (
+        f"{given} image(s) given: too few for a data-set statistic (at least {MIN_IMAGES}); the localization maps "
+        f"below are measured on the reference set {reference.source} ({reference.images} images)")
