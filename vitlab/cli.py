@@ -20,8 +20,8 @@ from .errors import VitlabError
 
 
 def add_model_options(p: argparse.ArgumentParser, multiple: bool = True) -> None:
-    help_ = ("model spec NAME[@WEIGHTS] or zoo:NAME; WEIGHTS: pretrained (default), random[:SEED], "
-             "or a .safetensors/.pth/.bin file" + (" (repeat for several models)" if multiple else ""))
+    help_ = ("model spec NAME[@WEIGHTS] or zoo:NAME[@random[:SEED]]; WEIGHTS: pretrained (default), random[:SEED] "
+             "(the untrained twin), or a .safetensors/.pth/.bin file" + (" (repeat for several models)" if multiple else ""))
     if multiple:
         p.add_argument("--model", "-m", action="append", required=True, help=help_)
     else:
@@ -239,8 +239,10 @@ def _zoo_cli(sub) -> None:
 from .cli_analyses import ANALYSIS_COMMANDS  # noqa: E402 (it imports the helpers above)
 
 from .cli_attention import ATTENTION_COMMANDS  # noqa: E402
+from .cli_evidence import EVIDENCE_COMMANDS  # noqa: E402
 
-COMMANDS: list[Callable] = [add_cka, add_models, add_cache, _zoo_cli, *ANALYSIS_COMMANDS, *ATTENTION_COMMANDS]
+COMMANDS: list[Callable] = [add_cka, add_models, add_cache, _zoo_cli, *ANALYSIS_COMMANDS, *ATTENTION_COMMANDS,
+                            *EVIDENCE_COMMANDS]
 
 
 def build_parser() -> argparse.ArgumentParser:

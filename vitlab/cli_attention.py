@@ -218,9 +218,8 @@ def add_receptive_field(sub) -> None:
     add_model_options(p, multiple=False)
     add_data_options(p, images=32, batch_size=8)
     p.add_argument("--layers", default=None, help="comma-separated blocks or taps (default: every block)")
-    p.add_argument("--residual", choices=("post", "pre", "pre-mlp", "both"), default="post",
-                   help="block output after the residual sum; the branch alone before it (pre: ViT attention "
-                        "sublayer, as in the paper's App. C; pre-mlp: ViT/Mixer MLP branch); both: post and pre")
+    p.add_argument("--residual", choices=("post", "pre", "both"), default="post",
+                   help="block output after the residual sum, the branch alone before it, or both")
     add_out_option(p, "results/receptive_field")
     p.set_defaults(func=run_receptive_field)
 

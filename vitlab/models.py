@@ -60,7 +60,7 @@ class ModelSpec:
 
 
 def parse_spec(text: str) -> ModelSpec:
-    """Parse ``NAME[@WEIGHTS]`` or ``zoo:NAME`` into a :class:`ModelSpec`."""
+    """Parse ``NAME[@WEIGHTS]`` or ``zoo:NAME[@random[:SEED]]`` into a :class:`ModelSpec`."""
     text = text.strip()
     if not text:
         raise VitlabError("empty model spec: give a timm model name, e.g. vit_base_patch32_224.augreg_in21k")
@@ -82,7 +82,7 @@ def parse_spec(text: str) -> ModelSpec:
             raise VitlabError(f"model spec '{text}': a zoo model takes no weights but '@random[:SEED]' (its untrained "
                               "twin)")
         return ModelSpec(name, "zoo")
-    elif weights != "pretrained" and not weights.startswith("random:"):
+    if weights != "pretrained" and not weights.startswith("random:"):
         path = Path(weights).expanduser()
         if path.suffix.lower() not in CHECKPOINT_SUFFIXES:
             raise VitlabError(

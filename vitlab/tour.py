@@ -216,6 +216,7 @@ def check_scale(drop: Estimate, detail: str) -> Check:
 @dataclass(frozen=True)
 class TourOptions:
     images: int = field(default=256, metadata={"help": "images for every check (first N of the source)"})
+    shuffle: int | None = field(default=None, metadata={"help": "take a seeded random subset of the source"})
     batch_size: int = field(default=32, metadata={"help": "images per batch: the bootstrap resamples batches"})
     control: str = field(default="random", metadata={"help": "'random': untrained twins as controls; 'none'"})
     permutations: int = field(default=200, metadata={"help": "permutations for the Fig 5 and CKA nulls"})

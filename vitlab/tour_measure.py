@@ -25,6 +25,19 @@ from .run import GramStatistic, stream
 from .skips import SkipStatistic
 
 
+def _stream(models, source, indices, batch_size, statistics, run: Run, min_batch: int = 4):
+    """``run.stream`` with this run's store and info and no progress of its own (the tour reports per check).
+
+    Accepts both the keyword form of ``stream`` and the ``run=`` form it is moving to."""
+    import inspect
+
+    quiet = run.with_progress(None)
+    if "run" in inspect.signature(stream).parameters:
+        return stream(models, source, indices, batch_size, statistics, quiet, min_batch=min_batch)
+    return stream(models, source, indices, batch_size, statistics, store=run.store, amp=run.amp, info=run.info,
+                  min_batch=min_batch)
+
+
 class _Models:
     """The models of one tour: those given, their untrained twins and the zoo models some checks name."""
 
@@ -54,15 +67,14 @@ class _Models:
 
 
 def _indices(source: ImageSource, opts: T.TourOptions):
-    return select(source, opts.images, None)
+    return select(source, opts.images, opts.shuffle)
 
 
 def _self_cka(models: list[LoadedModel], source, opts, run: Run) -> list[ev.BootstrapCKA]:
     """Self-CKA accumulators (default taps) of each model over the same batches."""
     stats = [GramStatistic() for _ in models]
     accs = [ev.BootstrapCKA(s.taps(m), s.taps(m)) for m, s in zip(models, stats)]
-    for _, found in stream(models, source, _indices(source, opts), opts.batch_size, [[s] for s in stats],
-                           store=run.store, amp=run.amp, info=run.info):
+    for _, found in _stream(models, source, _indices(source, opts), opts.batch_size, [[s] for s in stats], run):
         for acc, f in zip(accs, found):
             acc.update(cka_mod.centred(f["gram"]["grams"]))
     return accs
@@ -105,8 +117,8 @@ def measure_uniformity(ms: _Models, source, opts, run):
 def _distances(m: LoadedModel, source, opts, run, blocks=None) -> np.ndarray:
     """(L, H, n) per-image mean attention distance (prefix keys dropped, not renormalised)."""
     stat = AttentionDistanceStatistic(blocks)
-    raw = [f[0][stat.name]["raw"] for _, f in stream([m], source, _indices(source, opts), opts.batch_size, [[stat]],
-                                                      store=run.store, amp=run.amp, info=run.info, min_batch=1)]
+    raw = [f[0][stat.name]["raw"]
+           for _, f in _stream([m], source, _indices(source, opts), opts.batch_size, [[stat]], run, min_batch=1)]
     return np.concatenate(raw, axis=-1)
 
 
@@ -144,8 +156,8 @@ def measure_head_rank(ms: _Models, source, opts, run):
     heads = [f"b{b}.h{h}" for b in blocks for h in range(vit.model.blocks[0].attn.num_heads)]
     acc = ev.BootstrapCKA(heads, list(ostat.taps_))
     raw = []
-    for _, f in stream([vit, cnn], source, _indices(source, opts), opts.batch_size, [[dstat, hstat], [ostat]],
-                       store=run.store, amp=run.amp, info=run.info):
+    for _, f in _stream([vit, cnn], source, _indices(source, opts), opts.batch_size, [[dstat, hstat], [ostat]],
+                        run):
         raw.append(f[0][dstat.name]["raw"])
         acc.update(cka_mod.centred(f[0][hstat.name]["grams"]), cka_mod.centred(f[1][ostat.name]["grams"]))
     dist = np.concatenate(raw, -1).mean(-1).ravel()  # (len(blocks)·H,) block-major, as the head Grams
@@ -214,8 +226,7 @@ def measure_skips(ms: _Models, source, opts, run):
     stat = SkipStatistic()
     sums: list[list] = [[], []]
     counts: list[list] = [[], []]
-    for _, f in stream([ms.vit, ms.cnn], source, _indices(source, opts), opts.batch_size, [[stat], [stat]],
-                       store=run.store, amp=run.amp, info=run.info):
+    for _, f in _stream([ms.vit, ms.cnn], source, _indices(source, opts), opts.batch_size, [[stat], [stat]], run):
         for k in range(2):
             sums[k].append(f[k][stat.name]["ratio_sum"])
             counts[k].append(float(np.asarray(f[k][stat.name]["count"]).sum()))
@@ -248,8 +259,7 @@ def _localization(models: list[LoadedModel], source, opts, run) -> list[tuple[Es
     """Per model: (chance-corrected rate, raw rate, positions) of its last default localization layer."""
     stats = [LocalizationStatistic((default_layers(m.model)[-1],)) for m in models]
     accs: list = [None] * len(models)
-    for _, found in stream(models, source, _indices(source, opts), opts.batch_size, [[s] for s in stats],
-                           store=run.store, amp=run.amp, info=run.info):
+    for _, found in _stream(models, source, _indices(source, opts), opts.batch_size, [[s] for s in stats], run):
         for k, (s, f) in enumerate(zip(stats, found)):
             a = f[s.name]
             if accs[k] is None:
@@ -291,19 +301,52 @@ def measure_gap(ms: _Models, source, opts, run):
                                                          ("GAP model", "control", r[1][0]))
 
 
+def draw_split(labels: np.ndarray, shots: int, test: int, seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Indices into ``labels`` (n,): ``shots`` training and ``shots`` held-out images per class, then up to ``test``
+    others, from ``default_rng(seed)``'s permutation (one few-shot draw from a pool of extracted features)."""
+    order = np.random.default_rng(seed).permutation(len(labels))
+    train, val, rest = [], [], []
+    seen: dict = {}
+    for i in order:
+        k = seen.get(labels[i], 0)
+        seen[labels[i]] = k + 1
+        (train if k < shots else val if k < 2 * shots else rest).append(int(i))
+    short = [c for c, k in seen.items() if k < 2 * shots + 1]
+    if short or not rest:
+        raise VitlabError(f"the probe pool has too few images for {shots}+{shots} per class and a test split: raise "
+                          "--images or lower the probe shots")
+    return np.array(train), np.array(val), np.array(rest[:test])
+
+
 def _probe_margins(m: LoadedModel, source, opts, run) -> tuple[np.ndarray, list[str]]:
+    """Per few-shot draw: min(GAP − CLS at the first layer, CLS gain first → last); features extracted once."""
     from . import probes
 
+    if not source.has_labels:
+        raise VitlabError(f"data source '{source.name}' has no labels: the probe check needs Fashion-MNIST, CIFAR "
+                          "or a folder with one sub-folder per class")
+    every = probes.default_layers(m.model)
+    layers = (every[0], every[-1])  # the claim compares the first and the last block
+    stat = probes.ProbeFeatures(layers, ("cls", "gap"))
+    feats: dict[str, list] = {}
+    labels: list = []
+    pool = select(source, max(opts.images, opts.probe_test + 30 * opts.probe_shots), None)
+    for batch, f in _stream([m], source, pool, opts.batch_size, [[stat]], run):
+        for key, v in f[0][stat.name].items():
+            feats.setdefault(key, []).append(v)
+        labels += list(batch.labels)
+    x = {k: np.concatenate(v) for k, v in feats.items()}
+    y = np.array(labels)
+    classes = len(source.classes)
     margins, texts = [], []
     for d in range(opts.probe_draws):
-        rep = probes.probes([m], source, shots=opts.probe_shots, test=opts.probe_test, seed=run.seed + d,
-                            reps=["cls", "gap"], batch_size=opts.batch_size, store=run.store)
-        run.info.merge(rep.info)
-        fr = rep.to_frame().sort_values("layer_index")
-        cls = fr[fr["representation"] == "cls"]["accuracy"].to_numpy()
-        gap = fr[fr["representation"] == "gap"]["accuracy"].to_numpy()
-        margins.append(min(gap[0] - cls[0], cls[-1] - cls[0]))
-        texts.append(f"CLS {cls[0]:.0%}→{cls[-1]:.0%}, GAP {gap[0]:.0%}→{gap[-1]:.0%}")
+        parts = dict(zip(("train", "val", "test"), draw_split(y, opts.probe_shots, opts.probe_test, run.seed + d)))
+        acc = {(rep, i): probes._probe_one({p: x[f"{rep}|{tap}"][ix] for p, ix in parts.items()},
+                                           {p: y[ix] for p, ix in parts.items()}, classes)[0]
+               for rep in ("cls", "gap") for i, tap in enumerate((layers[0], layers[-1]))}
+        margins.append(min(acc["gap", 0] - acc["cls", 0], acc["cls", 1] - acc["cls", 0]))
+        texts.append(f"CLS {acc['cls', 0]:.0%}→{acc['cls', 1]:.0%}, GAP {acc['gap', 0]:.0%}→{acc['gap', 1]:.0%} "
+                     f"({layers[0]} → {layers[-1]})")
     return np.array(margins), texts
 
 
@@ -329,8 +372,7 @@ def measure_scale(ms: _Models, source, opts, run):
     stats = [GramStatistic() for _ in models]
     accs = {(a, b): ev.BootstrapCKA(stats[specs.index(a)].taps(ms.get(a)), stats[specs.index(b)].taps(ms.get(b)))
             for a, b in opts.scale_pairs}
-    for _, found in stream(models, source, _indices(source, opts), opts.batch_size, [[s] for s in stats],
-                           store=run.store, amp=run.amp, info=run.info):
+    for _, found in _stream(models, source, _indices(source, opts), opts.batch_size, [[s] for s in stats], run):
         c = [cka_mod.centred(f["gram"]["grams"]) for f in found]
         for (a, b), acc in accs.items():
             acc.update(c[specs.index(a)], c[specs.index(b)])
