@@ -241,8 +241,10 @@ from .cli_analyses import ANALYSIS_COMMANDS  # noqa: E402 (it imports the helper
 from .cli_attention import ATTENTION_COMMANDS  # noqa: E402
 from .cli_evidence import EVIDENCE_COMMANDS  # noqa: E402
 
+from .cli_report import REPORT_COMMANDS  # noqa: E402
+
 COMMANDS: list[Callable] = [add_cka, add_models, add_cache, _zoo_cli, *ANALYSIS_COMMANDS, *ATTENTION_COMMANDS,
-                            *EVIDENCE_COMMANDS]
+                            *EVIDENCE_COMMANDS, *REPORT_COMMANDS]
 
 
 def build_parser() -> argparse.ArgumentParser:
