@@ -40,7 +40,8 @@ NAV = {
         page("probes.py", "Linear probes", ":material/linear_scale:"),
         page("checkpoints.py", "Checkpoints", ":material/compare_arrows:"),
     ],
-    "Presentation": [page("tour.py", "Paper tour", ":material/slideshow:")],
+    "Presentation": [page("tour.py", "Paper tour", ":material/slideshow:"),
+                     page("present.py", "Present the tour", ":material/co_present:")],
 }
 
 nav = st.navigation(NAV)
