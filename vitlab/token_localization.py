@@ -33,7 +33,7 @@ from .receptive import block_names
 from .run import stream
 from .token_gradient import TokenGradient, TokenGradientOptions, token_gradient
 
-MIN_IMAGES = 64  # below this the token-patch CKA of a 28 px zoo model moves by >0.1 between disjoint image sets
+MIN_IMAGES = 64  # the floor for a data-set statistic: 4 batches of 16 (the unbiased HSIC needs 4 per batch)
 MIN_BATCHES = 4  # a bootstrap over batches needs several batches to say anything
 DEFAULT_REFERENCE = "fashion-mnist:test"
 REFERENCES = ("fashion-mnist:test", "samples")

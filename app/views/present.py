@@ -67,18 +67,6 @@ if done is not None:
     row = done.rows[k]
     st.html(f'<p class="present-fig">{row.figure} · {k + 1} / {len(STEPS)}</p>'
             f'<p class="present-title">{escape(row.title)}</p>')
-    left, right = st.columns([3, 2], gap="large")
-    with right:
-        st.html(slide_text(row))
-        st.html(f'<p class="present-evidence">{escape(row.evidence)}</p>')
-    with left:
-        frame = done.frames.get(row.figure)
-        if frame is not None and len(frame):
-            chart = done.charts[row.figure].properties(width=560)
-            lab.chart(chart, key=f"present.{step}.chart")
-            lab.export(chart, frame, f"tour_{step}", f"present.{step}")
-        else:
-            st.info("No figure: this check could not be measured on these models (see the evidence).")
     nav = st.columns([1, 1, 4, 2])
     nav[0].button("◀ Previous", key="present.prev", on_click=move, args=(-1,), shortcut="Left",
                   help="or press ←")
@@ -89,3 +77,15 @@ if done is not None:
                            "vitlab_report.html", "text/html", key="present.report", on_click="ignore",
                            help="The whole tour in one file: every figure, verdict and interval, and provenance; "
                                 "opens offline in any browser")
+    left, right = st.columns([3, 2], gap="large")
+    with right:
+        st.html(slide_text(row))
+        st.html(f'<p class="present-evidence">{escape(row.evidence)}</p>')
+    with left:
+        frame = done.frames.get(row.figure)
+        if frame is not None and len(frame):
+            chart = done.charts[row.figure].properties(width=400).configure_legend(orient="bottom")
+            lab.chart(chart, key=f"present.{step}.chart")
+            lab.export(chart, frame, f"tour_{step}", f"present.{step}")
+        else:
+            st.info("No figure: this check could not be measured on these models (see the evidence).")
