@@ -34,7 +34,8 @@ def measure(spec: str, layer: str) -> None:
     dt = (time.perf_counter() - t0) / (IMAGES * gh * gw)
     own, near = np.array(own), np.array(near)
     print(f"{spec:14s} {layer:10s} grid {gh}x{gw}: own patch share median {np.median(own):.3f} "
-          f"(min {own.min():.3f}, >0.5 in {np.mean(own > 0.5):.0%} of {own.size} maps; chance {first.shares['own_chance']:.3f}); "
+          f"(min {own.min():.3f}, >0.5 in {np.mean(own > 0.5):.0%} of {own.size} maps; "
+          f"chance {first.shares['own_chance']:.3f}); "
           f"3x3 neighbourhood median {np.median(near):.3f} (chance median ~{first.shares['neighbourhood_chance']:.3f} "
           f"at (0,0)); {dt * 1000:.1f} ms per map")
 

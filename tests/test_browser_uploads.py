@@ -7,6 +7,7 @@ VITLAB_SCREENSHOTS=docs (app_uploads.png, app_present.png, report.png).
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
@@ -66,40 +67,43 @@ def test_presentation_layout_moves_with_the_arrow_keys(page, server):  # noqa: F
     assert page.get_by_role("button", name="Download report (HTML)").count() == 1
 
 
-def test_report_file_opens_from_disk_with_no_server(tmp_path):
-    from playwright.sync_api import sync_playwright
-
+def test_report_file_opens_from_disk_with_no_server(page, tmp_path):  # noqa: F811
+    """The report, made by the CLI, opened from file:// in a fresh tab of the test's Chromium; every request that is
+    not file:// is refused (the app's server is no part of this test)."""
     out = tmp_path / "report.html"
     cmd = [sys.executable, "-m", "vitlab", "report", "-m", "zoo:vit-cls", "-m", "zoo:resnet", "--data",
            "fashion-mnist:test", "-n", "64", "-b", "16", "--bootstrap", "100", "--out", str(out)]
     done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=900,
-                          env={**__import__("os").environ, "VITLAB_CACHE_DIR": str(tmp_path / "cache")})
+                          env={**os.environ, "VITLAB_CACHE_DIR": str(tmp_path / "cache")})
     assert done.returncode == 0, done.stderr[-2000:]
     requested = []
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=ARGS)
-        try:
-            pg = browser.new_page(viewport={"width": 1400, "height": 900})
-            pg.route("**/*", lambda route: (requested.append(route.request.url),
-                                            route.continue_() if route.request.url.startswith("file://")
-                                            else route.abort()))
-            pg.goto(out.as_uri())
-            figures = pg.locator("section[data-figure]")
-            assert figures.count() == 10
-            for k in range(figures.count()):
-                section = figures.nth(k)
-                section.scroll_into_view_if_needed()
-                assert section.locator("svg").count() >= 1 or "No figure" in section.inner_text()
-                assert section.locator("[data-verdict]").inner_text() in ("shown", "not shown", "can't tell")
-            assert pg.locator("svg").count() >= 9
-            prov = pg.locator("#provenance")
-            text = prov.inner_text()
-            for needle in ("zoo:vit-cls", "zoo:resnet", "fingerprint", "sha256", "fashion-mnist:test", "64",
-                           "torch", "timm", "vitlab", "UTC"):
-                assert needle in text, needle
-            pg.locator("section[data-figure]").nth(5).scroll_into_view_if_needed()
-            SHOTS.mkdir(parents=True, exist_ok=True)
-            pg.screenshot(path=str(SHOTS / "report.png"))
-        finally:
-            browser.close()
+
+    def only_files(route):
+        requested.append(route.request.url)
+        if route.request.url.startswith("file://"):
+            route.continue_()
+        else:
+            route.abort()
+
+    pg = page.context.browser.new_page(viewport={"width": 1400, "height": 900})
+    try:
+        pg.route("**/*", only_files)
+        pg.goto(out.as_uri())
+        figures = pg.locator("section[data-figure]")
+        assert figures.count() == 10
+        for k in range(figures.count()):
+            section = figures.nth(k)
+            section.scroll_into_view_if_needed()
+            assert section.locator("svg").count() >= 1 or "No figure" in section.inner_text()
+            assert section.locator("[data-verdict]").inner_text() in ("shown", "not shown", "can't tell")
+        assert pg.locator("svg").count() >= 9
+        text = pg.locator("#provenance").inner_text()
+        for needle in ("zoo:vit-cls", "zoo:resnet", "fingerprint", "sha256", "fashion-mnist:test", "64", "torch",
+                       "timm", "vitlab", "UTC"):
+            assert needle in text, needle
+        pg.locator("section[data-figure]").nth(5).scroll_into_view_if_needed()
+        SHOTS.mkdir(parents=True, exist_ok=True)
+        pg.screenshot(path=str(SHOTS / "report.png"))
+    finally:
+        pg.close()
     assert requested and all(u.startswith("file://") for u in requested), requested

@@ -75,7 +75,7 @@ def test_vit_map_equals_full_jacobian(little_vit, samples, block, pos):
 
 
 def test_patch_embedding_is_analytic_and_stays_in_its_patch(little_vit, samples):
-    """Before block 0 a token is W·patch + b + pos: the gradient is |Σ_d W[d, c, i, j]| on its own patch, 0 elsewhere."""
+    """Before block 0 a token is W·patch + b + pos: its gradient is |Σ_d W[d, c, i, j]| on its own patch, else 0."""
     opts = TG.TokenGradientOptions(index=0, layer="blocks.0.resid_pre", row=1, col=2)
     got = TG.token_gradient(little_vit, samples, opts, Run())
     w = little_vit.model.patch_embed.proj.weight.detach().double()  # (D, C, p, p)

@@ -50,7 +50,7 @@ def test_reference_cka_and_interval_match_a_float64_bootstrap_over_batches():
                                     run)
     assert (ref.grid, ref.prefix, ref.images, ref.batches) == ((4, 4), 1, 64, 4)  # batches of 64 // 4 = 16
     row, col = 1, 2
-    token, pos = 1 + row * 4 + col, row * 4 + col
+    token = 1 + row * 4 + col
     terms = []
     for b in range(4):
         x = to_tensor([src.load(i) for i in range(16 * b, 16 * b + 16)], vit)

@@ -171,7 +171,8 @@ def _provenance_html(prov: dict) -> str:
 <h3>Images</h3><table class="prov" id="prov-images">{images}</table>
 <h3>Resampling</h3><table class="prov">{resampling}</table>
 <h3>Software</h3><table class="prov" id="prov-versions">{libs}</table>
-<p id="prov-made">Made {e(prov['made'])} by vitlab {e(prov['versions']['vitlab'])}; the tour ran {prov['seconds']} s.</p></section>"""
+<p id="prov-made">Made {e(prov['made'])} by vitlab {e(prov['versions']['vitlab'])};
+the tour ran {prov['seconds']} s.</p></section>"""
 
 
 STYLE = """

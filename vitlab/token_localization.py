@@ -105,7 +105,8 @@ class ReferenceLocalization:
         return pd.DataFrame({
             "model": self.model, "layer": self.layer, "reference": self.source, "token": t.ravel(),
             "kind": np.where(own.ravel() < 0, "cls", "spatial"),
-            "token_row": np.where(own >= 0, own // gw, -1).ravel(), "token_col": np.where(own >= 0, own % gw, -1).ravel(),
+            "token_row": np.where(own >= 0, own // gw, -1).ravel(),
+            "token_col": np.where(own >= 0, own % gw, -1).ravel(),
             "position": g.ravel(), "pos_row": (g // gw).ravel(), "pos_col": (g % gw).ravel(), "own": (own == g).ravel(),
             "cka": self.cka.ravel(), "cka_lo": self.lo.ravel(), "cka_hi": self.hi.ravel()})
 
@@ -128,7 +129,8 @@ class ReferenceLocalization:
 def reference_localization(loaded: LoadedModel, source: ImageSource, layer: str, opts: ReferenceOptions,
                            run: Run) -> ReferenceLocalization:
     """Token↔patch CKA of ``layer`` (a tap) over the first ``opts.images`` of ``source``, in batches small enough to
-    give :data:`MIN_BATCHES`; the interval is the percentile bootstrap over batches (``run.bootstrap``, ``run.seed``)."""
+    give :data:`MIN_BATCHES`; the interval is the percentile bootstrap over batches (``run.bootstrap``,
+    ``run.seed``)."""
     n = min(opts.images, len(source))
     if n < MIN_IMAGES:
         raise VitlabError(f"reference set '{source.name}' gives {n} images: a token-patch CKA map needs at least "
@@ -171,7 +173,8 @@ class TokenView:
 
     def summary(self) -> dict:
         value, lo, hi = self.reference.own(self.gradient.row, self.gradient.col)
-        return {**self.gradient.summary(), "reference": self.reference.source, "reference_images": self.reference.images,
+        return {**self.gradient.summary(), "reference": self.reference.source,
+                "reference_images": self.reference.images,
                 "reference_batches": self.reference.batches, "own_cka": value, "own_cka_lo": lo, "own_cka_hi": hi}
 
 
