@@ -205,3 +205,30 @@ def test_zoo_untrained_twin_spec_and_weights():
     for bad, msg in [("zoo:vit-cls@weights.pth", "untrained twin"), ("zoo:nope@random", "unknown zoo model")]:
         with pytest.raises(VitlabError, match=msg):
             vitlab.load(bad, "cpu")
+
+
+def test_cka_report_and_cli_carry_intervals_and_the_null(tmp_path):
+    import json
+
+    import pandas as pd
+
+    from vitlab.cli import main
+
+    src = vitlab.open_source("fashion-mnist:test")
+    models = [vitlab.load("zoo:vit-cls", "cpu"), vitlab.load("zoo:resnet", "cpu")]
+    plain = vitlab.run.cka(models, src, images=48, batch_size=8)
+    rep = vitlab.run.cka(models, src, images=48, batch_size=8, bootstrap=50, permutations=30, seed=1)
+    np.testing.assert_allclose(rep.pair(0, 1).cka, plain.pair(0, 1).cka, rtol=1e-12)  # the estimate is unchanged
+    frame = rep.to_frame()
+    assert {"cka_lo", "cka_hi", "p_null", "null_lo", "null_hi"} <= set(frame.columns)
+    assert (frame["cka_lo"] <= frame["cka"] + 1e-12).all() and (frame["cka"] <= frame["cka_hi"] + 1e-12).all()
+    assert frame["p_null"].between(1 / 31, 1).all()
+    ab, ba = rep.pair(0, 1), rep.pair(1, 0)
+    np.testing.assert_allclose(ab.evidence.lo, ba.evidence.lo.T)
+    assert "cka_lo" not in plain.to_frame()
+    out = tmp_path / "cka"
+    assert main(["cka", "-m", "zoo:vit-cls", "-d", "fashion-mnist:test", "-n", "16", "-b", "8", "--bootstrap", "20",
+                 "--permutations", "5", "--no-cache", "-o", str(out)]) == 0
+    csv = pd.read_csv(out / "cka.csv")
+    assert csv[["cka_lo", "cka_hi", "p_null"]].notna().all().all()
+    assert json.loads((out / "run.json").read_text())["bootstrap"] == 20
