@@ -232,3 +232,21 @@ def test_cka_report_and_cli_carry_intervals_and_the_null(tmp_path):
     csv = pd.read_csv(out / "cka.csv")
     assert csv[["cka_lo", "cka_hi", "p_null"]].notna().all().all()
     assert json.loads((out / "run.json").read_text())["bootstrap"] == 20
+
+
+def test_localization_rates_with_chance_level_and_interval():
+    from vitlab import localization
+
+    src = vitlab.open_source("fashion-mnist:test")
+    rep = localization.localization([vitlab.load("zoo:vit-cls", "cpu")], src, images=48, batch_size=8,
+                                    bootstrap=100, seed=0)
+    rates = rep.rates()
+    summary = rep.summary()
+    for _, r in rates.iterrows():
+        part = summary[(summary["layer"] == r["layer"]) & (summary["kind"] == "spatial")]
+        assert r["rate"] == pytest.approx(part["localized"].mean())
+        assert r["chance"] == 1 / 16 and r["positions"] == 16
+        assert r["corrected"] == pytest.approx((r["rate"] - 1 / 16) / (1 - 1 / 16))
+        assert r["rate_lo"] <= r["rate"] <= r["rate_hi"]
+    none = localization.localization([vitlab.load("zoo:vit-cls", "cpu")], src, images=16, batch_size=8, bootstrap=0)
+    assert np.isnan(none.rates()["rate_lo"]).all()
