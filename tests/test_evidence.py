@@ -250,3 +250,23 @@ def test_localization_rates_with_chance_level_and_interval():
         assert r["rate_lo"] <= r["rate"] <= r["rate_hi"]
     none = localization.localization([vitlab.load("zoo:vit-cls", "cpu")], src, images=16, batch_size=8, bootstrap=0)
     assert np.isnan(none.rates()["rate_lo"]).all()
+
+
+def test_skip_ratio_intervals_are_a_bootstrap_of_the_batch_sums():
+    from vitlab import skips
+
+    src = vitlab.open_source("fashion-mnist:test")
+    m = vitlab.load("zoo:vit-cls", "cpu")
+    rep = skips.skip_ratios([m], src, images=40, batch_size=8, bootstrap=100, seed=3)
+    res = rep.results[0]
+    assert np.all(res.ratio_lo <= res.ratio + 1e-12) and np.all(res.ratio <= res.ratio_hi + 1e-12)
+    # reference: the per-batch sums, resampled with a plain loop
+    stat = skips.SkipStatistic()
+    sums = [f[0][stat.name] for _, f in vitlab.stream([m], src, range(40), 8, [[stat]])]
+    r = np.random.default_rng(3)
+    reps = []
+    for _ in range(100):
+        i = r.integers(0, 5, 5)
+        reps.append(sum(sums[k]["ratio_sum"] for k in i) / sum(float(sums[k]["count"].sum()) for k in i))
+    np.testing.assert_allclose(res.ratio_lo, np.percentile(np.array(reps), 2.5, axis=0), rtol=1e-9)
+    assert {"ratio_lo", "ratio_hi"} <= set(rep.to_frame().columns)
