@@ -20,8 +20,8 @@ from .errors import VitlabError
 
 
 def add_model_options(p: argparse.ArgumentParser, multiple: bool = True) -> None:
-    help_ = ("model spec NAME[@WEIGHTS] or zoo:NAME[@random[:SEED]]; WEIGHTS: pretrained (default), random[:SEED] "
-             "(the untrained twin), or a .safetensors/.pth/.bin file" + (" (repeat for several models)" if multiple else ""))
+    help_ = ("model spec NAME[@WEIGHTS] or zoo:NAME[@random[:SEED]]; WEIGHTS: pretrained (default), "
+             "random[:SEED] (the untrained twin), or a .safetensors/.pth/.bin file" + (" (repeat for several models)" if multiple else ""))
     if multiple:
         p.add_argument("--model", "-m", action="append", required=True, help=help_)
     else:

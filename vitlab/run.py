@@ -233,6 +233,7 @@ def cka(models: Sequence[LoadedModel], source: ImageSource, *, images: int | Non
     stats = list(statistic) if isinstance(statistic, (list, tuple)) else [statistic] * len(models)
     info = RunInfo()
     per_repeat = []
+    pooled = None  # every repeat's per-batch terms, for the intervals
     for r in range(max(1, repeats)):
         subset = None if (repeats <= 1 and shuffle is None) else (shuffle or 0) + r
         indices = select(source, images, subset)
@@ -243,7 +244,7 @@ def cka(models: Sequence[LoadedModel], source: ImageSource, *, images: int | Non
         if reduce is not None:
             reduce(accs)
         per_repeat.append({p: a.compute(models[p[0]].label, models[p[1]].label) for p, a in accs.items()})
-        pooled = accs if r == 0 else {p: pooled[p].merge(a) for p, a in accs.items()}
+        pooled = accs if pooled is None else {p: pooled[p].merge(a) for p, a in accs.items()}
     results = {}
     for p in per_repeat[0]:
         stack = np.stack([rep[p].cka for rep in per_repeat])
