@@ -270,3 +270,20 @@ def test_skip_ratio_intervals_are_a_bootstrap_of_the_batch_sums():
         reps.append(sum(sums[k]["ratio_sum"] for k in i) / sum(float(sums[k]["count"].sum()) for k in i))
     np.testing.assert_allclose(res.ratio_lo, np.percentile(np.array(reps), 2.5, axis=0), rtol=1e-9)
     assert {"ratio_lo", "ratio_hi"} <= set(rep.to_frame().columns)
+
+
+def test_receptive_field_radii_carry_intervals_and_fractions_of_the_side():
+    from vitlab import receptive
+
+    samples = vitlab.open_source("samples")
+    m = vitlab.load("test_vit@random:0", "cpu")
+    res = receptive.receptive_fields(m, samples, ["blocks.0"], images=4, batch_size=1, residual="pre", bootstrap=50)
+    frame = res.summary_frame()
+    side = 160.0
+    assert frame["radius50_frac"].iloc[0] == pytest.approx(frame["radius50_px"].iloc[0] / side)
+    assert frame["radius50_lo"].iloc[0] <= frame["radius50_hi"].iloc[0]
+    assert res.radius_samples.shape == (50, 2, 1)
+    # a resample of all four images, each once, gives the radius of the mean map
+    from vitlab.evidence import radius_fraction
+
+    assert radius_fraction(res.maps)[0] * side == pytest.approx(res.radius_px(0.5)[0])
