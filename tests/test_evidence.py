@@ -205,3 +205,85 @@ def test_zoo_untrained_twin_spec_and_weights():
     for bad, msg in [("zoo:vit-cls@weights.pth", "untrained twin"), ("zoo:nope@random", "unknown zoo model")]:
         with pytest.raises(VitlabError, match=msg):
             vitlab.load(bad, "cpu")
+
+
+def test_cka_report_and_cli_carry_intervals_and_the_null(tmp_path):
+    import json
+
+    import pandas as pd
+
+    from vitlab.cli import main
+
+    src = vitlab.open_source("fashion-mnist:test")
+    models = [vitlab.load("zoo:vit-cls", "cpu"), vitlab.load("zoo:resnet", "cpu")]
+    plain = vitlab.run.cka(models, src, images=48, batch_size=8)
+    rep = vitlab.run.cka(models, src, images=48, batch_size=8, bootstrap=50, permutations=30, seed=1)
+    np.testing.assert_allclose(rep.pair(0, 1).cka, plain.pair(0, 1).cka, rtol=1e-12)  # the estimate is unchanged
+    frame = rep.to_frame()
+    assert {"cka_lo", "cka_hi", "p_null", "null_lo", "null_hi"} <= set(frame.columns)
+    assert (frame["cka_lo"] <= frame["cka"] + 1e-12).all() and (frame["cka"] <= frame["cka_hi"] + 1e-12).all()
+    assert frame["p_null"].between(1 / 31, 1).all()
+    ab, ba = rep.pair(0, 1), rep.pair(1, 0)
+    np.testing.assert_allclose(ab.evidence.lo, ba.evidence.lo.T)
+    assert "cka_lo" not in plain.to_frame()
+    out = tmp_path / "cka"
+    assert main(["cka", "-m", "zoo:vit-cls", "-d", "fashion-mnist:test", "-n", "16", "-b", "8", "--bootstrap", "20",
+                 "--permutations", "5", "--no-cache", "-o", str(out)]) == 0
+    csv = pd.read_csv(out / "cka.csv")
+    assert csv[["cka_lo", "cka_hi", "p_null"]].notna().all().all()
+    assert json.loads((out / "run.json").read_text())["bootstrap"] == 20
+
+
+def test_localization_rates_with_chance_level_and_interval():
+    from vitlab import localization
+
+    src = vitlab.open_source("fashion-mnist:test")
+    rep = localization.localization([vitlab.load("zoo:vit-cls", "cpu")], src, images=48, batch_size=8,
+                                    bootstrap=100, seed=0)
+    rates = rep.rates()
+    summary = rep.summary()
+    for _, r in rates.iterrows():
+        part = summary[(summary["layer"] == r["layer"]) & (summary["kind"] == "spatial")]
+        assert r["rate"] == pytest.approx(part["localized"].mean())
+        assert r["chance"] == 1 / 16 and r["positions"] == 16
+        assert r["corrected"] == pytest.approx((r["rate"] - 1 / 16) / (1 - 1 / 16))
+        assert r["rate_lo"] <= r["rate"] <= r["rate_hi"]
+    none = localization.localization([vitlab.load("zoo:vit-cls", "cpu")], src, images=16, batch_size=8, bootstrap=0)
+    assert np.isnan(none.rates()["rate_lo"]).all()
+
+
+def test_skip_ratio_intervals_are_a_bootstrap_of_the_batch_sums():
+    from vitlab import skips
+
+    src = vitlab.open_source("fashion-mnist:test")
+    m = vitlab.load("zoo:vit-cls", "cpu")
+    rep = skips.skip_ratios([m], src, images=40, batch_size=8, bootstrap=100, seed=3)
+    res = rep.results[0]
+    assert np.all(res.ratio_lo <= res.ratio + 1e-12) and np.all(res.ratio <= res.ratio_hi + 1e-12)
+    # reference: the per-batch sums, resampled with a plain loop
+    stat = skips.SkipStatistic()
+    sums = [f[0][stat.name] for _, f in vitlab.stream([m], src, range(40), 8, [[stat]])]
+    r = np.random.default_rng(3)
+    reps = []
+    for _ in range(100):
+        i = r.integers(0, 5, 5)
+        reps.append(sum(sums[k]["ratio_sum"] for k in i) / sum(float(sums[k]["count"].sum()) for k in i))
+    np.testing.assert_allclose(res.ratio_lo, np.percentile(np.array(reps), 2.5, axis=0), rtol=1e-9)
+    assert {"ratio_lo", "ratio_hi"} <= set(rep.to_frame().columns)
+
+
+def test_receptive_field_radii_carry_intervals_and_fractions_of_the_side():
+    from vitlab import receptive
+
+    samples = vitlab.open_source("samples")
+    m = vitlab.load("test_vit@random:0", "cpu")
+    res = receptive.receptive_fields(m, samples, ["blocks.0"], images=4, batch_size=1, residual="pre", bootstrap=50)
+    frame = res.summary_frame()
+    side = 160.0
+    assert frame["radius50_frac"].iloc[0] == pytest.approx(frame["radius50_px"].iloc[0] / side)
+    assert frame["radius50_lo"].iloc[0] <= frame["radius50_hi"].iloc[0]
+    assert res.radius_samples.shape == (50, 2, 1)
+    # a resample of all four images, each once, gives the radius of the mean map
+    from vitlab.evidence import radius_fraction
+
+    assert radius_fraction(res.maps)[0] * side == pytest.approx(res.radius_px(0.5)[0])

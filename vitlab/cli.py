@@ -20,8 +20,8 @@ from .errors import VitlabError
 
 
 def add_model_options(p: argparse.ArgumentParser, multiple: bool = True) -> None:
-    help_ = ("model spec NAME[@WEIGHTS] or zoo:NAME[@random[:SEED]]; WEIGHTS: pretrained (default), random[:SEED] "
-             "(the untrained twin), or a .safetensors/.pth/.bin file" + (" (repeat for several models)" if multiple else ""))
+    help_ = ("model spec NAME[@WEIGHTS] or zoo:NAME[@random[:SEED]]; WEIGHTS: pretrained (default), "
+             "random[:SEED] (the untrained twin), or a .safetensors/.pth/.bin file" + (" (repeat for several models)" if multiple else ""))
     if multiple:
         p.add_argument("--model", "-m", action="append", required=True, help=help_)
     else:
@@ -140,6 +140,12 @@ def add_cka(sub) -> None:
     p.add_argument("--taps", default=None, help="comma-separated tap names (default: the family's CKA taps)")
     p.add_argument("--repeats", type=int, default=1, help="average over R reshuffled image subsets")
     p.add_argument("--verify", action="store_true", help="float64 Grams (slower; for checking precision)")
+    p.add_argument("--bootstrap", type=int, default=200, metavar="B",
+                   help="resamples of batches for each cell's 95 %% interval (cka_lo, cka_hi); 0: none")
+    p.add_argument("--permutations", type=int, default=0, metavar="P",
+                   help="random pairings of the permutation null (p_null, null_lo, null_hi), e.g. 100; costs P small "
+                        "products per batch and model pair (docs/evidence.md); 0: none")
+    p.add_argument("--seed", type=int, default=0, help="seed of the bootstrap and the permutations")
     p.add_argument("--amp", action="store_true", help="bf16 autocast on GPU (Grams stay float32, sums float64)")
     add_out_option(p, "results/cka")
     p.set_defaults(func=run_cka)
@@ -165,7 +171,8 @@ def run_cka(args) -> int:
     try:
         report = cka(models, source, images=args.images, batch_size=args.batch_size, shuffle=args.shuffle,
                      repeats=args.repeats, statistic=stats, estimator=args.estimator, store=store,
-                     progress=progress, amp=args.amp, shard=ctx.shard, reduce=ctx.reduce)
+                     progress=progress, amp=args.amp, shard=ctx.shard, reduce=ctx.reduce,
+                     bootstrap=args.bootstrap if ctx.world == 1 else 0, permutations=args.permutations, seed=args.seed)
     finally:
         progress.close()
     ctx.reduce_info(report.info)
@@ -179,7 +186,8 @@ def run_cka(args) -> int:
     info = report.info
     write_run_json(out, "cka", models, args, info, t0, report.warnings, taps=[s.taps(m) for m, s in zip(models, stats)],
                    images=report.images, repeats=report.repeats, tokens=args.tokens, kernel=args.kernel,
-                   estimator=args.estimator)
+                   estimator=args.estimator, bootstrap=args.bootstrap if ctx.world == 1 else 0,
+                   permutations=args.permutations, seed=args.seed)
     print(f"CKA over {report.images} images ({info.batches_computed} batches computed, "
           f"{info.batches_from_cache} from cache): {out / 'cka.csv'}, {len(written)} chart files")
     return 0

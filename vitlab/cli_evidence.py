@@ -53,8 +53,8 @@ def run_tour_command(args) -> int:
     models = load_models(args.model, args.device)
     relabel(models, args.model)
     only = tuple(k.strip() for k in args.only.split(",") if k.strip()) if args.only else ()
-    opts = TourOptions(images=args.images, shuffle=args.shuffle, batch_size=args.batch_size, control=args.control, only=only,
-                       permutations=args.permutations, probe_draws=args.probe_draws)
+    opts = TourOptions(images=args.images, shuffle=args.shuffle, batch_size=args.batch_size, control=args.control,
+                       only=only, permutations=args.permutations, probe_draws=args.probe_draws)
     progress = tqdm_progress("tour")
     try:
         report = run_tour(models, source, opts, Run(store=open_store(args), progress=progress, seed=args.seed,

@@ -115,6 +115,21 @@ class LocalizationResult:
     cka: np.ndarray  # (T, G)
     images: int
     warnings: list[str] = field(default_factory=list)
+    rate_samples: np.ndarray | None = None  # (B,) localized rate of each bootstrap resample of the batches
+
+    def rate(self) -> dict[str, float]:
+        """Fraction of spatial tokens best matched at their own patch, its 95 % interval over batches, the chance
+        level 1/positions and the chance-corrected rate (rate − chance) / (1 − chance) (vitlab.evidence)."""
+        from . import evidence as ev
+
+        g = self.grid[0] * self.grid[1]
+        rate = float(ev.localized_rate(self.cka, self.prefix))
+        lo, hi = ev.percentile_interval(self.rate_samples) if self.rate_samples is not None else (np.nan, np.nan)
+        lo, hi = float(lo), float(hi)
+        corr = [float(ev.chance_corrected(v, g)) for v in (rate, lo, hi)]
+        return {"model": self.model, "layer": self.layer, "positions": g, "rate": rate, "rate_lo": lo,
+                "rate_hi": hi, "chance": ev.chance_level(g), "corrected": corr[0], "corrected_lo": corr[1],
+                "corrected_hi": corr[2], "images": self.images}
 
     def own_position(self, t: int) -> int | None:
         return None if t < self.prefix else t - self.prefix
@@ -167,6 +182,12 @@ class LocalizationReport:
 
         return pd.concat([r.summary() for r in self.results], ignore_index=True)
 
+    def rates(self):
+        """Per model and layer: localized rate with its 95 % interval, chance level and chance-corrected rate."""
+        import pandas as pd
+
+        return pd.DataFrame([r.rate() for r in self.results])
+
     @property
     def warnings(self) -> list[str]:
         return [w for r in self.results for w in r.warnings]
@@ -184,10 +205,12 @@ def localization(models: Sequence[LoadedModel], source: ImageSource, *,
                  layers: Sequence[Sequence[str] | None] | None = None, images: int | None = None,
                  batch_size: int = 64, shuffle: int | None = None, store: Store | None = None,
                  progress: Progress | None = None, amp: bool = False, shard: tuple[int, int] = (0, 1),
-                 reduce=None) -> LocalizationReport:
+                 reduce=None, bootstrap: int = 200, seed: int = 0) -> LocalizationReport:
     """Token-to-input-patch CKA maps of ``layers[m]`` of every model (default: first, middle and last block).
 
     ``shard=(rank, world)`` and ``reduce`` (``vitlab.dist``: sums the CKA states across ranks) run it under torchrun.
+    ``bootstrap`` resamples of the batches (``seed``) give each layer's localized rate a 95 % interval
+    (``report.rates()``; single process only).
     """
     if not models:
         raise VitlabError("give at least one model")
@@ -222,9 +245,18 @@ def localization(models: Sequence[LoadedModel], source: ImageSource, *,
         prefix = taps_mod.num_prefix_tokens(m.model)
         for tap, acc, grid in zip(stat.layers, acc_list, grid_list):
             res = acc.compute(m.label, "input")
-            results.append(LocalizationResult(m.label, tap, grid, prefix, res.cka, res.images, res.warnings))
+            samples = None
+            if shard[1] == 1 and bootstrap:  # every batch's terms are here only in a single process
+                from . import evidence as ev
+
+                reps = acc.replicates(ev.resample_indices(acc.batches, bootstrap, seed))
+                samples = ev.localized_rate(reps, prefix)
+            results.append(LocalizationResult(m.label, tap, grid, prefix, res.cka, res.images, res.warnings,
+                                              samples))
     return LocalizationReport(results, info)
 
 
 def _accumulator(tokens: int, positions: int) -> cka_mod.MinibatchCKA:
-    return cka_mod.MinibatchCKA([f"token {t}" for t in range(tokens)], [f"patch {g}" for g in range(positions)])
+    from .evidence import BootstrapCKA  # keeps per-batch terms for the rate's interval
+
+    return BootstrapCKA([f"token {t}" for t in range(tokens)], [f"patch {g}" for g in range(positions)])

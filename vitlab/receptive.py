@@ -147,6 +147,7 @@ class ReceptiveFieldResult:
     residual: str
     maps: np.ndarray  # (L, H, W) mean over images of |d centre / d input|, averaged over input channels
     images: int
+    radius_samples: np.ndarray | None = None  # (B, 2, L) 50 % and 90 % radii (px) of each bootstrap resample
 
     @property
     def warnings(self) -> list[str]:
@@ -191,15 +192,26 @@ class ReceptiveFieldResult:
     def summary_frame(self):
         import pandas as pd
 
-        return pd.DataFrame({"layer": self.layers, "radius50_px": self.radius_px(0.5),
-                             "radius90_px": self.radius_px(0.9), "model": self.model, "residual": self.residual,
-                             "images": self.images})
+        _, h, w = self.maps.shape
+        side = float(np.sqrt(h * w))
+        frame = pd.DataFrame({"layer": self.layers, "radius50_px": self.radius_px(0.5),
+                              "radius90_px": self.radius_px(0.9), "model": self.model, "residual": self.residual,
+                              "images": self.images})
+        if self.radius_samples is not None:  # 95 % intervals over batches of images
+            from .evidence import percentile_interval
+
+            lo, hi = percentile_interval(self.radius_samples)
+            frame["radius50_lo"], frame["radius50_hi"] = lo[0], hi[0]
+            frame["radius90_lo"], frame["radius90_hi"] = lo[1], hi[1]
+        for col in [c for c in frame.columns if c.startswith("radius")]:  # fractions of the input side
+            frame[col.replace("_px", "") + "_frac" if col.endswith("_px") else col + "_frac"] = frame[col] / side
+        return frame
 
 
 def receptive_fields(loaded: LoadedModel, source: ImageSource, layers: Sequence[str] | None = None, *,
                      images: int = 32, batch_size: int = 8, shuffle: int | None = None, residual: str = "post",
                      store: Store | None = None, progress: Callable | None = None,
-                     info: RunInfo | None = None) -> ReceptiveFieldResult:
+                     info: RunInfo | None = None, bootstrap: int = 200, seed: int = 0) -> ReceptiveFieldResult:
     """Effective receptive fields of ``layers`` (default: every block) over ``images`` of ``source``.
 
     Per batch and layer: one forward (stopped at the layer) and one backward; the per-batch gradient sums are
@@ -212,6 +224,7 @@ def receptive_fields(loaded: LoadedModel, source: ImageSource, layers: Sequence[
     prefix, grid = taps_mod.num_prefix_tokens(loaded.model), taps_mod.grid_size(loaded.model)
     batches = plan_batches(source, select(source, images, shuffle), batch_size)
     total, count = None, 0
+    kept: list[tuple[np.ndarray, int]] = []  # per batch: gradient sums (L, H, W) and images
     steps = len(batches) * len(layers)
     for b, batch in enumerate(batches):
         sums, x, ran = [], None, False
@@ -240,8 +253,17 @@ def receptive_fields(loaded: LoadedModel, source: ImageSource, layers: Sequence[
         stack = np.stack([s["sum"] for s in sums])
         total = stack if total is None else total + stack
         count += int(sums[0]["n"])
+        kept.append((stack, int(sums[0]["n"])))
     if progress:
         progress(steps, steps, "done")
     if total is None:
         raise VitlabError(f"no readable image in the first {images} of '{source.name}'")
-    return ReceptiveFieldResult(loaded.label, layers, residual, total / count, count)
+    result = ReceptiveFieldResult(loaded.label, layers, residual, total / count, count)
+    if bootstrap and len(kept) > 1:  # the radii's interval: resample the batches' gradient sums
+        from .evidence import radius_fraction, ratio_replicates, resample_indices
+
+        maps = ratio_replicates(np.stack([k[0] for k in kept]), np.array([k[1] for k in kept]),
+                                resample_indices(len(kept), bootstrap, seed))  # (B, L, H, W)
+        side = np.sqrt(maps.shape[-2] * maps.shape[-1])
+        result.radius_samples = np.stack([radius_fraction(maps, q) * side for q in (0.5, 0.9)], axis=1)
+    return result

@@ -193,14 +193,19 @@ class CKAReport:
 
 def _transpose(r: cka_mod.CKAResult) -> cka_mod.CKAResult:
     return cka_mod.CKAResult(r.model_b, r.model_a, r.layers_b, r.layers_a, r.cka.T,
-                             None if r.std is None else r.std.T, r.images, r.batches, r.warnings)
+                             None if r.std is None else r.std.T, r.images, r.batches, r.warnings,
+                             None if r.evidence is None else r.evidence.transposed())
 
 
-def cka_accumulators(models: Sequence[LoadedModel], statistics: Sequence[GramStatistic], estimator: str
-                     ) -> dict[tuple[int, int], cka_mod.MinibatchCKA]:
+def cka_accumulators(models: Sequence[LoadedModel], statistics: Sequence[GramStatistic], estimator: str,
+                     permutations: int = 0, seed: int = 0) -> dict[tuple[int, int], cka_mod.MinibatchCKA]:
+    """One accumulator per unordered pair (with itself); they keep per-batch terms for the intervals (evidence)."""
+    from .evidence import BootstrapCKA
+
     layers = [s.taps(m) for m, s in zip(models, statistics)]
     k = len(models)
-    return {(i, j): cka_mod.MinibatchCKA(layers[i], layers[j], estimator) for i in range(k) for j in range(i, k)}
+    return {(i, j): BootstrapCKA(layers[i], layers[j], estimator, permutations, seed)
+            for i in range(k) for j in range(i, k)}
 
 
 def fold_cka(accs: dict, found: list[dict], estimator: str) -> None:
@@ -214,31 +219,38 @@ def cka(models: Sequence[LoadedModel], source: ImageSource, *, images: int | Non
         shuffle: int | None = None, repeats: int = 1,
         statistic: GramStatistic | Sequence[GramStatistic] = GramStatistic(),
         estimator: str = "unbiased", store: Store | None = None, progress: Progress | None = None,
-        amp: bool = False, shard: tuple[int, int] = (0, 1), reduce: Callable | None = None) -> CKAReport:
+        amp: bool = False, shard: tuple[int, int] = (0, 1), reduce: Callable | None = None,
+        bootstrap: int = 0, permutations: int = 0, seed: int = 0) -> CKAReport:
     """Minibatch CKA between all taps of every model and every other (and itself), over ``repeats`` subsets.
 
     Repeat r > 0 (or every repeat when ``shuffle`` is set) uses the seeded permutation ``shuffle + r``.
-    ``reduce`` (torch.distributed) sums accumulator states across ranks before computing.
+    ``reduce`` (torch.distributed) sums accumulator states across ranks before computing. ``bootstrap`` > 0 adds a
+    95 % interval over batches to every cell and ``permutations`` > 0 a permutation null (``vitlab.evidence``),
+    pooled over the repeats' batches; both need every batch's terms in this process (not under torchrun).
     """
     if not models:
         raise VitlabError("give at least one model")
     stats = list(statistic) if isinstance(statistic, (list, tuple)) else [statistic] * len(models)
     info = RunInfo()
     per_repeat = []
+    pooled = None  # every repeat's per-batch terms, for the intervals
     for r in range(max(1, repeats)):
-        seed = None if (repeats <= 1 and shuffle is None) else (shuffle or 0) + r
-        indices = select(source, images, seed)
-        accs = cka_accumulators(models, stats, estimator)
+        subset = None if (repeats <= 1 and shuffle is None) else (shuffle or 0) + r
+        indices = select(source, images, subset)
+        accs = cka_accumulators(models, stats, estimator, permutations if bootstrap else 0, seed + r)
         for _, found in stream(models, source, indices, batch_size, [[s] for s in stats], store=store,
                                progress=_repeat_progress(progress, r, repeats), amp=amp, shard=shard, info=info):
             fold_cka(accs, found, estimator)
         if reduce is not None:
             reduce(accs)
         per_repeat.append({p: a.compute(models[p[0]].label, models[p[1]].label) for p, a in accs.items()})
+        pooled = accs if pooled is None else {p: pooled[p].merge(a) for p, a in accs.items()}
     results = {}
     for p in per_repeat[0]:
         stack = np.stack([rep[p].cka for rep in per_repeat])
         res = per_repeat[0][p]
+        if bootstrap and shard[1] == 1:
+            res.evidence = pooled[p].evidence(bootstrap, seed)
         res.cka = stack.mean(axis=0)
         res.std = stack.std(axis=0, ddof=1) if len(per_repeat) > 1 else None
         res.batches = sum(rep[p].batches for rep in per_repeat)

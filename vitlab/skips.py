@@ -159,6 +159,8 @@ class SkipResult:
     images: int
     identity_err: np.ndarray  # (S,) max relative error of sum = z + f(z); NaN for CNNs (f(z) is defined as the difference)
     warnings: list[str] = field(default_factory=list)
+    ratio_lo: np.ndarray | None = None  # (S, N) 95 % interval of the mean ratio, bootstrap over batches
+    ratio_hi: np.ndarray | None = None
 
     def to_frame(self):
         """One row per (sublayer, token): model, layer, block, sublayer, depth in (0, 1], token, kind, ratio, cosine.
@@ -177,7 +179,9 @@ class SkipResult:
                              "sublayer": "block" if cnn else layer.rsplit(".", 1)[1],
                              "depth": (blocks.index(block) + 1) / len(blocks), "token": -1 if cnn else t,
                              "kind": "cls" if t < self.prefix and not cnn else "spatial",
-                             "ratio": float(self.ratio[s, t]), "cosine": float(self.cosine[s, t])})
+                             "ratio": float(self.ratio[s, t]), "cosine": float(self.cosine[s, t]),
+                             **({"ratio_lo": float(self.ratio_lo[s, t]), "ratio_hi": float(self.ratio_hi[s, t])}
+                                if self.ratio_lo is not None else {})})
         return pd.DataFrame(rows)
 
     def summary(self):
@@ -205,19 +209,31 @@ class SkipReport:
 def skip_ratios(models: Sequence[LoadedModel], source: ImageSource, *, images: int | None = None,
                 batch_size: int = 32, shuffle: int | None = None, store: Store | None = None,
                 progress: Progress | None = None, amp: bool = False, shard: tuple[int, int] = (0, 1),
-                reduce=None) -> SkipReport:
-    """Skip/long-branch norm ratios and cosines of every model over the images (one cached pass)."""
+                reduce=None, bootstrap: int = 200, seed: int = 0) -> SkipReport:
+    """Skip/long-branch norm ratios and cosines of every model over the images (one cached pass).
+
+    ``bootstrap`` resamples of the batches (``seed``) give every ratio a 95 % interval (single process only)."""
     if not models:
         raise VitlabError("give at least one model")
     stat = SkipStatistic()
     accs = [SkipAccumulator(stat.params(m)["sublayers"]) for m in models]
+    kept: list[list] = [[] for _ in models]  # per model, per batch: (ratio sums, images) for the intervals
     info = RunInfo()
     for _, found in stream(models, source, select(source, images, shuffle), batch_size, [[stat]] * len(models),
                            store=store, progress=progress, amp=amp, shard=shard, info=info):
-        for acc, per_model in zip(accs, found):
+        for k, (acc, per_model) in enumerate(zip(accs, found)):
             acc.update(per_model[stat.name])
+            kept[k].append((per_model[stat.name]["ratio_sum"], float(np.sum(per_model[stat.name]["count"]))))
     if reduce is not None:
         reduce(accs)
     results = [acc.compute(m.label, taps_mod.num_prefix_tokens(m.model), taps_mod.family(m.model))
                for acc, m in zip(accs, models)]
+    if bootstrap and shard[1] == 1 and kept[0]:
+        from . import evidence as ev
+
+        idx = ev.resample_indices(len(kept[0]), bootstrap, seed)
+        for res, batches in zip(results, kept):
+            with np.errstate(invalid="ignore"):
+                reps = ev.ratio_replicates(np.stack([b[0] for b in batches]), np.array([b[1] for b in batches]), idx)
+                res.ratio_lo, res.ratio_hi = ev.percentile_interval(reps)
     return SkipReport(results, info)

@@ -135,9 +135,13 @@ def depth_drop(curve: np.ndarray) -> np.ndarray:
 
 def finite_median(x: np.ndarray) -> np.ndarray:
     """(..., S, N) -> (...) median over the last two axes, infinite ratios (zero branches) left out."""
+    import warnings
+
     x = np.asarray(x, dtype=np.float64)
     flat = x.reshape(x.shape[:-2] + (-1,))
-    return np.nanmedian(np.where(np.isfinite(flat), flat, np.nan), axis=-1)
+    with warnings.catch_warnings():  # all ratios infinite (zero-initialised branches): NaN, reported as can't tell
+        warnings.simplefilter("ignore", RuntimeWarning)
+        return np.nanmedian(np.where(np.isfinite(flat), flat, np.nan), axis=-1)
 
 
 # ---------------------------------------------------------------- the checks

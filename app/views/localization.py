@@ -46,6 +46,8 @@ s = lab.settings()
 ref = reference_ui()
 st.button("Compare CLS vs GAP: zoo:vit-cls and zoo:vit-gap", key="loc.clsgap", on_click=lab.set_models,
           args=("zoo:vit-cls", "zoo:vit-gap"))
+st.caption(f"CLS vs GAP in the zoo: {vitlab.tour.GAP_CAVEAT}. Chance level of a token's best match is 1/positions: "
+           "compare grids of different sizes by the chance-corrected rate (Paper tour, Figs 9-10).")
 report = None
 with lab.guard():
     a, b = lab.models(s)
