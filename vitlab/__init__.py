@@ -19,10 +19,13 @@ Analyses, one module each (every result has ``to_frame()``; ``vitlab.charts`` dr
     probes.probes                 few-shot linear probes per layer and token          Figs 11, 13
     checkpoints.compare_checkpoints  block-by-block CKA of two checkpoints             Fig 12
     tour                          the paper's claims checked on the results
+    token_gradient.token_gradient  |dh_t/dx| of one token on one image, own-patch share
+    token_localization.token_view  a token on your image: reference-set CKA, gradient, attention
+    report.report                 the tour as one self-contained HTML file (vitlab report)
 """
 
 from . import (activations, attention, checkpoints, cka, data, heads, interventions, localization, models, probes,
-               receptive, run, skips, taps, tour, zoo)
+               receptive, report, run, skips, taps, token_gradient, token_localization, tour, zoo)
 from .cache import Store
 from .cka import CKAResult, MinibatchCKA
 from .data import DataSpec, ImageSource, open_source, select, uploads_source
@@ -36,5 +39,6 @@ __all__ = [
     "CKAReport", "CKAResult", "DataSpec", "GramStatistic", "ImageSource", "LoadedModel", "MinibatchCKA",
     "ModelSpec", "PAPER_MODELS", "RunInfo", "Statistic", "Store", "VitlabError", "activations", "attention",
     "checkpoints", "cka", "data", "heads", "interventions", "load", "localization", "models", "open_source",
-    "parse_spec", "probes", "receptive", "run", "select", "skips", "stream", "taps", "tour", "uploads_source", "zoo",
+    "parse_spec", "probes", "receptive", "report", "run", "select", "skips", "stream", "taps", "token_gradient",
+    "token_localization", "tour", "uploads_source", "zoo",
 ]
