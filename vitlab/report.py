@@ -180,13 +180,13 @@ html{scroll-snap-type:y mandatory}body{margin:0;font:20px/1.45 system-ui,-apple-
 color:#1d1d1f;background:#fff}.slide{min-height:100vh;box-sizing:border-box;padding:3vh 4vw;scroll-snap-align:start;
 border-bottom:1px solid #ddd;break-after:page}h1{font-size:2.4em;margin:0 0 .4em}h2{font-size:1.9em;margin:0 0 .6em}
 .fig{color:#666;font-weight:400}.body{display:flex;gap:3vw;align-items:flex-start;flex-wrap:wrap}
-.figure{flex:3 1 520px}.figure svg{max-width:100%;height:auto}.text{flex:2 1 380px}
+.figure{flex:3 1 520px}.figure svg{width:100%;height:auto;max-height:78vh}.text{flex:2 1 380px}
 .label{font-size:.8em;text-transform:uppercase;letter-spacing:.08em;color:#666;margin:.8em 0 .2em}
 .claim{font-size:1.15em;margin:0;border-left:4px solid #999;padding-left:.8em}
 .verdict{display:inline-block;font-size:1.5em;font-weight:700;padding:.1em .6em;border-radius:.3em;margin:.2em 0}
 .shown{background:#d7f5dd;color:#0b6b24}.notshown{background:#ffe0d6;color:#9a2a00}
 .canttell{background:#e8eaf0;color:#333}table{border-collapse:collapse}th,td{padding:.2em .6em;text-align:left;
-vertical-align:top}.numbers td{font-variant-numeric:tabular-nums;font-size:1.1em}.evidence{color:#444;font-size:.85em}
+vertical-align:top}.numbers th{white-space:nowrap}.numbers td{font-variant-numeric:tabular-nums;font-size:1.1em}.evidence{color:#444;font-size:.85em}
 .prov{font-size:.75em;margin-bottom:1em}.prov th{color:#555}.summary td,.summary th{font-size:1.1em}
 nav ol{columns:2;font-size:.9em}a{color:#0645ad}
 """
