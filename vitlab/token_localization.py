@@ -179,15 +179,24 @@ class TokenView:
 
 
 def token_view(loaded: LoadedModel, images, index: int, block: str, row: int, col: int, opts: ReferenceOptions,
-               run: Run, given: int | None = None, given_name: str = "your images") -> TokenView:
+               run: Run, given: int | None = None, given_name: str = "your images",
+               reference: ImageSource | None = None) -> TokenView:
     """The reference-set CKA map of block ``block`` for the token at (row, col), its gradient map on image ``index``
-    of ``images``, and (ViT) its mean-over-heads attention map on that image at the same block."""
+    of ``images``, and (ViT) its mean-over-heads attention map on that image at the same block.
+
+    ``given``: how many images the user gave (default: all of ``images``); ``reference``: ``opts.source`` already
+    opened (the app keeps it cached)."""
     blocks = block_names(loaded)
     if block not in blocks:
         raise VitlabError(f"unknown block '{block}' for '{loaded.label}': blocks are {', '.join(blocks[:4])}, ...")
     count = given if given is not None else _count(images)
     reference_name, note = reference_plan(count, given_name, opts)
-    source = images if reference_name == given_name else open_source(reference_name)
+    if reference_name == given_name:
+        source = images
+    elif reference is not None and reference_name == opts.source:
+        source = reference
+    else:
+        source = open_source(reference_name)
     ref = reference_localization(loaded, source, tap_of_block(loaded, block), opts, run)
     if not (0 <= row < ref.grid[0] and 0 <= col < ref.grid[1]):
         raise VitlabError(f"token (row {row}, col {col}) is outside {block}'s {ref.grid[0]}x{ref.grid[1]} grid")

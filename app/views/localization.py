@@ -55,8 +55,7 @@ with lab.guard():
     data_name, data_images, note = tl.images_for_dataset(min(s.images, len(src)), src.name, ref)
     if note:
         st.info(note)
-    data = src if note is None else lab.source(lab.Settings(s.model_a, s.model_b, ref.source, ref.images,
-                                                            s.batch_size, s.device))
+    data = src if note is None else lab.named_source(ref.source)
     report = lab.compute(("loc", s.key, data_name, data_images), lambda progress: localization.localization(
         [a, b], data, images=data_images, batch_size=s.batch_size, store=lab.store(), progress=progress),
         "Localization")
@@ -106,7 +105,8 @@ if report is not None:
         block = tl.block_of_tap(m, layer)
         view = lab.compute(("loc.token", s.key, m.label, block, row, col, pick, given_name, given, ref),
                            lambda p: tl.token_view(m, images, pick, block, row, col, ref,
-                                                   Run(store=lab.store(), progress=p), given, given_name),
+                                                   Run(store=lab.store(), progress=p), given, given_name,
+                                                   lab.named_source(ref.source)),
                            "Token view")
         if view is not None:
             if view.note:
