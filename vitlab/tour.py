@@ -22,6 +22,7 @@ import numpy as np
 from .context import Run, RunInfo
 from .errors import VitlabError
 from .evidence import Estimate, verdict
+from .options import DataOptions, option
 
 
 @dataclass(frozen=True)
@@ -218,27 +219,39 @@ def check_scale(drop: Estimate, detail: str) -> Check:
 
 
 @dataclass(frozen=True)
-class TourOptions:
-    images: int = field(default=256, metadata={"help": "images for every check (first N of the source)"})
-    shuffle: int | None = field(default=None, metadata={"help": "take a seeded random subset of the source"})
-    batch_size: int = field(default=32, metadata={"help": "images per batch: the bootstrap resamples batches"})
-    control: str = field(default="random", metadata={"help": "'random': untrained twins as controls; 'none'"})
-    permutations: int = field(default=200, metadata={"help": "permutations for the Fig 5 and CKA nulls"})
-    local_margin: float = field(default=0.25, metadata={"help": "a head is local when it attends at least this "
-                                                                "fraction closer than uniform attention"})
-    rf_images: int = field(default=32, metadata={"help": "images for the receptive fields (a backward each)"})
-    probe_draws: int = field(default=5, metadata={"help": "few-shot draws for the probe interval"})
-    probe_shots: int = field(default=10, metadata={"help": "training images per class in each draw"})
-    probe_test: int = field(default=200, metadata={"help": "test images per draw"})
-    noskip: tuple[str, str] = field(default=("zoo:vit-cls", "zoo:vit-cls-noskip"),
-                                    metadata={"help": "Fig 8: (model, the same retrained without a skip)"})
-    noskip_block: int = field(default=3, metadata={"help": "Fig 8: the block trained without its skips"})
-    gap_pair: tuple[str, str] = field(default=("zoo:vit-cls", "zoo:vit-gap"),
-                                      metadata={"help": "Fig 10: (CLS model, GAP model)"})
-    scale_pairs: tuple[tuple[str, str], ...] = field(
-        default=(("zoo:vit-cls-3pct", "zoo:vit-cls"), ("zoo:vit-cls-10pct", "zoo:vit-cls")),
-        metadata={"help": "Fig 12: (smaller-data model, full-data model) pairs"})
-    only: tuple[str, ...] = field(default=(), metadata={"help": "claim keys to run (default: all)"})
+class TourOptions(DataOptions):
+    """Options of the paper tour (``vitlab tour``)."""
+
+    batch_size: int = option(32, "images per batch: the bootstrap resamples batches", short="-b")
+    control: str = option("random", "random: untrained twins (NAME@random) as controls where a claim depends on "
+                          "training; none", choices=("random", "none"))
+    permutations: int = option(200, "permutations of the Fig 5 head-label null")
+    local_margin: float = option(0.25, "a head is local when it attends at least this fraction closer than "
+                                 "uniform attention (Figs 3-4)")
+    rf_images: int = option(32, "images for the receptive fields (a backward pass each)")
+    probe_draws: int = option(5, "few-shot draws for the Fig 11 interval")
+    probe_shots: int = option(10, "training images per class in each draw")
+    probe_test: int = option(200, "test images per draw")
+    noskip: tuple[str, ...] = option(("zoo:vit-cls", "zoo:vit-cls-noskip"), "Fig 8: MODEL,THE-SAME-RETRAINED-"
+                                     "WITHOUT-A-SKIP", kind="strs")
+    noskip_block: int = option(3, "Fig 8: the block trained without its skips")
+    gap_pair: tuple[str, ...] = option(("zoo:vit-cls", "zoo:vit-gap"), "Fig 10: CLS-MODEL,GAP-MODEL", kind="strs")
+    scale_pairs: tuple[str, ...] = option(("zoo:vit-cls-3pct vs zoo:vit-cls", "zoo:vit-cls-10pct vs zoo:vit-cls"),
+                                          "Fig 12: comma-separated 'SMALLER-DATA vs FULL-DATA' model pairs",
+                                          kind="strs")
+    only: tuple[str, ...] | None = option(None, "comma-separated checks to run (default: all): "
+                                          + ", ".join(CLAIMS), kind="strs")
+
+    def pairs(self) -> list[tuple[str, str]]:
+        """``scale_pairs`` as (smaller-data, full-data) spec tuples."""
+        out = []
+        for text in self.scale_pairs:
+            parts = [t.strip() for t in text.split(" vs ")]
+            if len(parts) != 2 or not all(parts):
+                raise VitlabError(f"scale pair '{text}' must read 'SMALLER-DATA vs FULL-DATA', e.g. "
+                                  "'zoo:vit-cls-3pct vs zoo:vit-cls'")
+            out.append((parts[0], parts[1]))
+        return out
 
 
 @dataclass
@@ -258,6 +271,24 @@ class TourReport:
 
     def summary(self) -> dict[str, int]:
         return {v: sum(r.verdict == v for r in self.rows) for v in ("shown", "not shown", "can't tell")}
+
+    def intervals_frame(self):
+        """Every estimate drawn in the charts (figure, label, role, value, lo, hi): ``tour_intervals.csv``."""
+        import pandas as pd
+
+        frames = [f for f in self.frames.values() if len(f)]
+        return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(
+            columns=["figure", "label", "role", "value", "lo", "hi"])
+
+    def chart_files(self) -> dict:
+        """File stem -> chart, for the figures that were measured."""
+        return {"tour_" + f.lower().replace(" ", "").replace("-", "_"): c for f, c in self.charts.items()
+                if len(self.frames.get(f, ()))}
+
+    def headline(self) -> list[str]:
+        return [f"{r.figure:9s} {r.verdict:10s} {r.statistic:8.3f} [{r.lo:.3f}, {r.hi:.3f}] vs {r.control:.3f} "
+                f"({r.control_label})" for r in self.rows] + [
+            "tour: " + ", ".join(f"{n} {v}" for v, n in self.summary().items())]
 
 
 def run_tour(models: list, source, opts: TourOptions, run: Run) -> TourReport:

@@ -243,6 +243,8 @@ def measure_skips(ms: _Models, source, opts, run):
 
 
 def measure_removal(ms: _Models, source, opts, run):
+    if len(opts.noskip) != 2:
+        raise VitlabError(f"--noskip takes two models (with the skip, retrained without it), not {len(opts.noskip)}")
     normal, noskip = ms.get(opts.noskip[0]), ms.get(opts.noskip[1])
     accs = _self_cka([noskip, normal], source, opts, run)
     idx = _idx(accs[0], run)
@@ -294,6 +296,8 @@ def measure_localization(ms: _Models, source, opts, run):
 
 
 def measure_gap(ms: _Models, source, opts, run):
+    if len(opts.gap_pair) != 2:
+        raise VitlabError(f"--gap-pair takes two models (CLS, GAP), not {len(opts.gap_pair)}")
     cls, gap = ms.get(opts.gap_pair[0]), ms.get(opts.gap_pair[1])
     r = _localization([cls, gap], source, opts, run)
     detail = f"{_loc_text(cls, r[0])}; {_loc_text(gap, r[1])}"
@@ -367,11 +371,12 @@ def measure_probes(ms: _Models, source, opts, run):
 
 
 def measure_scale(ms: _Models, source, opts, run):
-    specs = list(dict.fromkeys(s for pair in opts.scale_pairs for s in pair))
+    scale_pairs = opts.pairs()
+    specs = list(dict.fromkeys(s for pair in scale_pairs for s in pair))
     models = [ms.get(s) for s in specs]
     stats = [GramStatistic() for _ in models]
     accs = {(a, b): ev.BootstrapCKA(stats[specs.index(a)].taps(ms.get(a)), stats[specs.index(b)].taps(ms.get(b)))
-            for a, b in opts.scale_pairs}
+            for a, b in scale_pairs}
     for _, found in _stream(models, source, _indices(source, opts), opts.batch_size, [[s] for s in stats], run):
         c = [cka_mod.centred(f["gram"]["grams"]) for f in found]
         for (a, b), acc in accs.items():
@@ -405,7 +410,7 @@ def run_tour(models: list[LoadedModel], source: ImageSource, opts: T.TourOptions
 
     from .charts.evidence import estimate_chart
 
-    keys = list(opts.only) or list(T.CLAIMS)
+    keys = list(opts.only or ()) or list(T.CLAIMS)
     bad = [k for k in keys if k not in T.CLAIMS]
     if bad:
         raise VitlabError(f"unknown tour check(s) {', '.join(bad)}: choose from {', '.join(T.CLAIMS)}")

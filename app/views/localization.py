@@ -23,8 +23,9 @@ report = None
 with lab.guard():
     a, b = lab.models(s)
     src = lab.source(s)
-    report = lab.compute(("loc", s.key), lambda progress: localization.localization(
-        [a, b], src, images=s.images, batch_size=s.batch_size, store=lab.store(), progress=progress), "Localization")
+    opts = localization.LocalizationOptions(images=s.images, batch_size=s.batch_size)
+    report = lab.compute(("loc", s.key), lambda run: localization.localization([a, b], src, opts, run),
+                         "Localization")
 
 if report is not None:
     for w in report.warnings:

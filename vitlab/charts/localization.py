@@ -70,13 +70,9 @@ def localization_summary_chart(summary: pd.DataFrame, cell: int = 150, title: st
     ).properties(title=title or "CKA of each token with its own input patch (dot: own patch is the best match)")
 
 
-def localization_rate_chart(summary: pd.DataFrame, title: str | None = None, width: int = 360):
-    """Fraction of spatial tokens whose best-matching input patch is their own, per layer and model."""
-    spatial = summary[summary["kind"] == "spatial"]
-    if spatial.empty:
-        raise VitlabError("no spatial tokens to summarise")
-    rate = spatial.groupby(["model", "layer"], sort=False, as_index=False).agg(
-        localized=("localized", "mean"), own_cka=("own_cka", "mean"))
+def localization_rate_chart(rate: pd.DataFrame, title: str | None = None, width: int = 360):
+    """Fraction of spatial tokens whose best-matching input patch is their own, per layer and model
+    (``LocalizationReport.rates()``)."""
     return alt.Chart(rate).mark_bar().encode(
         x=alt.X("layer:N", sort=list(dict.fromkeys(rate["layer"])), title=None),
         xOffset="model:N", color="model:N",
