@@ -31,9 +31,10 @@ if report is not None:
     for w in report.warnings:
         st.warning(w)
     summary = report.summary()
-    rate = charts.localization_rate_chart(summary)
+    rates = report.rates()  # per layer: rate, its 95 % interval, chance level, chance-corrected rate
+    rate = charts.localization_rate_chart(rates)
     lab.chart(rate, key="loc.rate")
-    lab.export(rate, summary, "localization_rate", "loc.rate")
+    lab.export(rate, rates, "localization_rate", "loc.rate")
 
     st.subheader("One token")
     c1, c2 = st.columns([1, 1])
