@@ -9,11 +9,12 @@ The public surface; the app imports only from here (and the analysis modules).
 Every analysis is one row of ``vitlab.analyses.ANALYSES``: its engine function
 ``fn(models, source, opts, run: Run) -> result`` (``result.to_frame()``; ``vitlab.charts`` draws it), its options
 dataclass, paper figure, charts and headline; the CLI, the app and the docs index are generated from that table
-(``python -m vitlab.analyses --markdown`` prints it). ``tour`` checks the paper's claims on the results.
+(``python -m vitlab.analyses --markdown`` prints it). ``tour`` checks the paper's claims against their controls;
+``evidence`` gives every number its interval, null and reference (docs/evidence.md).
 """
 
-from . import (activations, analyses, attention, checkpoints, cka, data, heads, hub, interventions, localization,
-               models, options, probes, receptive, run, skips, taps, tour, zoo)
+from . import (activations, analyses, attention, checkpoints, cka, data, evidence, heads, hub, interventions,
+               localization, models, options, probes, receptive, run, skips, taps, tour, zoo)
 from .analyses import ANALYSES, Analysis
 from .cache import Store
 from .cka import CKAResult, MinibatchCKA
@@ -28,7 +29,7 @@ __version__ = "0.1.0"
 __all__ = [
     "ANALYSES", "Analysis", "CKAOptions", "CKAReport", "CKAResult", "DataSpec", "GramStatistic", "ImageSource",
     "LoadedModel", "MinibatchCKA", "ModelSpec", "PAPER_MODELS", "Run", "RunInfo", "Statistic", "Store",
-    "VitlabError", "activations", "analyses", "attention", "checkpoints", "cka", "data", "heads", "hub",
+    "VitlabError", "activations", "analyses", "attention", "checkpoints", "cka", "data", "evidence", "heads", "hub",
     "interventions", "load", "localization", "models", "open_source", "options", "parse_spec", "probes",
     "receptive", "run", "select", "skips", "stream", "taps", "tour", "uploads_source", "zoo",
 ]
