@@ -227,7 +227,7 @@ def download_weights(spec: str, bar) -> None:
 
     ms = vitlab.parse_spec(spec)
     repo, files = _hub_file(ms.name) or (None, [])
-    if repo is None or not vitlab.models.hub_reachable():
+    if repo is None or not vitlab.hub.hub_reachable():
         return  # loading reports the offline case in words
 
     class _Bar(tqdm):
@@ -358,8 +358,9 @@ def _cancel(flag: str) -> None:
     st.session_state[flag] = True
 
 
-def compute(key: tuple, fn: Callable[[Callable], Any], label: str) -> Any:
-    """``fn(progress)`` with a progress bar and a Cancel button; remembered per session under ``key``.
+def compute(key: tuple, fn: Callable[[vitlab.Run], Any], label: str) -> Any:
+    """``fn(run)`` (a ``vitlab.Run`` with the disk cache and a progress bar) with a Cancel button; remembered per
+    session under ``key``.
 
     Cancel reruns the script, which stops ``fn`` at its next progress report; the page then offers to start again.
     Returns None when cancelled. Results persist on disk through the engine's cache, so a restart is fast too.
@@ -384,7 +385,7 @@ def compute(key: tuple, fn: Callable[[Callable], Any], label: str) -> Any:
         bar.progress(min(1.0, done / total) if total else 0.0, text=f"{label}: {text}")
 
     try:
-        result = fn(progress)
+        result = fn(vitlab.Run(store=store(), progress=progress))
     finally:
         box.empty()
     memo[key] = result

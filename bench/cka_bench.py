@@ -153,8 +153,8 @@ def run_vitlab(models, source, indices, taps, args, cache):
 
     stats = [vitlab.GramStatistic(taps_=tuple(t for t, _ in tp)) for tp in taps]
     store = vitlab.Store(cache)
-    report = vitlab.run.cka(models, source, images=args.images, batch_size=args.batch_size, statistic=stats,
-                            store=store)
+    report = vitlab.run.cka(models, source, vitlab.CKAOptions(images=args.images, batch_size=args.batch_size),
+                            vitlab.Run(store=store), statistic=stats)
     store.close()
     return report.pair(0, 1).cka
 

@@ -74,7 +74,7 @@ def test_reference_equals_vitlab_in_float64(resnet_vit):
     models, source, indices, taps, args = resnet_vit
     ref = cka_bench.run_float64(models, source, indices, taps, args, None)
     stats = [vitlab.GramStatistic(taps_=tuple(t for t, _ in tp), precision="float64") for tp in taps]
-    got = vitlab.run.cka(models, source, images=16, batch_size=8, statistic=stats, store=vitlab.Store(None))
+    got = vitlab.run.cka(models, source, vitlab.CKAOptions(images=16, batch_size=8), vitlab.Run(), statistic=stats)
     np.testing.assert_allclose(got.pair(0, 1).cka, ref, rtol=0, atol=1e-10)
     assert 0.05 < ref.min() and ref.max() < 1  # not a degenerate case
 

@@ -159,8 +159,8 @@ def test_similarity_heatmap_matches_the_engine():
     b = vitlab.load(SETTINGS["lab.model_b"], "cpu")
     la, lb = vitlab.taps.default_taps(a.model), vitlab.taps.default_taps(b.model)
     assert len(rows) == len(la) * len(lb)
-    report = vitlab.run.cka([a, b], vitlab.open_source(SETTINGS["lab.source"]), images=SETTINGS["lab.images"],
-                            batch_size=SETTINGS["lab.batch_size"])
+    report = vitlab.run.cka([a, b], vitlab.open_source(SETTINGS["lab.source"]),
+                            vitlab.run.CKAOptions(images=SETTINGS["lab.images"], batch_size=SETTINGS["lab.batch_size"]))
     want = report.pair(0, 1).to_frame()
     got = {(r["layer_a"], r["layer_b"]): r["cka"] for r in rows}
     for _, r in want.iterrows():
@@ -330,7 +330,7 @@ def test_checkpoints_page_sidebar_pair_and_offline_hub_pair():
     assert not at.error, [e.value for e in at.error]
     assert all(0 <= r["cka"] <= 1.0001 for r in chart_values(charts(at)[0]))
     at.radio(key="ckpt.preset").set_value("hub-scale").run()
-    if not vitlab.models.hub_reachable():
+    if not vitlab.hub.hub_reachable():
         assert any("Hugging Face cache" in e.value for e in at.error), [e.value for e in at.error]
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -128,8 +129,9 @@ def _numpy_distances(probs: np.ndarray, prefix: int, grid, patch):
 
 def test_statistic_on_a_real_model_matches_float64_loops(samples, store):
     loaded = _variant(reg_tokens=2)
-    res = A.attention_distance(loaded, samples, images=6, batch_size=3, store=store)
-    res_ren = A.attention_distance(loaded, samples, images=6, batch_size=3, store=store, renormalise=True)
+    opts = A.AttentionDistanceOptions(images=6, batch_size=3)
+    res = A.attention_distance(loaded, samples, opts, vitlab.Run(store=store))
+    res_ren = A.attention_distance(loaded, samples, replace(opts, renormalise=True), vitlab.Run(store=store))
     acts = activations(loaded, samples, A.probs_taps(loaded), indices=range(6))
     prefix, grid, patch = 3, taps.grid_size(loaded.model), taps.patch_size(loaded.model)
     for li in (0, 5):
@@ -191,17 +193,18 @@ def test_accumulator_contract():
 
 def test_distance_is_cached_per_batch(tiny_vit, samples, store):
     info1, info2 = vitlab.RunInfo(), vitlab.RunInfo()
-    a = A.attention_distance(tiny_vit, samples, images=8, batch_size=4, store=store, info=info1)
-    b = A.attention_distance(tiny_vit, samples, images=8, batch_size=4, store=store, info=info2, renormalise=True)
+    opts = A.AttentionDistanceOptions(images=8, batch_size=4)
+    a = A.attention_distance(tiny_vit, samples, opts, vitlab.Run(store=store, info=info1))
+    b = A.attention_distance(tiny_vit, samples, replace(opts, renormalise=True), vitlab.Run(store=store, info=info2))
     assert info1.batches_computed == 2 and info2.batches_from_cache == 2 and info2.batches_computed == 0
     assert not np.allclose(a.distance_px, b.distance_px)  # the two conventions differ (CLS takes some mass)
 
 
 def test_user_errors(tiny_vit, tiny_resnet, samples):
     with pytest.raises(VitlabError, match="needs a ViT-family model"):
-        A.attention_distance(tiny_resnet, samples, images=4)
+        A.attention_distance(tiny_resnet, samples, A.AttentionDistanceOptions(images=4))
     with pytest.raises(VitlabError, match=r"block\(s\) \[9\] out of range"):
-        A.attention_distance(tiny_vit, samples, images=4, blocks=[9])
+        A.attention_distance(tiny_vit, samples, A.AttentionDistanceOptions(images=4, blocks=(9,)))
     with pytest.raises(VitlabError, match="has no CLS token"):
         A.query_token(_variant(class_token=False, global_pool="avg"), "cls")
     with pytest.raises(VitlabError, match="outside the 10x10 patch grid"):
@@ -289,7 +292,8 @@ def test_cli_commands(tmp_path):
 def test_charts_and_overlay(tiny_vit, samples, store):
     from vitlab.charts import attention as ch
 
-    dist = A.attention_distance(tiny_vit, samples, images=4, batch_size=4, store=store).to_frame()
+    dist = A.attention_distance(tiny_vit, samples, A.AttentionDistanceOptions(images=4, batch_size=4),
+                                vitlab.Run(store=store)).to_frame()
     for chart in (ch.attention_distance_chart(dist), ch.attention_distance_chart(dist, "frac"),
                   ch.sorted_heads_chart(dist, [0, 5])):
         assert "mean attention distance" in json.dumps(chart.to_dict())
@@ -319,21 +323,23 @@ def test_zoo_vit_parity_and_distances(store):
     source = vitlab.open_source("fashion-mnist:test")
     parity = A.capture_parity(loaded, [source.load(i) for i in range(8)])
     assert parity.ok(1e-5), parity.to_frame()
-    res = A.attention_distance(loaded, source, images=64, batch_size=32, store=store)
+    res = A.attention_distance(loaded, source, A.AttentionDistanceOptions(images=64, batch_size=32),
+                               vitlab.Run(store=store))
     assert np.all(np.isfinite(res.distance_px)) and np.all(res.distance_px > 0)
     assert res.distance_px.max() <= np.hypot(28, 28)  # no two patch centres are further apart than the diagonal
     assert np.ptp(res.distance_px) > 0.5  # trained heads differ from one another
 
 
 def test_shards_add_up_to_the_whole(tiny_vit, samples, store):
-    whole = A.attention_distance(tiny_vit, samples, images=8, batch_size=2, store=store)
+    opts = A.AttentionDistanceOptions(images=8, batch_size=2)
+    whole = A.attention_distance(tiny_vit, samples, opts, vitlab.Run(store=store))
     parts = []
 
     def keep(acc):
         parts.append(acc)
 
     for rank in range(2):
-        A.attention_distance(tiny_vit, samples, images=8, batch_size=2, store=store, shard=(rank, 2), reduce=keep)
+        A.attention_distance(tiny_vit, samples, opts, vitlab.Run(store=store, shard=(rank, 2), reduce=keep))
     merged = parts[0].merge(parts[1]).compute(whole.model, 160.0)
     assert merged.images == whole.images == 8
     assert np.allclose(merged.distance_px, whole.distance_px, rtol=1e-12)

@@ -29,7 +29,8 @@ def pair():
 def test_curve_against_reference(pair, store):
     a, b = pair
     source = vitlab.open_source("samples")
-    res = checkpoints.compare_checkpoints([(a, b), (a, a)], source, images=10, batch_size=5, store=store)
+    opts = checkpoints.CheckpointOptions(images=10, batch_size=5)
+    res = checkpoints.compare_checkpoints([(a, b), (a, a)], source, opts, vitlab.Run(store=store))
     frame = res.to_frame()
     layers = taps.default_taps(a.model)
     assert res.layers[0] == layers and len(frame) == 2 * len(layers)
@@ -48,7 +49,7 @@ def test_curve_against_reference(pair, store):
     want = sums[:, 0] / np.sqrt(sums[:, 1] * sums[:, 2])
     np.testing.assert_allclose(res.curves[0], want, rtol=1e-4)
     assert res.curves[0].min() < 0.99  # the scaled MLPs really changed the representations
-    again = checkpoints.compare_checkpoints([(a, b)], source, images=10, batch_size=5, store=store)
+    again = checkpoints.compare_checkpoints([(a, b)], source, opts, vitlab.Run(store=store))
     assert again.info.batches_computed == 0  # Grams come from the cache
     spec = checkpoint_lines(frame).to_dict()
     assert spec["mark"]["type"] == "line"
@@ -56,7 +57,8 @@ def test_curve_against_reference(pair, store):
 
 def test_architecture_mismatch(tiny_vit, tiny_resnet):
     with pytest.raises(VitlabError, match="not the same architecture"):
-        checkpoints.compare_checkpoints([(tiny_vit, tiny_resnet)], vitlab.open_source("samples"), images=4)
+        checkpoints.compare_checkpoints([(tiny_vit, tiny_resnet)], vitlab.open_source("samples"),
+                                        checkpoints.CheckpointOptions(images=4))
     with pytest.raises(VitlabError, match="at least one pair"):
         checkpoints.compare_checkpoints([], vitlab.open_source("samples"))
 

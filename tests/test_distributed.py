@@ -317,6 +317,7 @@ def test_prediction_counts_obey_the_accumulator_contract():
 
 
 def test_probe_features_gathered_from_two_shards_equal_one_pass():
+    from vitlab.context import Run
     from vitlab.data import open_source
     from vitlab.models import load
     from vitlab.probes import ProbeFeatures, _gather, few_shot_split
@@ -325,9 +326,9 @@ def test_probe_features_gathered_from_two_shards_equal_one_pass():
     split = few_shot_split(source, shots=1, test=8, seed=0)
     stat = ProbeFeatures(("blocks.0.resid_post",), ("gap",), 2)
     sent = []
-    _gather(model, source, split, stat, 4, None, None, None, (1, 2), gather=lambda mine: sent.append(mine) or [mine])
-    two = _gather(model, source, split, stat, 4, None, None, None, (0, 2), gather=lambda mine: [mine, sent[0]])
-    one = _gather(model, source, split, stat, 4, None, None, None)
+    _gather(model, source, split, stat, 4, Run(shard=(1, 2), gather=lambda mine: sent.append(mine) or [mine]))
+    two = _gather(model, source, split, stat, 4, Run(shard=(0, 2), gather=lambda mine: [mine, sent[0]]))
+    one = _gather(model, source, split, stat, 4, Run())
     for part in ("train", "val", "test"):
         np.testing.assert_array_equal(two[1][part], one[1][part])
         for key, ref in one[0][part].items():

@@ -216,8 +216,11 @@ def test_cka_report_and_cli_carry_intervals_and_the_null(tmp_path):
 
     src = vitlab.open_source("fashion-mnist:test")
     models = [vitlab.load("zoo:vit-cls", "cpu"), vitlab.load("zoo:resnet", "cpu")]
-    plain = vitlab.run.cka(models, src, images=48, batch_size=8)
-    rep = vitlab.run.cka(models, src, images=48, batch_size=8, bootstrap=50, permutations=30, seed=1)
+    from vitlab.context import Run
+    from vitlab.run import CKAOptions
+
+    plain = vitlab.run.cka(models, src, CKAOptions(images=48, batch_size=8), Run(bootstrap=0))
+    rep = vitlab.run.cka(models, src, CKAOptions(images=48, batch_size=8, permutations=30), Run(bootstrap=50, seed=1))
     np.testing.assert_allclose(rep.pair(0, 1).cka, plain.pair(0, 1).cka, rtol=1e-12)  # the estimate is unchanged
     frame = rep.to_frame()
     assert {"cka_lo", "cka_hi", "p_null", "null_lo", "null_hi"} <= set(frame.columns)
@@ -228,27 +231,31 @@ def test_cka_report_and_cli_carry_intervals_and_the_null(tmp_path):
     assert "cka_lo" not in plain.to_frame()
     out = tmp_path / "cka"
     assert main(["cka", "-m", "zoo:vit-cls", "-d", "fashion-mnist:test", "-n", "16", "-b", "8", "--bootstrap", "20",
-                 "--permutations", "5", "--no-cache", "-o", str(out)]) == 0
+                 "--permutations", "5", "--seed", "2", "--no-cache", "-o", str(out)]) == 0
     csv = pd.read_csv(out / "cka.csv")
     assert csv[["cka_lo", "cka_hi", "p_null"]].notna().all().all()
-    assert json.loads((out / "run.json").read_text())["bootstrap"] == 20
+    meta = json.loads((out / "run.json").read_text())
+    assert meta["bootstrap"] == 20 and meta["seed"] == 2 and meta["permutations"] == 5
 
 
 def test_localization_rates_with_chance_level_and_interval():
     from vitlab import localization
 
     src = vitlab.open_source("fashion-mnist:test")
-    rep = localization.localization([vitlab.load("zoo:vit-cls", "cpu")], src, images=48, batch_size=8,
-                                    bootstrap=100, seed=0)
+    from vitlab.context import Run
+
+    opts = localization.LocalizationOptions(images=48, batch_size=8)
+    rep = localization.localization([vitlab.load("zoo:vit-cls", "cpu")], src, opts, Run(bootstrap=100, seed=0))
     rates = rep.rates()
     summary = rep.summary()
     for _, r in rates.iterrows():
         part = summary[(summary["layer"] == r["layer"]) & (summary["kind"] == "spatial")]
-        assert r["rate"] == pytest.approx(part["localized"].mean())
+        assert r["rate"] == pytest.approx(part["localized"].mean()) and r["localized"] == pytest.approx(r["rate"])
         assert r["chance"] == 1 / 16 and r["positions"] == 16
         assert r["corrected"] == pytest.approx((r["rate"] - 1 / 16) / (1 - 1 / 16))
         assert r["rate_lo"] <= r["rate"] <= r["rate_hi"]
-    none = localization.localization([vitlab.load("zoo:vit-cls", "cpu")], src, images=16, batch_size=8, bootstrap=0)
+    none = localization.localization([vitlab.load("zoo:vit-cls", "cpu")], src,
+                                     localization.LocalizationOptions(images=16, batch_size=8), Run(bootstrap=0))
     assert np.isnan(none.rates()["rate_lo"]).all()
 
 
@@ -257,12 +264,14 @@ def test_skip_ratio_intervals_are_a_bootstrap_of_the_batch_sums():
 
     src = vitlab.open_source("fashion-mnist:test")
     m = vitlab.load("zoo:vit-cls", "cpu")
-    rep = skips.skip_ratios([m], src, images=40, batch_size=8, bootstrap=100, seed=3)
+    from vitlab.context import Run
+
+    rep = skips.skip_ratios([m], src, skips.SkipOptions(images=40, batch_size=8), Run(bootstrap=100, seed=3))
     res = rep.results[0]
     assert np.all(res.ratio_lo <= res.ratio + 1e-12) and np.all(res.ratio <= res.ratio_hi + 1e-12)
     # reference: the per-batch sums, resampled with a plain loop
     stat = skips.SkipStatistic()
-    sums = [f[0][stat.name] for _, f in vitlab.stream([m], src, range(40), 8, [[stat]])]
+    sums = [f[0][stat.name] for _, f in vitlab.stream([m], src, range(40), 8, [[stat]], Run())]
     r = np.random.default_rng(3)
     reps = []
     for _ in range(100):
@@ -277,7 +286,10 @@ def test_receptive_field_radii_carry_intervals_and_fractions_of_the_side():
 
     samples = vitlab.open_source("samples")
     m = vitlab.load("test_vit@random:0", "cpu")
-    res = receptive.receptive_fields(m, samples, ["blocks.0"], images=4, batch_size=1, residual="pre", bootstrap=50)
+    from vitlab.context import Run
+
+    opts = receptive.ReceptiveOptions(images=4, batch_size=1, layers=("blocks.0",), residual="pre")
+    res = receptive.receptive_fields(m, samples, opts, Run(bootstrap=50))
     frame = res.summary_frame()
     side = 160.0
     assert frame["radius50_frac"].iloc[0] == pytest.approx(frame["radius50_px"].iloc[0] / side)

@@ -61,10 +61,12 @@ def _proj_inputs(loaded, images, blocks):
 
 def test_subset_cka_matches_a_float64_reference(tiny_vit, tiny_resnet, samples, store):
     n_img, blocks = 8, (0, 2)
-    res = Hd.head_subsets(tiny_vit, tiny_resnet, samples, images=n_img, batch_size=n_img, blocks=blocks,
-                          size=2, store=store)
+    res = Hd.head_subsets(tiny_vit, tiny_resnet, samples,
+                          Hd.HeadSubsetOptions(images=n_img, batch_size=n_img, blocks=blocks, size=2),
+                          vitlab.Run(store=store))
     images = [samples.load(i) for i in range(n_img)]
-    dist = A.attention_distance(tiny_vit, samples, images=n_img, batch_size=n_img, blocks=blocks, store=store)
+    dist = A.attention_distance(tiny_vit, samples, A.AttentionDistanceOptions(images=n_img, batch_size=n_img,
+                                                                              blocks=blocks), vitlab.Run(store=store))
     flat = dist.distance_px.ravel()
     order = np.argsort(flat, kind="stable")
     assert np.allclose(res.distance_px, flat[order]) and np.all(np.diff(res.distance_px) >= 0)
@@ -87,11 +89,11 @@ def test_subset_cka_matches_a_float64_reference(tiny_vit, tiny_resnet, samples, 
 
 def test_head_subsets_errors(tiny_vit, tiny_resnet, samples):
     with pytest.raises(VitlabError, match="needs a ViT-family model"):
-        Hd.head_subsets(tiny_resnet, tiny_vit, samples, images=4)
+        Hd.head_subsets(tiny_resnet, tiny_vit, samples, Hd.HeadSubsetOptions(images=4))
     with pytest.raises(VitlabError, match="unknown tap"):
-        Hd.head_subsets(tiny_vit, tiny_resnet, samples, images=4, other_taps=["layer9.0"])
+        Hd.head_subsets(tiny_vit, tiny_resnet, samples, Hd.HeadSubsetOptions(images=4, other_taps=("layer9.0",)))
     with pytest.raises(VitlabError, match="head tokens"):
-        Hd.head_subsets(tiny_vit, tiny_resnet, samples, images=4, tokens="cls")
+        Hd.head_subsets(tiny_vit, tiny_resnet, samples, Hd.HeadSubsetOptions(images=4, tokens="cls"))
 
 
 def test_cli_head_subsets(tmp_path):
@@ -111,6 +113,6 @@ def test_cli_head_subsets(tmp_path):
 def test_zoo_heads_differ_in_distance_and_subsets_compare(store):
     vit, resnet = vitlab.load("zoo:vit-cls", "cpu"), vitlab.load("zoo:resnet", "cpu")
     source = vitlab.open_source("fashion-mnist:test")
-    res = Hd.head_subsets(vit, resnet, source, images=64, batch_size=32, store=store)
+    res = Hd.head_subsets(vit, resnet, source, Hd.HeadSubsetOptions(images=64, batch_size=32), vitlab.Run(store=store))
     assert np.all(np.isfinite(res.cka)) and np.all((res.cka > 0) & (res.cka <= 1 + 1e-9))
     assert res.distance_px[-1] > res.distance_px[0]  # trained heads are not all alike

@@ -79,7 +79,8 @@ def test_bad_requests(tiny_vit, tiny_resnet):
 def test_skip_removal_report_and_cache(tiny_vit, store):
     source = vitlab.open_source("samples")
     gram = GramStatistic(("blocks.0.resid_post", "blocks.2.resid_post", "blocks.4.resid_post"))
-    res = iv.skip_removal(tiny_vit, source, iv.SkipRemoval(2, "both"), images=8, batch_size=4, gram=gram, store=store)
+    opts = iv.RemoveSkipOptions(block=2, which="both", images=8, batch_size=4)
+    res = iv.skip_removal(tiny_vit, source, opts, vitlab.Run(store=store), gram=gram)
     assert res.accuracy_before is None  # samples have no labels fitting a 1000-class model
     assert 0.0 <= res.agreement <= 1.0 and res.images == 8
     np.testing.assert_allclose(np.diag(res.before.cka), 1.0, atol=1e-9)
@@ -88,8 +89,7 @@ def test_skip_removal_report_and_cache(tiny_vit, store):
     assert res.cross.cka[0, 0] == pytest.approx(1.0, abs=1e-9)
     assert res.cross.cka[2, 2] < 0.999
     assert res.info.batches_computed == 4  # 2 batches x (original, ablated): distinct cache keys
-    again = iv.skip_removal(tiny_vit, source, iv.SkipRemoval(2, "both"), images=8, batch_size=4, gram=gram,
-                            store=store)
+    again = iv.skip_removal(tiny_vit, source, opts, vitlab.Run(store=store), gram=gram)
     assert again.info.batches_computed == 0
     np.testing.assert_array_equal(again.cross.cka, res.cross.cka)
     frame = res.to_frame()
@@ -111,7 +111,7 @@ def test_accuracy_with_matching_labels(tiny_vit):
 
     loaded.transform = T.Compose([T.ToTensor()])
     source = vitlab.open_source("fashion-mnist:test")
-    res = iv.skip_removal(loaded, source, iv.SkipRemoval(1, "mlp"), images=16, batch_size=8,
+    res = iv.skip_removal(loaded, source, iv.RemoveSkipOptions(block=1, which="mlp", images=16, batch_size=8),
                           gram=GramStatistic(("blocks.1.resid_post",)))
     labels = np.array([source.label(i) for i in range(16)])
     with torch.no_grad():
@@ -124,7 +124,8 @@ def test_accuracy_with_matching_labels(tiny_vit):
 def test_retrained_comparison_side_by_side(tiny_vit, store):
     other = vitlab.load("test_vit@random:3", "cpu")
     source = vitlab.open_source("samples")
-    comp = iv.retrained_comparison(tiny_vit, other, source, images=8, batch_size=4, store=store)
+    comp = iv.retrained_comparison(tiny_vit, other, source, vitlab.options.DataOptions(images=8, batch_size=4),
+                                   vitlab.Run(store=store))
     frame = comp.to_frame()
     assert (frame["model_a"] == frame["model_b"]).all() and set(frame["model_a"]) == {tiny_vit.label, other.label}
     assert comp.accuracy == {tiny_vit.label: None, other.label: None}  # no labels that fit 1000 classes
@@ -137,7 +138,9 @@ def test_zoo_retrained_without_skip(store):
     source = vitlab.open_source("fashion-mnist:test")
     with pytest.raises(VitlabError, match="NoSkipBlock"), iv.remove_skip(noskip.model, iv.SkipRemoval(3)):
         pass
-    comp = iv.retrained_comparison(normal, noskip, source, images=64, batch_size=32, store=store)
+    comp = iv.retrained_comparison(normal, noskip, source, vitlab.options.DataOptions(images=64, batch_size=32),
+                                   vitlab.Run(store=store))
     assert all(0.5 < a <= 1.0 for a in comp.accuracy.values())  # trained 10-class models on their own data
-    res = iv.skip_removal(normal, source, iv.SkipRemoval(3), images=64, batch_size=32, store=store)
+    res = iv.skip_removal(normal, source, iv.RemoveSkipOptions(block=3, images=64, batch_size=32),
+                          vitlab.Run(store=store))
     assert res.accuracy_before > res.accuracy_after

@@ -42,7 +42,7 @@ def samples():
 
 def test_vit_against_reference(tiny_vit, samples):
     tap = "blocks.3.resid_post"
-    rep = loc.localization([tiny_vit], samples, layers=[[tap]], images=10, batch_size=5)
+    rep = loc.localization([tiny_vit], samples, loc.LocalizationOptions(layers=(tap,), images=10, batch_size=5))
     res = rep.results[0]
     assert res.cka.shape == (101, 100) and res.grid == (10, 10) and res.prefix == 1 and res.images == 10
     data = _batches(tiny_vit, samples, tap, 10, 5)
@@ -59,7 +59,7 @@ def test_vit_against_reference(tiny_vit, samples):
 
 def test_resnet_regions_against_reference(tiny_resnet, samples):
     tap = "layer3.0"
-    rep = loc.localization([tiny_resnet], samples, layers=[[tap]], images=6, batch_size=6)
+    rep = loc.localization([tiny_resnet], samples, loc.LocalizationOptions(layers=(tap,), images=6, batch_size=6))
     res = rep.results[0]
     data = _batches(tiny_resnet, samples, tap, 6, 6)
     x, a = data[0]
@@ -99,12 +99,14 @@ def test_summary_logic():
 
 def test_errors_and_charts(tiny_vit, samples, store):
     with pytest.raises(VitlabError, match="unknown tap"):
-        loc.localization([tiny_vit], samples, layers=[["blocks.99.resid_post"]], images=4)
+        loc.localization([tiny_vit], samples, loc.LocalizationOptions(layers=("blocks.99.resid_post",), images=4))
     with pytest.raises(VitlabError, match="at least 4"):
-        loc.localization([tiny_vit], samples, images=3, batch_size=3)
-    rep = loc.localization([tiny_vit], samples, images=8, batch_size=8, store=store)
+        loc.localization([tiny_vit], samples, loc.LocalizationOptions(images=3, batch_size=3))
+    rep = loc.localization([tiny_vit], samples, loc.LocalizationOptions(images=8, batch_size=8),
+                           vitlab.Run(store=store))
     assert [r.layer for r in rep.results] == ["blocks.0.resid_post", "blocks.3.resid_post", "blocks.5.resid_post"]
-    again = loc.localization([tiny_vit], samples, images=8, batch_size=8, store=store)
+    again = loc.localization([tiny_vit], samples, loc.LocalizationOptions(images=8, batch_size=8),
+                             vitlab.Run(store=store))
     assert again.info.batches_from_cache == 1
     np.testing.assert_array_equal(again.results[2].cka, rep.results[2].cka)
     frame = rep.results[1].to_frame()
@@ -112,7 +114,7 @@ def test_errors_and_charts(tiny_vit, samples, store):
     spec = loc_charts.localization_maps(frame).to_dict()
     assert spec["facet"]["field"] == "token_label"
     loc_charts.localization_summary_chart(rep.summary()).to_dict()
-    loc_charts.localization_rate_chart(rep.summary()).to_dict()
+    loc_charts.localization_rate_chart(rep.rates()).to_dict()
 
 
 def test_cli(tmp_path):

@@ -70,8 +70,9 @@ def test_representations(tiny_vit, tiny_resnet):
 
 def test_end_to_end_against_manual(tiny_vit, fmnist_source, store):
     layers = ["blocks.1.resid_post", "blocks.5.resid_post"]
-    rep = probes.probes([tiny_vit], fmnist_source, shots=2, val_shots=2, test=24, seed=0, layers=[layers],
-                        reps=["cls", "gap", "token"], tokens=2, batch_size=32, store=store)
+    opts = probes.ProbeOptions(shots=2, val_shots=2, test=24, seed=0, layers=tuple(layers),
+                               reps=("cls", "gap", "token"), tokens=2, batch_size=32)
+    rep = probes.probes([tiny_vit], fmnist_source, opts, vitlab.Run(store=store))
     frame = rep.to_frame()
     assert len(frame) == 6 and frame["accuracy"].between(0, 1).all() and set(frame["tokens"]) == {1, 2}
     split = rep.split
@@ -99,8 +100,7 @@ def test_end_to_end_against_manual(tiny_vit, fmnist_source, store):
                     best = (v, l2, acc(fn(feats["test"][tap]), labels["test"]))
             row = frame[(frame["layer"] == tap) & (frame["representation"] == name)].iloc[0]
             assert row["val_accuracy"] == pytest.approx(best[0]) and row["accuracy"] == pytest.approx(best[2])
-    again = probes.probes([tiny_vit], fmnist_source, shots=2, val_shots=2, test=24, seed=0, layers=[layers],
-                          reps=["cls", "gap", "token"], tokens=2, batch_size=32, store=store)
+    again = probes.probes([tiny_vit], fmnist_source, opts, vitlab.Run(store=store))
     assert again.info.batches_computed == 0
     with pytest.raises(VitlabError, match="no representation"):
         probes.probe_model(tiny_vit, fmnist_source, split, reps=["nope"])

@@ -59,8 +59,8 @@ def test_batch_gradients_are_per_image(tiny_resnet, samples):
 
 
 def test_vit_patch_embedding_field_is_the_centre_patches(tiny_vit, samples, store):
-    res = R.receptive_fields(tiny_vit, samples, ["blocks.0.resid_pre", "blocks.0"], images=2, batch_size=2,
-                             store=store)
+    res = R.receptive_fields(tiny_vit, samples, R.ReceptiveOptions(layers=("blocks.0.resid_pre", "blocks.0"),
+                                                                   images=2, batch_size=2), vitlab.Run(store=store))
     # 10x10 grid of 16 px patches: the centre is the 2x2 middle patches, pixels 64..95
     assert _support(res.maps[0]) == ((64, 64), (95, 95))
     # after block 0's attention every token sees every patch
@@ -72,13 +72,12 @@ def test_vit_patch_embedding_field_is_the_centre_patches(tiny_vit, samples, stor
 
 def test_result_is_the_mean_over_images_and_cached(tiny_resnet, samples, store):
     info1, info2 = vitlab.RunInfo(), vitlab.RunInfo()
-    res = R.receptive_fields(tiny_resnet, samples, ["layer1.0", "layer3.0"], images=5, batch_size=2, store=store,
-                             info=info1)
+    opts = R.ReceptiveOptions(layers=("layer1.0", "layer3.0"), images=5, batch_size=2)
+    res = R.receptive_fields(tiny_resnet, samples, opts, vitlab.Run(store=store, info=info1))
     x = to_tensor([samples.load(i) for i in range(5)], tiny_resnet)
     ref = R.centre_gradient(tiny_resnet.model, "layer3.0", x).mean(0).numpy()
     assert np.allclose(res.maps[1], ref, rtol=1e-5, atol=1e-12) and res.images == 5
-    again = R.receptive_fields(tiny_resnet, samples, ["layer1.0", "layer3.0"], images=5, batch_size=2, store=store,
-                               info=info2)
+    again = R.receptive_fields(tiny_resnet, samples, opts, vitlab.Run(store=store, info=info2))
     assert info1.batches_computed == 3 and info2.batches_from_cache == 3 and np.array_equal(again.maps, res.maps)
     r50 = res.radius_px(0.5)
     assert r50[0] < r50[1]  # deeper layers see more
@@ -94,10 +93,12 @@ def test_pre_residual_branch(tiny_resnet, tiny_vit, samples):
     assert R.layer_point(tiny_vit, "blocks.2.attn_out") == ("blocks.2.ls1", "out")
     assert R.layer_point(tiny_resnet, "layer1.0", "pre") == ("layer1.0.bn2", "out")
     # timm zero-initialises the branch's last BN: with random weights the branch is constant, and says so
-    res = R.receptive_fields(tiny_resnet, samples, ["layer1.0"], images=2, batch_size=2, residual="pre")
+    res = R.receptive_fields(tiny_resnet, samples, R.ReceptiveOptions(layers=("layer1.0",), images=2, batch_size=2,
+                                                                     residual="pre"))
     assert not res.maps.any() and "zero everywhere" in res.warnings[0]
-    pre = R.receptive_fields(tiny_vit, samples, ["blocks.1"], images=2, batch_size=2, residual="pre")
-    post = R.receptive_fields(tiny_vit, samples, ["blocks.1"], images=2, batch_size=2, residual="post")
+    pre = R.receptive_fields(tiny_vit, samples, R.ReceptiveOptions(images=2, batch_size=2, layers=("blocks.1",),
+                                                                   residual="pre"))
+    post = R.receptive_fields(tiny_vit, samples, R.ReceptiveOptions(images=2, batch_size=2, layers=("blocks.1",)))
     assert pre.maps.any() and not np.allclose(pre.normalised(), post.normalised())
 
 
@@ -126,6 +127,7 @@ def test_cli_receptive_field(tmp_path):
                     reason="zoo models not trained yet")
 def test_zoo_resnet_fields_grow_with_depth(store):
     m = vitlab.load("zoo:resnet", "cpu")
-    res = R.receptive_fields(m, vitlab.open_source("fashion-mnist:test"), images=8, batch_size=8, store=store)
+    res = R.receptive_fields(m, vitlab.open_source("fashion-mnist:test"), R.ReceptiveOptions(images=8, batch_size=8),
+                             vitlab.Run(store=store))
     r = res.radius_px(0.5)
     assert np.all(np.isfinite(r)) and r[-1] > r[0]

@@ -99,22 +99,23 @@ def test_runner_cka_matches_reference_on_bias_dominated_default_init_activations
     indices = list(range(20))
     tap_names = taps.default_taps(tiny_resnet.model)
     ref = _reference_cka(tiny_resnet, fmnist_source, indices, 8, tap_names)
-    rep = run.cka([tiny_resnet], fmnist_source, images=20, batch_size=8, store=store)
+    rep = run.cka([tiny_resnet], fmnist_source, run.CKAOptions(images=20, batch_size=8), run.Run(store=store))
     np.testing.assert_allclose(rep.pair(0, 0).cka, ref, atol=1e-6)
     assert rep.pair(0, 0).batches == 3 and rep.images == 20  # 8 + 8 + 4
 
 
 def test_second_run_computes_zero_batches_and_third_model_reuses(tiny_vit, tiny_resnet, fmnist_source, store):
-    first = run.cka([tiny_vit, tiny_resnet], fmnist_source, images=16, batch_size=8, store=store)
+    opts = run.CKAOptions(images=16, batch_size=8)
+    first = run.cka([tiny_vit, tiny_resnet], fmnist_source, opts, run.Run(store=store))
     assert first.info.batches_computed == 2
-    again = run.cka([tiny_vit, tiny_resnet], fmnist_source, images=16, batch_size=8, store=store)
+    again = run.cka([tiny_vit, tiny_resnet], fmnist_source, opts, run.Run(store=store))
     assert again.info.batches_computed == 0 and again.info.batches_from_cache == 2
     np.testing.assert_array_equal(again.pair(0, 1).cka, first.pair(0, 1).cka)
     third = vitlab.load("test_vit@random:5", "cpu")
     calls = []
     hook = tiny_vit.model.register_forward_hook(lambda *a: calls.append(1))
     try:
-        rep3 = run.cka([tiny_vit, tiny_resnet, third], fmnist_source, images=16, batch_size=8, store=store)
+        rep3 = run.cka([tiny_vit, tiny_resnet, third], fmnist_source, opts, run.Run(store=store))
     finally:
         hook.remove()
     assert calls == [] and rep3.info.batches_computed == 2  # only the new model ran
@@ -123,23 +124,25 @@ def test_second_run_computes_zero_batches_and_third_model_reuses(tiny_vit, tiny_
 
 
 def test_small_batches_are_dropped_and_reported(tiny_resnet, fmnist_source, store):
-    rep = run.cka([tiny_resnet], fmnist_source, images=10, batch_size=4, store=store)
+    rep = run.cka([tiny_resnet], fmnist_source, run.CKAOptions(images=10, batch_size=4), run.Run(store=store))
     assert rep.info.dropped_batches and "fewer than 4" in rep.info.dropped_batches[0]
     assert rep.images == 8
 
 
 def test_repeats_give_mean_and_spread(tiny_resnet, fmnist_source, store):
-    rep = run.cka([tiny_resnet], fmnist_source, images=8, batch_size=8, repeats=3, store=store)
+    rep = run.cka([tiny_resnet], fmnist_source, run.CKAOptions(images=8, batch_size=8, repeats=3),
+                  run.Run(store=store))
     r = rep.pair(0, 0)
     assert r.std is not None and r.std.shape == r.cka.shape and np.nanmax(r.std) > 0
-    singles = [run.cka([tiny_resnet], fmnist_source, images=8, batch_size=8, shuffle=s, store=store).pair(0, 0).cka
+    singles = [run.cka([tiny_resnet], fmnist_source, run.CKAOptions(images=8, batch_size=8, shuffle=s),
+                       run.Run(store=store)).pair(0, 0).cka
                for s in range(3)]
     np.testing.assert_allclose(r.cka, np.mean(singles, axis=0), rtol=1e-12)
 
 
 def test_float64_verify_mode_agrees(tiny_vit, fmnist_source, store):
-    f32 = run.cka([tiny_vit], fmnist_source, images=12, batch_size=6, store=store)
-    f64 = run.cka([tiny_vit], fmnist_source, images=12, batch_size=6, store=store,
+    f32 = run.cka([tiny_vit], fmnist_source, run.CKAOptions(images=12, batch_size=6), run.Run(store=store))
+    f64 = run.cka([tiny_vit], fmnist_source, run.CKAOptions(images=12, batch_size=6), run.Run(store=store),
                   statistic=run.GramStatistic(precision="float64"))
     assert f64.info.batches_computed == 2  # a separate cache entry
     np.testing.assert_allclose(f32.pair(0, 0).cka, f64.pair(0, 0).cka, atol=1e-6)
@@ -187,10 +190,10 @@ def test_cli_user_errors_are_one_line(args, msg):
 
 
 def test_cifar_offline_is_a_clear_error(tmp_path, monkeypatch):
-    import vitlab.models
+    import vitlab.hub
 
     monkeypatch.setenv("VITLAB_DATA_DIR", str(tmp_path / "datasets"))
-    monkeypatch.setattr(vitlab.models, "hub_reachable", lambda timeout=1.5: False)
+    monkeypatch.setattr(vitlab.hub, "hub_reachable", lambda timeout=1.5: False)
     with pytest.raises(VitlabError, match="cifar10 is not in .* offline: go online once"):
         data.open_source("cifar10")
     with pytest.raises(VitlabError, match="split must be 'train' or 'test'"):

@@ -55,7 +55,7 @@ def test_vit_identities_and_reference(tiny_vit, samples):
         b = f"blocks.{i}"
         np.testing.assert_allclose(acts[f"{b}.resid_mid"], acts[f"{b}.resid_pre"] + acts[f"{b}.attn_out"], atol=1e-5)
         np.testing.assert_allclose(acts[f"{b}.resid_post"], acts[f"{b}.resid_mid"] + acts[f"{b}.mlp_out"], atol=1e-5)
-    report = skips.skip_ratios([tiny_vit], samples, images=8, batch_size=4)
+    report = skips.skip_ratios([tiny_vit], samples, skips.SkipOptions(images=8, batch_size=4))
     res = report.results[0]
     assert res.images == 8 and res.prefix == 1
     assert np.all(res.identity_err < 1e-5)
@@ -67,7 +67,7 @@ def test_vit_identities_and_reference(tiny_vit, samples):
 
 def test_resnet_reference(resnet_nonzero, samples):
     acts = _acts(resnet_nonzero, samples, n=6)
-    res = skips.skip_ratios([resnet_nonzero], samples, images=6, batch_size=6).results[0]
+    res = skips.skip_ratios([resnet_nonzero], samples, skips.SkipOptions(images=6, batch_size=6)).results[0]
     assert res.ratio.shape == (4, 1) and res.family == "resnet"
     for s, (name, z, _, total) in enumerate(skips.sublayers(resnet_nonzero.model)):
         assert acts[total].min() < 0, "the pre-ReLU sum must be captured before the in-place ReLU"
@@ -79,7 +79,7 @@ def test_resnet_reference(resnet_nonzero, samples):
 
 
 def test_zero_branch_is_reported_not_hidden(tiny_resnet, samples):
-    res = skips.skip_ratios([tiny_resnet], samples, images=4, batch_size=4).results[0]
+    res = skips.skip_ratios([tiny_resnet], samples, skips.SkipOptions(images=4, batch_size=4)).results[0]
     assert np.isinf(res.ratio).all()  # timm zero-initialises each block's last BN
     assert len(res.warnings) == 4 and "infinite" in res.warnings[0]
 
@@ -126,14 +126,15 @@ def test_accumulator_contract():
 
 
 def test_cached_second_run_and_charts(tiny_vit, samples, store):
-    first = skips.skip_ratios([tiny_vit], samples, images=8, batch_size=4, store=store)
-    second = skips.skip_ratios([tiny_vit], samples, images=8, batch_size=4, store=store)
+    opts = skips.SkipOptions(images=8, batch_size=4)
+    first = skips.skip_ratios([tiny_vit], samples, opts, vitlab.Run(store=store))
+    second = skips.skip_ratios([tiny_vit], samples, opts, vitlab.Run(store=store))
     assert second.info.batches_from_cache == 2 and second.info.batches_computed == 0
     np.testing.assert_array_equal(first.results[0].ratio, second.results[0].ratio)
     frame = first.to_frame()
     assert {"cls", "spatial"} == set(frame["kind"])
     assert len(frame) == 12 * 101
-    charts = skip_charts.skip_charts(frame)
+    charts = skip_charts.skip_charts(first)
     assert set(charts) == {"skip_ratio_lines", "skip_cosine_lines", f"skip_ratio_{tiny_vit.label}",
                            f"skip_cosine_{tiny_vit.label}"}
     spec = charts["skip_ratio_lines"].to_dict()

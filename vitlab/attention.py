@@ -18,18 +18,21 @@ Distances are in input pixels; ``distance_frac`` divides by the image side (sqrt
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from . import taps as taps_mod
 from .activations import ActivationSet, activations
 from .cache import Store
+from .context import Run, RunInfo
 from .data import ImageSource, select, to_tensor
 from .errors import VitlabError
 from .models import LoadedModel
-from .run import RunInfo, Statistic, stream
+from .options import DataOptions, option
+from .progress import scaled
+from .run import Statistic, stream
 
 # ---------------------------------------------------------------- capture and its parity with the fused forward
 
@@ -80,6 +83,7 @@ class ParityResult:
     row_sum_error: np.ndarray  # (L,) max |sum_k A[q, k] - 1|
     logits_diff: float
     images: int
+    tolerance: float = 1e-4  # what ok() allows by default
 
     def to_frame(self):
         import pandas as pd
@@ -89,8 +93,14 @@ class ParityResult:
                              "max_abs_diff_probs": self.probs_diff, "max_row_sum_error": self.row_sum_error,
                              "model": self.model, "images": self.images})
 
-    def ok(self, tol: float = 1e-4) -> bool:
+    def headline(self) -> list[str]:
+        probs = f"{np.nanmax(self.probs_diff):.3g}" if np.isfinite(self.probs_diff).any() else "n/a"
+        return [f"{'OK' if self.ok() else 'MISMATCH'}: max |block output difference| {np.max(self.output_diff):.3g}, "
+                f"logits {self.logits_diff:.3g}, max |hook - recomputed probs| {probs}"]
+
+    def ok(self, tol: float | None = None) -> bool:
         """Outputs agree to ``tol`` relative to their scale, and the captured rows are distributions."""
+        tol = self.tolerance if tol is None else tol
         rel = self.output_diff / np.maximum(self.output_scale, 1e-12)
         return bool(np.all(rel <= tol) and np.all(self.row_sum_error <= tol)
                     and np.all(np.nan_to_num(self.probs_diff) <= tol))
@@ -123,6 +133,7 @@ def capture_parity(loaded: LoadedModel, images: list) -> ParityResult:
     row_err = np.array([float((acts[f"blocks.{i}.attn_probs"].sum(-1) - 1).abs().max()) for i in range(n)])
     return ParityResult(loaded.label, fused, out_diff, scale, probs_diff, row_err,
                         float((logits - fused_logits).abs().max()), len(images))
+
 
 
 # ---------------------------------------------------------------- mean attention distance
@@ -272,30 +283,68 @@ def image_side(loaded: LoadedModel) -> float:
     return float(np.sqrt(h * w))
 
 
-def attention_distance(loaded: LoadedModel, source: ImageSource, *, images: int | None = None, batch_size: int = 32,
-                       shuffle: int | None = None, blocks: Sequence[int] | None = None, renormalise: bool = False,
-                       store: Store | None = None, progress: Callable | None = None, amp: bool = False,
-                       info: RunInfo | None = None, shard: tuple[int, int] = (0, 1),
-                       reduce: Callable | None = None) -> AttentionDistanceResult:
-    """Mean attention distance of every head of every block over ``images`` of ``source`` (one streamed pass).
+@dataclass(frozen=True)
+class AttentionDistanceOptions(DataOptions):
+    """Options of the mean attention distance (``vitlab attention-distance``)."""
 
-    ``shard=(rank, world)`` and ``reduce`` (e.g. ``vitlab.dist.all_reduce_accumulators``) run it under torchrun.
+    batch_size: int = option(32, "images per batch", short="-b")
+    blocks: tuple[int, ...] | None = option(None, "comma-separated block indices (default: all)", kind="ints")
+    renormalise: bool = option(False, "renormalise each query's attention over spatial keys after dropping prefix "
+                               "tokens")
+    units: str = option("px", "chart in pixels or fraction of image side", choices=("px", "frac"))
+
+
+def attention_distance(loaded: LoadedModel, source: ImageSource,
+                       opts: AttentionDistanceOptions = AttentionDistanceOptions(), run: Run | None = None
+                       ) -> AttentionDistanceResult:
+    """Mean attention distance of every head of every block over ``opts.images`` of ``source`` (one streamed pass).
+
+    ``run.shard`` and ``run.reduce`` (e.g. ``vitlab.dist.all_reduce_accumulators``) run it under torchrun.
     """
     require_vit(loaded, "attention distance")
-    stat = AttentionDistanceStatistic(None if blocks is None else tuple(int(b) for b in blocks))
+    run = run or Run()
+    stat = AttentionDistanceStatistic(None if opts.blocks is None else tuple(int(b) for b in opts.blocks))
     layers = [int(t.split(".")[1]) for t in stat.taps(loaded)]
-    acc = AttentionDistanceAccumulator(layers, loaded.model.blocks[layers[0]].attn.num_heads)
-    for _, found in stream([loaded], source, select(source, images, shuffle), batch_size, [[stat]], store=store,
-                           progress=progress, amp=amp, info=info, shard=shard, min_batch=1):
+    acc = AttentionDistanceAccumulator(layers, loaded.heads)
+    for _, found in stream([loaded], source, select(source, opts.images, opts.shuffle), opts.batch_size, [[stat]],
+                           run, min_batch=1):
         acc.update(found[0][stat.name])
-    if reduce is not None:
-        reduce(acc)
+    run.reduce_accumulators(acc)
     from .evidence import uniform_distance
 
     # the reference in the statistic's own convention: without renormalising, prefix keys count as distance 0
     dist = distance_matrix(taps_mod.grid_size(loaded.model), taps_mod.patch_size(loaded.model))
-    uniform = uniform_distance(dist, taps_mod.num_prefix_tokens(loaded.model), renormalise)
-    return acc.compute(loaded.label, image_side(loaded), renormalise, float(uniform))
+    uniform = uniform_distance(dist, taps_mod.num_prefix_tokens(loaded.model), opts.renormalise)
+    return acc.compute(loaded.label, image_side(loaded), opts.renormalise, float(uniform))
+
+
+@dataclass
+class AttentionDistanceReport:
+    """Mean attention distances of several models (``vitlab attention-distance``)."""
+
+    results: list[AttentionDistanceResult]
+    info: RunInfo = field(default_factory=RunInfo)
+
+    def to_frame(self):
+        import pandas as pd
+
+        return pd.concat([r.to_frame() for r in self.results], ignore_index=True)
+
+    def headline(self) -> list[str]:
+        blocks = sorted({layer for r in self.results for layer in r.layers})
+        return [f"{r.model}: mean attention distance {r.distance_px.mean():.1f} px (uniform attention "
+                f"{r.uniform_px:.1f} px)" for r in self.results] + [
+            f"mean attention distance over {self.results[0].images} images, {len(blocks)} blocks"]
+
+
+def attention_distances(models: Sequence[LoadedModel], source: ImageSource,
+                        opts: AttentionDistanceOptions = AttentionDistanceOptions(), run: Run | None = None
+                        ) -> AttentionDistanceReport:
+    """:func:`attention_distance` of every model, one after the other, under one progress bar."""
+    run = run or Run()
+    results = [attention_distance(m, source, opts, run.with_progress(scaled(run.progress, i, len(models), m.label)))
+               for i, m in enumerate(models)]
+    return AttentionDistanceReport(results, run.info)
 
 
 # ---------------------------------------------------------------- per-head, per-token maps of one image
@@ -405,6 +454,7 @@ def head_maps(loaded: LoadedModel, images, index: int = 0, layer: int = 0, query
     import pandas as pd
 
     acts = image_attention(loaded, images, index, store)
-    heads = list(range(loaded.model.blocks[layer].attn.num_heads)) + ["mean"]
+    heads = list(range(loaded.heads)) + ["mean"]
     return pd.concat([attention_map(loaded, images, index, layer, h, query, acts=acts).to_frame() for h in heads],
                      ignore_index=True)
+

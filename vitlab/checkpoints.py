@@ -18,12 +18,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .cache import Store
 from .cka import CKAResult
+from .context import Run, RunInfo
 from .data import ImageSource
 from .errors import VitlabError
 from .models import LoadedModel
-from .run import GramStatistic, Progress, RunInfo, cka
+from .options import DataOptions, option
+from .run import CKAOptions, GramStatistic, cka
 
 
 @dataclass
@@ -49,14 +50,26 @@ class CheckpointComparison:
                              "depth": (i + 1) / len(layers), "cka": float(v)})
         return pd.DataFrame(rows)
 
+    def headline(self) -> list[str]:
+        lines = [f"{a} vs {b}: CKA {curve[0]:.3f} (first layer) ... {curve[-1]:.3f} (last layer)"
+                 for (a, b), curve in zip(self.pairs, self.curves)]
+        return lines + [f"over {self.images} images"]
 
-def compare_checkpoints(pairs: Sequence[tuple[LoadedModel, LoadedModel]], source: ImageSource, *,
-                        images: int | None = None, batch_size: int = 64, shuffle: int | None = None,
-                        tokens: str = "all", store: Store | None = None, progress: Progress | None = None,
-                        amp: bool = False, shard: tuple[int, int] = (0, 1), reduce=None) -> CheckpointComparison:
+
+@dataclass(frozen=True)
+class CheckpointOptions(DataOptions):
+    """Options of the checkpoint comparison (``vitlab compare-checkpoints``)."""
+
+    tokens: str = option("all", "representation: all tokens flattened, CLS token, or mean of spatial tokens",
+                         choices=("all", "cls", "gap"))
+
+
+def compare_checkpoints(pairs: Sequence[tuple[LoadedModel, LoadedModel]], source: ImageSource,
+                        opts: CheckpointOptions = CheckpointOptions(), run: Run | None = None
+                        ) -> CheckpointComparison:
     """Block-by-block CKA of each (A, B) pair over the same images (cf. Fig 12).
 
-    ``shard=(rank, world)`` and ``reduce`` (``vitlab.dist``) run it under torchrun, as ``run.cka``.
+    ``run.shard`` and ``run.reduce`` (``vitlab.dist``) run it under torchrun, as ``run.cka``.
     """
     if not pairs:
         raise VitlabError("give at least one pair of checkpoints")
@@ -67,14 +80,13 @@ def compare_checkpoints(pairs: Sequence[tuple[LoadedModel, LoadedModel]], source
             if id(m) not in index:
                 index[id(m)] = len(models)
                 models.append(m)
-    stat = GramStatistic(tokens=tokens)
+    stat = GramStatistic(tokens=opts.tokens)
     for a, b in pairs:
         ta, tb = stat.taps(a), stat.taps(b)
         if ta != tb:
             raise VitlabError(f"{a.label} and {b.label} are not the same architecture (their taps differ: "
                               f"{len(ta)} vs {len(tb)}, e.g. {ta[0]} / {tb[0]}): compare checkpoints of one model")
-    report = cka(models, source, images=images, batch_size=batch_size, shuffle=shuffle, statistic=stat,
-                 store=store, progress=progress, amp=amp, shard=shard, reduce=reduce)
+    report = cka(models, source, CKAOptions(opts.images, opts.batch_size, opts.shuffle), run, statistic=stat)
     matrices = [report.pair(index[id(a)], index[id(b)]) for a, b in pairs]
     return CheckpointComparison([(a.label, b.label) for a, b in pairs], [r.layers_a for r in matrices],
                                 [np.diag(r.cka).copy() for r in matrices], matrices, report.images, report.info,

@@ -1,46 +1,114 @@
 """The ``vitlab`` command (also ``python -m vitlab``): headless runs and exports.
 
-Every user error ends with one line on stderr and exit status 2; results go to ``--out DIR`` as CSV, JSON and
-PNG/SVG charts. Commands are registered in :data:`COMMANDS` (one ``add_*`` function each).
+One sub-command per row of :data:`vitlab.analyses.ANALYSES`, all run by :func:`run_analysis`; plus ``taps``,
+``cache`` and ``zoo``. Every user error ends with one line on stderr and exit status 2; results go to
+``--out DIR`` as CSV, JSON and PNG/SVG charts.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 import time
 from pathlib import Path
-from typing import Callable
 
+from .analyses import ANALYSES, Analysis
 from .errors import VitlabError
+from .options import parse_ints, parse_strs
+
+MODEL_HELP = ("model spec NAME[@WEIGHTS] or zoo:NAME[@random[:SEED]]; WEIGHTS: pretrained (default), "
+              "random[:SEED] (the untrained twin), or a .safetensors/.pth/.bin file")
+DEVICE_HELP = "auto (CUDA when present), cpu, cuda, cuda:N"
+SCALARS = {"int": int, "float": float, "str": str}
 
 
-# ---------------------------------------------------------------- shared options and helpers
+# ---------------------------------------------------------------- flags from the table
 
 
-def add_model_options(p: argparse.ArgumentParser, multiple: bool = True) -> None:
-    help_ = ("model spec NAME[@WEIGHTS] or zoo:NAME[@random[:SEED]]; WEIGHTS: pretrained (default), "
-             "random[:SEED] (the untrained twin), or a .safetensors/.pth/.bin file" + (" (repeat for several models)" if multiple else ""))
-    if multiple:
-        p.add_argument("--model", "-m", action="append", required=True, help=help_)
+def _flag(f: dataclasses.Field) -> list[str]:
+    names = [f.metadata.get("flag") or "--" + f.name.replace("_", "-")]
+    return names + ([f.metadata["short"]] if f.metadata.get("short") else [])
+
+
+def _add_option(p: argparse.ArgumentParser, f: dataclasses.Field) -> None:
+    meta, kind = f.metadata, f.metadata.get("kind")
+    help_ = meta.get("help", "")
+    if f.default not in (None, False) and "default" not in help_:
+        shown = ",".join(map(str, f.default)) if isinstance(f.default, tuple) else f.default
+        help_ += f" (default: {shown})"
+    kw: dict = {"dest": f.name, "help": help_, "default": None}
+    base = str(f.type).split("|")[0].strip()
+    if base == "bool":
+        p.add_argument(*_flag(f), action="store_true", dest=f.name, help=help_)
+        return
+    if kind is None:
+        kw["type"] = SCALARS.get(base, str)
+    if meta.get("choices"):
+        kw["choices"] = meta["choices"]
+    if meta.get("metavar"):
+        kw["metavar"] = meta["metavar"]
+    if meta.get("required"):
+        kw["required"] = True
+    p.add_argument(*_flag(f), **kw)
+
+
+def options_from_args(analysis: Analysis, args):
+    """The analysis's options dataclass from parsed flags (flags not given keep the dataclass defaults)."""
+    given = {}
+    for f in dataclasses.fields(analysis.options):
+        value = getattr(args, f.name, None)
+        if value is None or (value is False and f.default is not True):
+            continue
+        kind = f.metadata.get("kind")
+        if kind == "ints":
+            value = parse_ints(value, _flag(f)[0])
+        elif kind == "strs":
+            value = parse_strs(value)
+        given[f.name] = value
+    return analysis.options(**given)
+
+
+def add_evidence_options(p: argparse.ArgumentParser, options: type) -> None:
+    """``--bootstrap B`` and ``--seed S``: the resampling behind every 95 % interval (docs/evidence.md). An
+    analysis whose options already have a ``seed`` (probe: its split) shares that flag."""
+    p.add_argument("--bootstrap", type=int, default=200, metavar="B",
+                   help="bootstrap resamples for each 95 %% interval (over batches, images or few-shot draws); 0: "
+                        "none (default: 200)")
+    if "seed" not in {f.name for f in dataclasses.fields(options)}:
+        p.add_argument("--seed", type=int, default=0, help="seed of the bootstrap and of the permutation nulls")
+
+
+def add_analysis(sub, analysis: Analysis) -> argparse.ArgumentParser:
+    """Register one row of the table as a sub-command."""
+    p = sub.add_parser(analysis.name, help=analysis.help, description=f"{analysis.title} ({analysis.figure}): "
+                                                                      f"{analysis.help}")
+    if analysis.arity == "pairs":
+        p.add_argument("--pair", nargs=2, action="append", required=True, metavar=("A", "B"),
+                       help="two model specs of the same architecture (repeat for several pairs)")
+    elif analysis.arity == "many":
+        p.add_argument("--model", "-m", action="append", required=True, help=MODEL_HELP + " (repeat for several)")
     else:
-        p.add_argument("--model", "-m", required=True, help=help_)
-    p.add_argument("--device", default="auto", help="auto (CUDA when present), cpu, cuda, cuda:N")
+        p.add_argument("--model", "-m", required=True, help=MODEL_HELP)
+    if analysis.arity == "pair":
+        p.add_argument("--other", required=True, help=analysis.other_help)
+    p.add_argument("--device", default="auto", help=DEVICE_HELP)
+    p.add_argument("--data", "-d", default=analysis.data, help=analysis.data_help)
+    for f in dataclasses.fields(analysis.options):
+        _add_option(p, f)
+    if analysis.amp:
+        p.add_argument("--amp", action="store_true", help="bf16 autocast on GPU (Grams stay float32, sums float64)")
+    add_evidence_options(p, analysis.options)
+    if analysis.cache:
+        p.add_argument("--no-cache", action="store_true", help="neither read nor write the disk cache")
+        p.add_argument("--cache-dir", default=None, help="cache folder (default: VITLAB_CACHE_DIR or ~/.cache/vitlab)")
+    p.add_argument("--out", "-o", default=analysis.default_out, help="output folder for CSV, JSON and charts")
+    p.set_defaults(func=lambda args: run_analysis(analysis, args))
+    return p
 
 
-def add_data_options(p: argparse.ArgumentParser, images: int | None = 256, batch_size: int = 64) -> None:
-    p.add_argument("--data", "-d", default="samples",
-                   help="samples | fashion-mnist[:train|test[:FOLDER]] | cifar10[:split] | cifar100[:split] | FOLDER")
-    p.add_argument("--images", "-n", type=int, default=images, help="number of images (first N, or shuffled)")
-    p.add_argument("--batch-size", "-b", type=int, default=batch_size)
-    p.add_argument("--shuffle", type=int, default=None, metavar="SEED", help="take a seeded random subset")
-    p.add_argument("--no-cache", action="store_true", help="neither read nor write the disk cache")
-    p.add_argument("--cache-dir", default=None, help="cache folder (default: VITLAB_CACHE_DIR or ~/.cache/vitlab)")
-
-
-def add_out_option(p: argparse.ArgumentParser, default: str) -> None:
-    p.add_argument("--out", "-o", default=default, help="output folder for CSV, JSON and charts")
+# ---------------------------------------------------------------- the one runner
 
 
 def open_store(args):
@@ -48,30 +116,25 @@ def open_store(args):
 
     if getattr(args, "no_cache", False):
         return Store(None)
-    return Store(args.cache_dir or "default")
+    return Store(getattr(args, "cache_dir", None) or "default")
 
 
-def tqdm_progress(desc: str):
-    """A progress callback drawing a tqdm bar on stderr; call ``.close()`` when done."""
-    from tqdm import tqdm
-
-    bar = tqdm(total=0, desc=desc, unit="batch", file=sys.stderr, disable=None)
-
-    def cb(done: int, total: int, text: str) -> None:
-        if bar.total != total:
-            bar.total = total
-            bar.refresh()
-        bar.n = done
-        bar.set_postfix_str(text, refresh=True)
-
-    cb.close = bar.close  # type: ignore[attr-defined]
-    return cb
-
-
-def load_models(specs: list[str], device: str) -> list:
+def load_models(analysis: Analysis, args) -> tuple[object, list]:
+    """(what the engine takes, every distinct model in order), each named as typed on the command line."""
     from .models import load
 
-    return [load(s, device) for s in specs]
+    if analysis.arity == "pairs":
+        loaded: dict[str, object] = {}
+        for spec in (s for pair in args.pair for s in pair):
+            if spec not in loaded:
+                loaded[spec] = load(spec, args.device)
+                loaded[spec].display = spec
+        return [(loaded[a], loaded[b]) for a, b in args.pair], list(loaded.values())
+    given = args.model if isinstance(args.model, list) else [args.model]
+    given = given + ([args.other] if analysis.arity == "pair" else [])
+    models = [load(s, args.device) for s in given]
+    relabel(models, given)
+    return (models if analysis.arity in ("many", "pair") else models[0]), models
 
 
 def relabel(loaded: list, given: list[str]) -> None:
@@ -83,13 +146,65 @@ def relabel(loaded: list, given: list[str]) -> None:
         m.display = text if k == 0 else f"{text}#{k + 1}"
 
 
+def run_analysis(analysis: Analysis, args) -> int:
+    """dist context -> store, source, models -> engine (with progress) -> reduce -> rank 0 writes and prints."""
+    from . import dist
+    from .context import Run
+    from .data import open_source
+
+    t0 = time.perf_counter()
+    ctx = dist.context(args)  # torchrun: this rank's device, shard, reductions
+    opts = options_from_args(analysis, args)
+    source = open_source(args.data)
+    engine_models, models = load_models(analysis, args)
+    sharded = analysis.shards and ctx.distributed
+    progress = ctx.progress(analysis.name)
+    run = Run(store=open_store(args), progress=progress, amp=bool(getattr(args, "amp", False)),
+              shard=ctx.shard if sharded else (0, 1), reduce=ctx.reduce if sharded else None,
+              gather=ctx.gather if sharded else None, bootstrap=args.bootstrap,
+              seed=getattr(args, "seed", None) or 0)
+    try:
+        result = analysis.call(engine_models, source, opts, run)
+    finally:
+        progress.close()
+    if sharded:
+        ctx.reduce_info(run.info)
+    if not ctx.is_main:
+        return 0
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    written = write_outputs(analysis, result, opts, out)
+    extra = {**{f.name: getattr(opts, f.name) for f in dataclasses.fields(opts)}, **analysis.record(result, opts),
+             "bootstrap": args.bootstrap, "seed": run.seed}
+    write_run_json(out, analysis.name, models + list(getattr(result, "extra_models", [])), args, run.info, t0,
+                   list(getattr(result, "warnings", []))[:20], model_taps=getattr(result, "taps", None), **extra)
+    for line in analysis.headline(result):
+        print(line)
+    print(f"{len(written)} files in {out}")
+    return analysis.status(result) if analysis.status else 0
+
+
+def write_outputs(analysis: Analysis, result, opts, out: Path) -> list:
+    """CSV tables, PNG/SVG charts and any other files of one result; the paths written."""
+    from .charts import save_all
+
+    written = []
+    for stem, frame in analysis.tables(result).items():
+        frame.to_csv(out / f"{stem}.csv", index=False)
+        written.append(out / f"{stem}.csv")
+    written += save_all(analysis.charts(result, opts), out)
+    if analysis.files:
+        written += analysis.files(result, out)
+    return written
+
+
 def write_json(path: Path, obj) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(obj, indent=2, default=str))
 
 
 def write_run_json(out: Path, command: str, models: list, args, info, t0: float, warnings=(),
-                   taps: list[list[str]] | None = None, **extra) -> None:
+                   model_taps: list[list[str]] | None = None, **extra) -> None:
     """``out/run.json``: what ran (models with fingerprints, images, batches computed / from cache, per-model
     forward passes, skipped images, seconds); then skipped images and warnings are reported on stderr."""
     from . import dist
@@ -97,103 +212,45 @@ def write_run_json(out: Path, command: str, models: list, args, info, t0: float,
     write_json(out / "run.json", {
         "command": command,
         "models": [{"spec": m.label, "label": m.spec.label, "fingerprint": m.fingerprint,
-                    **({"taps": taps[i]} if taps else {})} for i, m in enumerate(models)],
+                    **({"taps": model_taps[i]} if model_taps and i < len(model_taps) else {})}
+                   for i, m in enumerate(models)],
         "data": args.data, "images": getattr(args, "images", None), "batch_size": getattr(args, "batch_size", None),
         "shuffle": getattr(args, "shuffle", None), "device": models[0].device if models else None,
-        "batches_computed": info.batches_computed if info else None,
-        "batches_from_cache": info.batches_from_cache if info else None,
-        "forward_passes": info.forward_passes if info else {},
-        "skipped_images": [s[0] for s in info.skipped_images] if info else [],
-        "dropped_batches": info.dropped_batches if info else [],
-        "warnings": list(warnings), **extra, "seconds": round(time.perf_counter() - t0, 3),
-        "processes": dist.context().world,
+        "batches_computed": info.batches_computed, "batches_from_cache": info.batches_from_cache,
+        "forward_passes": info.forward_passes, "skipped_images": [s[0] for s in info.skipped_images],
+        "dropped_batches": info.dropped_batches, "warnings": list(warnings), **extra,
+        "seconds": round(time.perf_counter() - t0, 3), "processes": dist.context().world,
     })
-    if info:
-        report_skips(info)
+    if info.skipped_images:
+        print(f"skipped {len(info.skipped_images)} unreadable image(s):", file=sys.stderr)
+        for _, why in info.skipped_images[:20]:
+            print(f"  {why}", file=sys.stderr)
+    for d in info.dropped_batches:
+        print(f"dropped {d}", file=sys.stderr)
     for w in warnings:
         print(f"warning: {w}", file=sys.stderr)
 
 
-def report_skips(info) -> None:
-    if info.skipped_images:
-        print(f"skipped {len(info.skipped_images)} unreadable image(s):", file=sys.stderr)
-        for name, why in info.skipped_images[:20]:
-            print(f"  {why}", file=sys.stderr)
-    for d in info.dropped_batches:
-        print(f"dropped {d}", file=sys.stderr)
+# ---------------------------------------------------------------- plain commands: taps, cache, zoo
 
 
-# ---------------------------------------------------------------- cka
+def add_taps(sub) -> None:
+    p = sub.add_parser("taps", help="list a model's taps (representation points) and its family")
+    p.add_argument("--model", "-m", required=True, help=MODEL_HELP)
+    p.add_argument("--device", default="auto", help=DEVICE_HELP)
+    p.set_defaults(func=run_taps)
 
 
-def add_cka(sub) -> None:
-    p = sub.add_parser("cka", help="CKA between every layer of every model and every other (and itself)")
-    add_model_options(p)
-    add_data_options(p)
-    p.add_argument("--tokens", choices=("all", "cls", "gap"), default="all",
-                   help="representation: all tokens flattened, CLS token, or mean of spatial tokens")
-    p.add_argument("--kernel", choices=("linear", "rbf"), default="linear")
-    p.add_argument("--rbf-threshold", type=float, default=1.0, help="RBF width as a fraction of the median distance")
-    p.add_argument("--estimator", choices=("unbiased", "biased"), default="unbiased",
-                   help="unbiased minibatch HSIC_1 (Nguyen et al. 2021) or biased HSIC_0 "
-                        "(full-batch CKA when --batch-size >= --images)")
-    p.add_argument("--taps", default=None, help="comma-separated tap names (default: the family's CKA taps)")
-    p.add_argument("--repeats", type=int, default=1, help="average over R reshuffled image subsets")
-    p.add_argument("--verify", action="store_true", help="float64 Grams (slower; for checking precision)")
-    p.add_argument("--bootstrap", type=int, default=200, metavar="B",
-                   help="resamples of batches for each cell's 95 %% interval (cka_lo, cka_hi); 0: none")
-    p.add_argument("--permutations", type=int, default=0, metavar="P",
-                   help="random pairings of the permutation null (p_null, null_lo, null_hi), e.g. 100; costs P small "
-                        "products per batch and model pair (docs/evidence.md); 0: none")
-    p.add_argument("--seed", type=int, default=0, help="seed of the bootstrap and the permutations")
-    p.add_argument("--amp", action="store_true", help="bf16 autocast on GPU (Grams stay float32, sums float64)")
-    add_out_option(p, "results/cka")
-    p.set_defaults(func=run_cka)
+def run_taps(args) -> int:
+    from . import taps
+    from .models import load
 
-
-def run_cka(args) -> int:
-    from . import charts, dist
-    from .data import open_source
-    from .run import GramStatistic, cka
-
-    t0 = time.perf_counter()
-    ctx = dist.context(args)  # torchrun: this rank's device, shard, reductions
-    store = open_store(args)
-    source = open_source(args.data)
-    models = load_models(args.model, args.device)
-    relabel(models, args.model)
-    taps_ = tuple(t.strip() for t in args.taps.split(",")) if args.taps else None
-    stats = [GramStatistic(taps_ if len(models) == 1 or taps_ is None else None, args.tokens, args.kernel,
-                           args.rbf_threshold, "float64" if args.verify else "float32") for _ in models]
-    if taps_ is not None and len(models) > 1:
-        raise VitlabError("--taps applies to a single model; with several models use their default taps")
-    progress = ctx.progress("cka")
-    try:
-        report = cka(models, source, images=args.images, batch_size=args.batch_size, shuffle=args.shuffle,
-                     repeats=args.repeats, statistic=stats, estimator=args.estimator, store=store,
-                     progress=progress, amp=args.amp, shard=ctx.shard, reduce=ctx.reduce,
-                     bootstrap=args.bootstrap if ctx.world == 1 else 0, permutations=args.permutations, seed=args.seed)
-    finally:
-        progress.close()
-    ctx.reduce_info(report.info)
-    if not ctx.is_main:
-        return 0
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    frame = report.to_frame()
-    frame.to_csv(out / "cka.csv", index=False)
-    written = charts.save_all(charts.cka_pair_charts(frame), out)
-    info = report.info
-    write_run_json(out, "cka", models, args, info, t0, report.warnings, taps=[s.taps(m) for m, s in zip(models, stats)],
-                   images=report.images, repeats=report.repeats, tokens=args.tokens, kernel=args.kernel,
-                   estimator=args.estimator, bootstrap=args.bootstrap if ctx.world == 1 else 0,
-                   permutations=args.permutations, seed=args.seed)
-    print(f"CKA over {report.images} images ({info.batches_computed} batches computed, "
-          f"{info.batches_from_cache} from cache): {out / 'cka.csv'}, {len(written)} chart files")
+    m = load(args.model, args.device)
+    print(f"{m.label}: family {m.family}, input {tuple(m.data_config['input_size'])}, fingerprint {m.fingerprint}")
+    default = set(taps.default_taps(m.model))
+    for name, point in taps.tap_table(m.model).items():
+        print(f"  {name:32s} {point.shape:14s} {'(default CKA tap)' if name in default else ''}")
     return 0
-
-
-# ---------------------------------------------------------------- cache
 
 
 def add_cache(sub) -> None:
@@ -216,49 +273,20 @@ def run_cache(args) -> int:
     return 0
 
 
-# ---------------------------------------------------------------- registry and entry point
-
-
-def add_models(sub) -> None:
-    p = sub.add_parser("taps", help="list a model's taps (representation points) and its family")
-    add_model_options(p, multiple=False)
-    p.set_defaults(func=run_taps)
-
-
-def run_taps(args) -> int:
-    from . import taps
-    from .models import load
-
-    m = load(args.model, args.device)
-    print(f"{m.label}: family {taps.family(m.model)}, input {tuple(m.data_config['input_size'])}, "
-          f"fingerprint {m.fingerprint}")
-    default = set(taps.default_taps(m.model))
-    for name, point in taps.tap_table(m.model).items():
-        print(f"  {name:32s} {point.shape:14s} {'(default CKA tap)' if name in default else ''}")
-    return 0
-
-
-def _zoo_cli(sub) -> None:
+def add_zoo(sub) -> None:
     from . import zoo
 
     zoo.add_cli(sub)
 
 
-from .cli_analyses import ANALYSIS_COMMANDS  # noqa: E402 (it imports the helpers above)
-
-from .cli_attention import ATTENTION_COMMANDS  # noqa: E402
-from .cli_evidence import EVIDENCE_COMMANDS  # noqa: E402
-
-from .cli_report import REPORT_COMMANDS  # noqa: E402
-
-COMMANDS: list[Callable] = [add_cka, add_models, add_cache, _zoo_cli, *ANALYSIS_COMMANDS, *ATTENTION_COMMANDS,
-                            *EVIDENCE_COMMANDS, *REPORT_COMMANDS]
-
-
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="vitlab", description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
-    for add in COMMANDS:
+    for analysis in ANALYSES.values():
+        add_analysis(sub, analysis)
+    from .cli_report import add_report  # the tour as one HTML file: an output of the tour row, not a row
+
+    for add in (add_taps, add_cache, add_zoo, add_report):
         add(sub)
     return parser
 

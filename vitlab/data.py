@@ -166,7 +166,7 @@ def _fashion_mnist(split: str, folder: str | None) -> ArraySource:
 
 
 def _cifar(which: str, split: str) -> ArraySource:
-    from .models import hub_reachable
+    from .hub import hub_reachable
 
     if split not in ("train", "test"):
         raise VitlabError(f"{which} split must be 'train' or 'test', not '{split}'")

@@ -40,6 +40,8 @@ from typing import Any, Iterator
 import numpy as np
 
 from .errors import VitlabError
+from .models import default_device  # noqa: F401 - re-exported: vitlab.dist.default_device stays valid
+from .progress import silent_progress, tqdm_progress
 
 DEFAULT_TIMEOUT_S = 1800.0  # the gloo default; raise it when ranks' caches are very uneven (waiting ranks idle)
 WATCH_INTERVAL_S = 1.0
@@ -85,19 +87,9 @@ class Context:
 
     def progress(self, desc: str):
         """A progress callback: a tqdm bar on rank 0, silent on the other ranks; both have ``.close()``."""
-        from .cli import tqdm_progress
-
         if self.is_main:
             return tqdm_progress(desc if not self.distributed else f"{desc} (rank 0 of {self.world})")
-        return _silent_progress()
-
-
-def _silent_progress():
-    def cb(done: int, total: int, text: str) -> None:
-        return None
-
-    cb.close = lambda: None  # type: ignore[attr-defined]
-    return cb
+        return silent_progress()
 
 
 # ---------------------------------------------------------------- environment and set-up
@@ -119,21 +111,6 @@ def world_size() -> int:
 
 def local_rank() -> int:
     return _env_int("LOCAL_RANK", 0)
-
-
-def default_device() -> str:
-    """The device for ``--device auto``: ``cuda:LOCAL_RANK`` under torchrun with CUDA, else ``cuda`` or ``cpu``."""
-    import torch
-
-    if not torch.cuda.is_available():
-        return "cpu"
-    if "LOCAL_RANK" not in os.environ:
-        return "cuda"
-    local, count = local_rank(), torch.cuda.device_count()
-    if local >= count:
-        raise VitlabError(f"LOCAL_RANK={local} but this machine has {count} GPU(s): lower torchrun's "
-                          f"--nproc_per_node to {count} or less, or run on CPU with --device cpu")
-    return f"cuda:{local}"
 
 
 def _device_for(requested: str | None) -> str:

@@ -22,7 +22,6 @@ Shapes: B batch, H heads, N tokens, Dh head width, n images in a Gram, S subsets
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -30,11 +29,12 @@ import numpy as np
 from . import cka as cka_mod
 from . import taps as taps_mod
 from .attention import AttentionDistanceAccumulator, AttentionDistanceStatistic, image_side, probs_taps, require_vit
-from .cache import Store
+from .context import Run
 from .data import ImageSource, select
 from .errors import VitlabError
 from .models import LoadedModel
-from .run import GramStatistic, RunInfo, Statistic, stream
+from .options import DataOptions, option
+from .run import GramStatistic, Statistic, stream
 
 HEAD_TOKENS = ("spatial", "gap")
 
@@ -126,6 +126,10 @@ class HeadSubsetResult:
 
         return pd.DataFrame({"rank": np.arange(len(self.heads)), "head": self.heads, "distance_px": self.distance_px})
 
+    def headline(self) -> list[str]:
+        return [f"{len(self.subsets) - 1} subsets of {self.size} head(s) vs {len(self.layers_b)} layers of "
+                f"{self.model_b} over {self.images} images"]
+
 
 def default_lower_taps(loaded: LoadedModel) -> list[str]:
     """The first half of a model's default CKA taps (for ResNets: the first stages)."""
@@ -141,40 +145,49 @@ def subsets_by_distance(n_heads: int, size: int | None) -> tuple[int, list[list[
     return size, [list(range(s, s + size)) for s in range(n_heads - size + 1)] + [list(range(n_heads))]
 
 
-def head_subsets(vit: LoadedModel, other: LoadedModel, source: ImageSource, *, images: int | None = 256,
-                 batch_size: int = 64, shuffle: int | None = None, blocks: Sequence[int] = (0,),
-                 size: int | None = None, other_taps: Sequence[str] | None = None, tokens: str = "spatial",
-                 store: Store | None = None, progress: Callable | None = None, amp: bool = False,
-                 info: RunInfo | None = None, shard: tuple[int, int] = (0, 1), reduce=None) -> HeadSubsetResult:
+@dataclass(frozen=True)
+class HeadSubsetOptions(DataOptions):
+    """Options of the head-subset comparison (``vitlab head-subsets``)."""
+
+    blocks: tuple[int, ...] = option((0,), "comma-separated ViT blocks whose heads are pooled (default 0)",
+                                     kind="ints")
+    size: int | None = option(None, "heads per subset (default: a quarter of the heads)")
+    other_taps: tuple[str, ...] | None = option(None, "comma-separated taps of --other (default: its lower half)",
+                                                kind="strs")
+    tokens: str = option("spatial", "head features: spatial tokens flattened, or their mean",
+                         choices=("spatial", "gap"))
+
+
+def head_subsets(vit: LoadedModel, other: LoadedModel, source: ImageSource,
+                 opts: HeadSubsetOptions = HeadSubsetOptions(), run: Run | None = None) -> HeadSubsetResult:
     """Sort the heads of ``blocks`` of ``vit`` by mean attention distance; CKA of each subset vs ``other``'s layers.
 
     One streamed pass computes the distances, the per-head Grams and ``other``'s Grams (all cached per batch);
-    the per-batch Grams (n x n each) are kept until the order is known. Under torchrun (``shard``, ``reduce``
-    from ``vitlab.dist``) the distances are summed across ranks first, so every rank sorts the heads alike.
+    the per-batch Grams (n x n each) are kept until the order is known. Under torchrun (``run.shard``,
+    ``run.reduce``) the distances are summed across ranks first, so every rank sorts the heads alike.
     """
     require_vit(vit, "head subsets")
-    blocks = tuple(int(b) for b in blocks)
+    run, tokens = run or Run(), opts.tokens
+    blocks = tuple(int(b) for b in (opts.blocks or (0,)))
     probs_taps(vit, blocks)
     if tokens not in HEAD_TOKENS:
         raise VitlabError(f"head tokens must be one of {', '.join(HEAD_TOKENS)}, not '{tokens}'")
-    layers_b = list(other_taps) if other_taps else default_lower_taps(other)
+    layers_b = list(opts.other_taps) if opts.other_taps else default_lower_taps(other)
     taps_mod.check_taps(other.model, layers_b)
     dist_stat, head_stat = AttentionDistanceStatistic(blocks), HeadGramStatistic(blocks, tokens)
     other_stat = GramStatistic(tuple(layers_b))
-    n_heads = vit.model.blocks[blocks[0]].attn.num_heads
+    n_heads = vit.heads
     dist_acc = AttentionDistanceAccumulator(blocks, n_heads)
     kept = []
-    for _, found in stream([vit, other], source, select(source, images, shuffle), batch_size,
-                           [[dist_stat, head_stat], [other_stat]], store=store, progress=progress, amp=amp, info=info,
-                           shard=shard):
+    for _, found in stream([vit, other], source, select(source, opts.images, opts.shuffle), opts.batch_size,
+                           [[dist_stat, head_stat], [other_stat]], run):
         dist_acc.update(found[0][dist_stat.name])
         kept.append((found[0][head_stat.name]["grams"], found[1][other_stat.name]["grams"]))
-    if reduce is not None:
-        reduce(dist_acc)
+    run.reduce_accumulators(dist_acc)
     dist = dist_acc.compute(vit.label, image_side(vit)).distance_px.ravel()  # (len(blocks) * H,) block-major
     order = np.argsort(dist, kind="stable")
     names = [f"b{blocks[i // n_heads]}.h{i % n_heads}" for i in order]
-    size, subsets = subsets_by_distance(len(order), size)
+    size, subsets = subsets_by_distance(len(order), opts.size)
     labels = [f"subset{s}" for s in range(len(subsets))]
     acc = cka_mod.MinibatchCKA(labels, layers_b)
     select_ = np.zeros((len(subsets), len(order)))
@@ -183,8 +196,7 @@ def head_subsets(vit: LoadedModel, other: LoadedModel, source: ImageSource, *, i
     for head_grams, other_grams in kept:
         subset_grams = np.einsum("sh,hij->sij", select_, head_grams.astype(np.float64))
         acc.update(cka_mod.centred(subset_grams), cka_mod.centred(other_grams))
-    if reduce is not None:
-        reduce(acc)
+    run.reduce_accumulators(acc)
     res = acc.compute(vit.label, other.label)
     return HeadSubsetResult(vit.label, other.label, names, dist[order], subsets, layers_b, res.cka, size,
                             res.images, image_side(vit), res.warnings)

@@ -27,11 +27,12 @@ import numpy as np
 
 from . import cka as cka_mod
 from . import taps as taps_mod
-from .cache import Store
+from .context import Run, RunInfo
 from .data import Batch, ImageSource, select
 from .errors import VitlabError
-from .models import LoadedModel
-from .run import CKAReport, GramStatistic, Progress, RunInfo, Statistic, cka, stream
+from .models import LoadedModel, load
+from .options import DataOptions, option
+from .run import CKAOptions, CKAReport, GramStatistic, Statistic, cka, stream
 
 WHICH = ("attn", "mlp", "both")
 
@@ -133,19 +134,18 @@ class PredictionStatistic(Statistic):
         return {"pred": acts["logits"].argmax(dim=-1).cpu().numpy().astype(np.int64)}
 
 
-def _pass(loaded: LoadedModel, source: ImageSource, indices, batch_size, gram: GramStatistic, store, progress,
-          info, shard: tuple[int, int] = (0, 1)) -> tuple[list[np.ndarray], np.ndarray, list]:
+def _pass(loaded: LoadedModel, source: ImageSource, indices, batch_size, gram: GramStatistic, run: Run
+          ) -> tuple[list[np.ndarray], np.ndarray, list]:
     """Grams (per batch), predictions and labels of one model over ``indices`` (this rank's batches)."""
     grams, preds, labels = [], [], []
     pred = PredictionStatistic()
-    for batch, found in stream([loaded], source, indices, batch_size, [[gram, pred]], store=store,
-                               progress=progress, info=info, shard=shard):
+    for batch, found in stream([loaded], source, indices, batch_size, [[gram, pred]], run):
         grams.append(found[0][gram.name]["grams"])
         preds.append(found[0][pred.name]["pred"])
         labels += batch.labels if batch.labels is not None else [None] * len(batch.ids)
     if not grams:
         raise VitlabError("no batch of 4 or more readable images: the CKA maps need at least 4 images"
-                          + (" (on this rank: use fewer processes than batches)" if shard[1] > 1 else ""))
+                          + (" (on this rank: use fewer processes than batches)" if run.shard[1] > 1 else ""))
     return grams, np.concatenate(preds), labels
 
 
@@ -243,35 +243,46 @@ class SkipRemovalResult:
         return frame
 
 
-def skip_removal(loaded: LoadedModel, source: ImageSource, removal: SkipRemoval, *, images: int | None = None,
-                 batch_size: int = 64, shuffle: int | None = None, gram: GramStatistic | None = None,
-                 store: Store | None = None, progress: Progress | None = None, shard: tuple[int, int] = (0, 1),
-                 reduce=None) -> SkipRemovalResult:
-    """Remove a skip of block ``removal.block`` post hoc; CKA maps and accuracy before and after (cf. Fig 8).
+@dataclass(frozen=True)
+class RemoveSkipOptions(DataOptions):
+    """Options of the skip ablation (``vitlab remove-skip``)."""
+
+    block: int = option(0, "block index (0-based)", required=True)
+    which: str = option("both", "attention (token-mixing) skip, MLP (channel-mixing) skip, or both", choices=WHICH)
+    retrained: str | None = option(None, "also compare with a model retrained without the skip, e.g. "
+                                   "zoo:vit-cls-noskip", metavar="SPEC")
+
+    @property
+    def removal(self) -> SkipRemoval:
+        return SkipRemoval(self.block, self.which)
+
+
+def skip_removal(loaded: LoadedModel, source: ImageSource, opts: RemoveSkipOptions = RemoveSkipOptions(),
+                 run: Run | None = None, *, gram: GramStatistic | None = None) -> SkipRemovalResult:
+    """Remove a skip of block ``opts.block`` post hoc; CKA maps and accuracy before and after (cf. Fig 8).
 
     Accuracy needs labels whose classes match the model's outputs; otherwise only top-1 agreement is reported.
-    ``shard=(rank, world)`` and ``reduce`` (``vitlab.dist``: CKA states and counts summed) run it under torchrun.
+    ``run.shard`` and ``run.reduce`` (``vitlab.dist``: CKA states and counts summed) run it under torchrun.
     """
+    removal, run = opts.removal, run or Run()
     _patched_forward(loaded.model, removal)  # validate before any forward pass
     gram = gram or GramStatistic()
-    indices = select(source, images, shuffle)
-    info = RunInfo()
-    g0, p0, labels = _pass(loaded, source, indices, batch_size, gram, store, progress, info, shard)
+    indices = select(source, opts.images, opts.shuffle)
+    g0, p0, labels = _pass(loaded, source, indices, opts.batch_size, gram, run)
     with intervened(loaded, removal) as ablated:
-        g1, p1, _ = _pass(ablated, source, indices, batch_size, gram, store, progress, info, shard)
+        g1, p1, _ = _pass(ablated, source, indices, opts.batch_size, gram, run)
     layers = gram.taps(loaded)
     name0, name1 = loaded.label, ablated.label
     usable = _labels_usable(loaded, source)
     maps = [_cka_acc(g0, None, layers, layers), _cka_acc(g1, None, layers, layers), _cka_acc(g0, g1, layers, layers)]
     counts = PredictionCounts().update(p0, p1, labels if usable else None)
-    if reduce is not None:
-        reduce([*maps, counts])
+    run.reduce_accumulators([*maps, counts])
     acc0 = acc1 = None
     if usable:
         acc0, acc1 = counts.right_before / counts.images, counts.right_after / counts.images
     return SkipRemovalResult(
         loaded.label, removal, maps[0].compute(name0, name0), maps[1].compute(name1, name1),
-        maps[2].compute(name0, name1), acc0, acc1, counts.agree / counts.images, counts.images, info)
+        maps[2].compute(name0, name1), acc0, acc1, counts.agree / counts.images, counts.images, run.info)
 
 
 @dataclass
@@ -293,28 +304,57 @@ class RetrainedComparison:
 
 
 def accuracy(loaded: LoadedModel, source: ImageSource, indices: Sequence[int], batch_size: int = 64,
-             store: Store | None = None, progress: Progress | None = None, shard: tuple[int, int] = (0, 1),
-             reduce=None) -> float | None:
+             run: Run | None = None) -> float | None:
     """Top-1 accuracy over ``indices`` (None when the source's classes do not match the model's outputs)."""
     if not _labels_usable(loaded, source):
         return None
+    run = run or Run()
     pred = PredictionStatistic()
     counts = PredictionCounts()
-    for batch, found in stream([loaded], source, indices, batch_size, [[pred]], store=store, progress=progress,
-                               shard=shard):
+    for batch, found in stream([loaded], source, indices, batch_size, [[pred]], run):
         counts.update(found[0][pred.name]["pred"], labels=batch.labels)
-    if reduce is not None:
-        reduce(counts)
+    run.reduce_accumulators(counts)
     return counts.right_before / counts.images if counts.images else None
 
 
-def retrained_comparison(normal: LoadedModel, retrained: LoadedModel, source: ImageSource, *,
-                         images: int | None = None, batch_size: int = 64, shuffle: int | None = None,
-                         store: Store | None = None, progress: Progress | None = None,
-                         shard: tuple[int, int] = (0, 1), reduce=None) -> RetrainedComparison:
+def retrained_comparison(normal: LoadedModel, retrained: LoadedModel, source: ImageSource,
+                         opts: DataOptions = DataOptions(), run: Run | None = None) -> RetrainedComparison:
     """Self-CKA of a normal model and of one retrained without a skip (e.g. zoo:vit-cls vs zoo:vit-cls-noskip)."""
-    report = cka([normal, retrained], source, images=images, batch_size=batch_size, shuffle=shuffle, store=store,
-                 progress=progress, shard=shard, reduce=reduce)
-    indices = select(source, images, shuffle)
-    return RetrainedComparison(report, {m.label: accuracy(m, source, indices, batch_size, store, shard=shard,
-                                                          reduce=reduce) for m in (normal, retrained)})
+    run = run or Run()
+    report = cka([normal, retrained], source, CKAOptions(opts.images, opts.batch_size, opts.shuffle), run)
+    indices = select(source, opts.images, opts.shuffle)
+    return RetrainedComparison(report, {m.label: accuracy(m, source, indices, opts.batch_size, run)
+                                        for m in (normal, retrained)})
+
+
+@dataclass
+class SkipAblation:
+    """What ``vitlab remove-skip`` reports: the post-hoc ablation and, when asked, the retrained comparison."""
+
+    removal: SkipRemovalResult
+    retrained: RetrainedComparison | None = None
+    retrained_model: LoadedModel | None = None
+
+    @property
+    def info(self) -> RunInfo:
+        return self.removal.info
+
+    @property
+    def extra_models(self) -> list[LoadedModel]:
+        return [self.retrained_model] if self.retrained_model is not None else []
+
+    def headline(self) -> list[str]:
+        metrics = self.removal.metrics_frame()
+        return [metrics[["metric", "before", "after"]].to_string(index=False), self.removal.kind]
+
+
+def skip_ablation(loaded: LoadedModel, source: ImageSource, opts: RemoveSkipOptions = RemoveSkipOptions(),
+                  run: Run | None = None) -> SkipAblation:
+    """The post-hoc ablation of ``opts.removal`` and, with ``opts.retrained``, the model retrained without it."""
+    run = run or Run()
+    removal = skip_removal(loaded, source, opts, run)
+    if not opts.retrained:
+        return SkipAblation(removal)
+    other = load(opts.retrained, loaded.device)
+    other.display = opts.retrained
+    return SkipAblation(removal, retrained_comparison(loaded, other, source, opts, run), other)

@@ -25,11 +25,12 @@ import numpy as np
 
 from . import cka as cka_mod
 from . import taps as taps_mod
-from .cache import Store
+from .context import Run, RunInfo
 from .data import Batch, ImageSource, select, to_tensor
 from .errors import VitlabError
 from .models import LoadedModel
-from .run import Progress, RunInfo, Statistic, stream
+from .options import DataOptions, option
+from .run import Statistic, stream
 
 MAX_POSITIONS = 1024  # T x G CKAs per layer; beyond this a CNN stage is too fine-grained to be worth it
 
@@ -117,7 +118,7 @@ class LocalizationResult:
     warnings: list[str] = field(default_factory=list)
     rate_samples: np.ndarray | None = None  # (B,) localized rate of each bootstrap resample of the batches
 
-    def rate(self) -> dict[str, float]:
+    def rate_evidence(self) -> dict[str, float]:
         """Fraction of spatial tokens best matched at their own patch, its 95 % interval over batches, the chance
         level 1/positions and the chance-corrected rate (rate − chance) / (1 − chance) (vitlab.evidence)."""
         from . import evidence as ev
@@ -151,6 +152,11 @@ class LocalizationResult:
                          "localized": own is not None and best == own})
         return pd.DataFrame(rows)
 
+    def rate(self) -> float:
+        """Fraction of spatial tokens whose best-matching input patch is their own (Figs 9-10's headline)."""
+        summary = self.summary()
+        return float(summary[summary["kind"] == "spatial"]["localized"].mean())
+
     def to_frame(self):
         """One row per (token, grid position): model, layer, token, kind, token_row/col, position, pos_row/col, cka."""
         import pandas as pd
@@ -183,10 +189,28 @@ class LocalizationReport:
         return pd.concat([r.summary() for r in self.results], ignore_index=True)
 
     def rates(self):
-        """Per model and layer: localized rate with its 95 % interval, chance level and chance-corrected rate."""
+        """Per model and layer: the fraction of spatial tokens localized (own patch best), their mean own CKA, the
+        fraction's 95 % interval over batches, the chance level 1/positions and the chance-corrected rate."""
         import pandas as pd
 
-        return pd.DataFrame([r.rate() for r in self.results])
+        spatial = self.summary()
+        spatial = spatial[spatial["kind"] == "spatial"]
+        if spatial.empty:
+            raise VitlabError("no spatial tokens to summarise")
+        base = spatial.groupby(["model", "layer"], sort=False, as_index=False).agg(
+            localized=("localized", "mean"), own_cka=("own_cka", "mean"))
+        extra = pd.DataFrame([r.rate_evidence() for r in self.results]).drop(columns=["images"])
+        return base.merge(extra, on=["model", "layer"], how="left")
+
+    @property
+    def images(self) -> int:
+        return self.results[0].images
+
+    def headline(self) -> list[str]:
+        lines = [f"{r.model} {r.layer}: {r.localized:.0%} of spatial tokens best match their own input patch "
+                 f"(95 % {r.rate_lo:.0%}-{r.rate_hi:.0%}; chance {r.chance:.0%}, chance-corrected {r.corrected:.2f})"
+                 for r in self.rates().itertuples()]
+        return lines + [f"localization over {self.images} images"]
 
     @property
     def warnings(self) -> list[str]:
@@ -201,32 +225,36 @@ def default_layers(model) -> list[str]:
     return [names[i] for i in picks]
 
 
-def localization(models: Sequence[LoadedModel], source: ImageSource, *,
-                 layers: Sequence[Sequence[str] | None] | None = None, images: int | None = None,
-                 batch_size: int = 64, shuffle: int | None = None, store: Store | None = None,
-                 progress: Progress | None = None, amp: bool = False, shard: tuple[int, int] = (0, 1),
-                 reduce=None, bootstrap: int = 200, seed: int = 0) -> LocalizationReport:
-    """Token-to-input-patch CKA maps of ``layers[m]`` of every model (default: first, middle and last block).
+@dataclass(frozen=True)
+class LocalizationOptions(DataOptions):
+    """Options of the localization maps (``vitlab localization``)."""
 
-    ``shard=(rank, world)`` and ``reduce`` (``vitlab.dist``: sums the CKA states across ranks) run it under torchrun.
-    ``bootstrap`` resamples of the batches (``seed``) give each layer's localized rate a 95 % interval
+    layers: tuple[str, ...] | None = option(None, "comma-separated taps (default: first, middle and last block "
+                                            "outputs)", kind="strs")
+    tokens: tuple[int, ...] | None = option(None, "comma-separated token indices to draw (default: a spread)",
+                                            kind="ints")
+
+
+def localization(models: Sequence[LoadedModel], source: ImageSource,
+                 opts: LocalizationOptions = LocalizationOptions(), run: Run | None = None) -> LocalizationReport:
+    """Token-to-input-patch CKA maps of ``opts.layers`` of every model (default: first, middle and last block).
+
+    ``run.shard`` and ``run.reduce`` (``vitlab.dist``: sums the CKA states across ranks) run it under torchrun.
+    ``run.bootstrap`` resamples of the batches (``run.seed``) give each layer's localized rate a 95 % interval
     (``report.rates()``; single process only).
     """
     if not models:
         raise VitlabError("give at least one model")
-    layers = list(layers) if layers is not None else [None] * len(models)
-    if len(layers) != len(models):
-        raise VitlabError(f"{len(layers)} layer lists given for {len(models)} models")
+    run = run or Run()
     stats = []
-    for m, ls in zip(models, layers):
-        ls = tuple(ls) if ls else tuple(default_layers(m.model))
+    for m in models:
+        ls = tuple(opts.layers) if opts.layers else tuple(default_layers(m.model))
         taps_mod.check_taps(m.model, ls)
         stats.append(LocalizationStatistic(ls))
     accs: list[list[cka_mod.MinibatchCKA] | None] = [None] * len(models)
     grids: list[list] = [[] for _ in models]
-    info = RunInfo()
-    for _, found in stream(models, source, select(source, images, shuffle), batch_size, [[s] for s in stats],
-                           store=store, progress=progress, amp=amp, info=info, shard=shard):
+    for _, found in stream(models, source, select(source, opts.images, opts.shuffle), opts.batch_size,
+                           [[s] for s in stats], run):
         for k, (stat, per_model) in enumerate(zip(stats, found)):
             arrays = per_model[stat.name]
             if accs[k] is None:
@@ -237,23 +265,22 @@ def localization(models: Sequence[LoadedModel], source: ImageSource, *,
                 acc.update(cka_mod.centred(arrays[f"tokens_{i}"]), cka_mod.centred(arrays[f"patches_{i}"]))
     if accs[0] is None:
         raise VitlabError("no batch of 4 or more readable images: localization needs at least 4 images"
-                          + (" (on this rank: use fewer processes than batches)" if shard[1] > 1 else ""))
-    if reduce is not None:
-        reduce([acc for acc_list in accs for acc in acc_list])
+                          + (" (on this rank: use fewer processes than batches)" if run.shard[1] > 1 else ""))
+    run.reduce_accumulators([acc for acc_list in accs for acc in acc_list])
     results = []
     for m, stat, acc_list, grid_list in zip(models, stats, accs, grids):
         prefix = taps_mod.num_prefix_tokens(m.model)
         for tap, acc, grid in zip(stat.layers, acc_list, grid_list):
             res = acc.compute(m.label, "input")
             samples = None
-            if shard[1] == 1 and bootstrap:  # every batch's terms are here only in a single process
+            if run.shard[1] == 1 and run.bootstrap:  # every batch's terms are here only in a single process
                 from . import evidence as ev
 
-                reps = acc.replicates(ev.resample_indices(acc.batches, bootstrap, seed))
+                reps = acc.replicates(ev.resample_indices(acc.batches, run.bootstrap, run.seed))
                 samples = ev.localized_rate(reps, prefix)
             results.append(LocalizationResult(m.label, tap, grid, prefix, res.cka, res.images, res.warnings,
                                               samples))
-    return LocalizationReport(results, info)
+    return LocalizationReport(results, run.info)
 
 
 def _accumulator(tokens: int, positions: int) -> cka_mod.MinibatchCKA:

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import VitlabError
+from .hub import hub_reachable, set_offline_if_needed  # noqa: F401 - hub_reachable re-exported
 
 CHECKPOINT_SUFFIXES = (".safetensors", ".pth", ".pt", ".bin")
 
@@ -113,6 +114,49 @@ class LoadedModel:
     def in_chans(self) -> int:
         return int(self.data_config["input_size"][0])
 
+    # what pages and engines need to know, so that none of them reaches into the nn.Module
+
+    @property
+    def family(self) -> str:
+        """'vit', 'mixer', 'resnet' or 'resnetv2' (``vitlab.taps.family``)."""
+        from . import taps
+
+        return taps.family(self.model)
+
+    @property
+    def depth(self) -> int:
+        """Number of blocks (ViT/Mixer blocks, CNN residual blocks)."""
+        from . import taps
+
+        if self.family in ("vit", "mixer"):
+            return len(self.model.blocks)
+        return len(taps.default_taps(self.model))
+
+    @property
+    def heads(self) -> int:
+        """Attention heads per block (0 for models without attention)."""
+        return int(self.model.blocks[0].attn.num_heads) if self.family == "vit" else 0
+
+    @property
+    def grid(self) -> tuple[int, int] | None:
+        """(rows, cols) of the patch grid of a token model; None for CNNs."""
+        from . import taps
+
+        return taps.grid_size(self.model)
+
+    @property
+    def prefix_tokens(self) -> int:
+        """Tokens before the spatial ones (CLS, distillation, registers); 0 for Mixer and CNNs."""
+        from . import taps
+
+        return taps.num_prefix_tokens(self.model)
+
+    @property
+    def has_cls(self) -> bool:
+        from . import taps
+
+        return taps.has_cls_token(self.model)
+
 
 def _sha256_file(path: Path) -> str:
     h = hashlib.sha256()
@@ -149,37 +193,6 @@ def read_state_dict(path: str | Path) -> dict:
     if state and all(k.startswith("module.") for k in state):
         state = {k[7:]: v for k, v in state.items()}
     return state
-
-
-def set_offline_if_needed() -> None:
-    """Fail in a tenth of a second rather than after ~48 s of retries when the hub cannot be reached.
-
-    ``HF_HUB_OFFLINE`` is honoured when the user set it; ``VITLAB_ONLINE=1`` forces online mode.
-    """
-    if os.environ.get("VITLAB_ONLINE") == "1":
-        return
-    if os.environ.get("HF_HUB_OFFLINE") in ("1", "true", "True") or not hub_reachable():
-        with contextlib.suppress(ImportError):  # timm installs huggingface_hub; without it there is no hub
-            import huggingface_hub.constants as hc
-
-            hc.HF_HUB_OFFLINE = True
-
-
-_REACHABLE: bool | None = None
-
-
-def hub_reachable(timeout: float = 1.5) -> bool:
-    """Whether huggingface.co answers on port 443 (checked once per process)."""
-    global _REACHABLE
-    if _REACHABLE is None:
-        import socket
-
-        try:
-            with socket.create_connection(("huggingface.co", 443), timeout=timeout):
-                _REACHABLE = True
-        except OSError:
-            _REACHABLE = False
-    return _REACHABLE
 
 
 def _create(spec: ModelSpec):
@@ -255,13 +268,29 @@ def fingerprint_of(spec: ModelSpec, data_config: dict) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()[:20]
 
 
+def default_device() -> str:
+    """The device for ``--device auto``: ``cuda:LOCAL_RANK`` under torchrun with CUDA, else ``cuda`` or ``cpu``."""
+    import torch
+
+    if not torch.cuda.is_available():
+        return "cpu"
+    text = os.environ.get("LOCAL_RANK")
+    if text is None:
+        return "cuda"
+    if not text.isdigit():
+        raise VitlabError(f"LOCAL_RANK={text!r} must be a non-negative integer (torchrun sets it)")
+    local, count = int(text), torch.cuda.device_count()
+    if local >= count:
+        raise VitlabError(f"LOCAL_RANK={local} but this machine has {count} GPU(s): lower torchrun's "
+                          f"--nproc_per_node to {count} or less, or run on CPU with --device cpu")
+    return f"cuda:{local}"
+
+
 def resolve_device(device: str | None = None) -> str:
     """'auto'/None: CUDA when present, else CPU."""
     import torch
 
     if device in (None, "", "auto"):
-        from .dist import default_device  # cuda:LOCAL_RANK under torchrun
-
         return default_device()
     if device.startswith("cuda") and not torch.cuda.is_available():
         raise VitlabError(f"device '{device}' requested but CUDA is not available here; use --device cpu")

@@ -27,11 +27,12 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from . import taps as taps_mod
-from .cache import Store
+from .context import Run, RunInfo
 from .data import Batch, ImageSource
 from .errors import VitlabError
 from .models import LoadedModel
-from .run import Progress, RunInfo, Statistic, stream
+from .options import option
+from .run import Statistic, stream
 
 L2_GRID = tuple(2.0**i for i in range(-10, 20))
 BIAS_CONSTANT = 100.0
@@ -224,6 +225,17 @@ class ProbeReport:
 
         return pd.concat([r.to_frame() for r in self.results], ignore_index=True)
 
+    def best(self, by: tuple[str, ...] = ("model",)):
+        """The best layer's row per group (default: per model; ``("model", "representation")`` for each curve)."""
+        frame = self.to_frame()
+        return frame.loc[frame.groupby(list(by))["accuracy"].idxmax()]
+
+    def headline(self) -> list[str]:
+        lines = [f"{r['model']}: best {r['accuracy']:.3f} at {r['layer']} ({r['representation']})"
+                 for _, r in self.best().iterrows()]
+        shots = len(self.split.train) // self.split.classes
+        return lines + [f"{shots}-shot probes on {len(self.split.test)} test images"]
+
 
 def _probe_one(xs: dict[str, np.ndarray], ys: dict[str, np.ndarray], classes: int) -> tuple[float, float, float]:
     """(test accuracy, validation accuracy, λ) of one feature set."""
@@ -232,19 +244,18 @@ def _probe_one(xs: dict[str, np.ndarray], ys: dict[str, np.ndarray], classes: in
     return probe.accuracy(xs["test"], ys["test"], l2), val, l2
 
 
-def _gather(model: LoadedModel, source: ImageSource, split: Split, stat: ProbeFeatures, batch_size: int, store,
-            progress, info, shard: tuple[int, int] = (0, 1), gather=None) -> tuple[dict, dict]:
+def _gather(model: LoadedModel, source: ImageSource, split: Split, stat: ProbeFeatures, batch_size: int, run: Run
+            ) -> tuple[dict, dict]:
     """Features {split: {key: (n, ...)}} and labels {split: (n,)} (unreadable images are left out).
 
-    Under torchrun each rank computes its ``shard`` of the batches; ``gather`` (``vitlab.dist``: every rank's
-    object, in rank order) collects all ranks' batches, which are put back in batch order.
+    Under torchrun each rank computes its ``run.shard`` of the batches; ``run.gather`` (``vitlab.dist``: every
+    rank's object, in rank order) collects all ranks' batches, which are put back in batch order.
     """
     mine: dict[str, list] = {}
     for part in ("train", "val", "test"):
-        for batch, found in stream([model], source, getattr(split, part), batch_size, [[stat]], store=store,
-                                   progress=progress, info=info, shard=shard):
+        for batch, found in stream([model], source, getattr(split, part), batch_size, [[stat]], run):
             mine.setdefault(part, []).append((batch.index, found[0][stat.name], list(batch.labels)))
-    everyone = gather(mine) if gather is not None else [mine]
+    everyone = run.gather_objects(mine)
     pieces = {p: sorted((b for d in everyone for b in d.get(p, [])), key=lambda b: b[0])
               for p in ("train", "val", "test")}
     if not all(pieces.values()):
@@ -254,13 +265,12 @@ def _gather(model: LoadedModel, source: ImageSource, split: Split, stat: ProbeFe
 
 
 def probe_model(model: LoadedModel, source: ImageSource, split: Split, *, layers: Sequence[str] | None = None,
-                reps: Sequence[str] | None = None, tokens: int = 8, batch_size: int = 64, store: Store | None = None,
-                progress: Progress | None = None, info: RunInfo | None = None, shard: tuple[int, int] = (0, 1),
-                gather=None) -> ProbeResult:
+                reps: Sequence[str] | None = None, tokens: int = 8, batch_size: int = 64, run: Run | None = None
+                ) -> ProbeResult:
     """Few-shot probe accuracy of every layer x representation of one model (Figs 11, 13).
 
-    ``shard``/``gather`` (``vitlab.dist``): each rank extracts its batches' features; after the gather every
-    rank holds all of them in batch order and fits the same probes.
+    ``run.shard``/``run.gather`` (``vitlab.dist``): each rank extracts its batches' features; after the gather
+    every rank holds all of them in batch order and fits the same probes.
     """
     layers = tuple(layers or default_layers(model.model))
     taps_mod.check_taps(model.model, layers)
@@ -270,8 +280,7 @@ def probe_model(model: LoadedModel, source: ImageSource, split: Split, *, layers
     if bad:
         raise VitlabError(f"{model.label} has no representation {', '.join(bad)}: choose from {', '.join(allowed)}")
     stat = ProbeFeatures(layers, reps, tokens)
-    feats, labels = _gather(model, source, split, stat, batch_size, store, progress, info or RunInfo(), shard,
-                            gather)
+    feats, labels = _gather(model, source, split, stat, batch_size, run or Run())
     rows = []
     for i, tap in enumerate(layers):
         for rep in reps:
@@ -290,24 +299,37 @@ def probe_model(model: LoadedModel, source: ImageSource, split: Split, *, layers
                        {p: len(v) for p, v in labels.items()})
 
 
-def probes(models: Sequence[LoadedModel], source: ImageSource, *, shots: int = 10, val_shots: int | None = None,
-           test: int = 500, seed: int = 0, layers: Sequence[Sequence[str] | None] | None = None,
-           reps: Sequence[str] | None = None, tokens: int = 8, batch_size: int = 64, store: Store | None = None,
-           progress: Progress | None = None, shard: tuple[int, int] = (0, 1), gather=None) -> ProbeReport:
+@dataclass(frozen=True)
+class ProbeOptions:
+    """Options of the few-shot linear probes (``vitlab probe``)."""
+
+    shots: int = option(10, "training images per class")
+    val_shots: int | None = option(None, "held-out images per class for choosing λ (default: --shots)")
+    test: int = option(500, "test images")
+    seed: int = option(0, "seed of the split")
+    layers: tuple[str, ...] | None = option(None, "comma-separated taps (default: every block output)", kind="strs")
+    reps: tuple[str, ...] | None = option(None, "comma-separated representations: cls, gap, gap_cls, first, token "
+                                          "(default: all that the model has)", kind="strs")
+    tokens: int = option(8, "individual tokens probed per layer for 'token'")
+    batch_size: int = option(64, "images per batch", short="-b")
+
+
+def probes(models: Sequence[LoadedModel], source: ImageSource, opts: ProbeOptions = ProbeOptions(),
+           run: Run | None = None) -> ProbeReport:
     """Few-shot linear probes of every model on one labelled source (the same split for every model).
 
-    ``reps`` given explicitly are used where a model has them (e.g. 'cls' is left out for a GAP model).
+    ``opts.reps`` given explicitly are used where a model has them (e.g. 'cls' is left out for a GAP model).
     """
     if not models:
         raise VitlabError("give at least one model")
-    split = few_shot_split(source, shots, val_shots, test, seed)
-    layers = list(layers) if layers is not None else [None] * len(models)
-    info = RunInfo()
+    run = run or Run()
+    split = few_shot_split(source, opts.shots, opts.val_shots, opts.test, opts.seed)
+    reps = opts.reps
     results = []
-    for m, ls in zip(models, layers):
+    for m in models:
         mine = [r for r in reps if r in representations(m.model)] if reps else None
         if reps and not mine:
             raise VitlabError(f"{m.label} has none of the representations {', '.join(reps)}")
-        results.append(probe_model(m, source, split, layers=ls, reps=mine, tokens=tokens, batch_size=batch_size,
-                                   store=store, progress=progress, info=info, shard=shard, gather=gather))
-    return ProbeReport(results, split, info)
+        results.append(probe_model(m, source, split, layers=opts.layers, reps=mine, tokens=opts.tokens,
+                                   batch_size=opts.batch_size, run=run))
+    return ProbeReport(results, split, run.info)

@@ -23,17 +23,18 @@ Shapes: B batch, C input channels, H x W input pixels, L layers.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from . import taps as taps_mod
-from .cache import Store, make_key
+from .cache import make_key
+from .context import Run, RunInfo
 from .data import ImageSource, decode, plan_batches, select, to_tensor
 from .errors import VitlabError
 from .models import LoadedModel
-from .run import RunInfo
+from .options import DataOptions, option
+from .progress import scaled
 
 RESIDUALS = ("post", "pre", "pre-mlp")
 RESIDUAL_LABELS = {"post": "after the residual", "pre": "before the residual (attention / branch)",
@@ -208,23 +209,60 @@ class ReceptiveFieldResult:
         return frame
 
 
-def receptive_fields(loaded: LoadedModel, source: ImageSource, layers: Sequence[str] | None = None, *,
-                     images: int = 32, batch_size: int = 8, shuffle: int | None = None, residual: str = "post",
-                     store: Store | None = None, progress: Callable | None = None,
-                     info: RunInfo | None = None, bootstrap: int = 200, seed: int = 0) -> ReceptiveFieldResult:
-    """Effective receptive fields of ``layers`` (default: every block) over ``images`` of ``source``.
+class GradientSums:
+    """Float64 sums of per-image |gradient| maps (L, H, W) and the image count (torch.distributed: states add)."""
+
+    state_is_sum = True
+
+    def __init__(self, layers: int, size: tuple[int, int]):
+        self.sum, self.images = np.zeros((layers, *size)), 0
+
+    def update(self, sums: np.ndarray, n: int) -> GradientSums:
+        self.sum += sums
+        self.images += int(n)
+        return self
+
+    def merge(self, other: GradientSums) -> GradientSums:
+        return self.update(other.sum, other.images)
+
+    def state(self) -> dict[str, np.ndarray]:
+        return {"sum": self.sum, "images": np.array(self.images)}
+
+    def load_state(self, state: dict[str, np.ndarray]) -> GradientSums:
+        self.sum, self.images = np.array(state["sum"], dtype=np.float64), int(state["images"])
+        return self
+
+
+@dataclass(frozen=True)
+class ReceptiveOptions(DataOptions):
+    """Options of the effective receptive fields (``vitlab receptive-field``)."""
+
+    images: int | None = option(32, "number of images (first N, or shuffled)", short="-n")
+    batch_size: int = option(8, "images per batch", short="-b")
+    layers: tuple[str, ...] | None = option(None, "comma-separated blocks or taps (default: every block)", kind="strs")
+    residual: str = option("post", "block output after the residual sum; the branch alone before it (pre: the ViT "
+                           "attention sublayer, as in the paper's App. C; pre-mlp: the ViT/Mixer MLP branch); both: "
+                           "post and pre", choices=("post", "pre", "pre-mlp", "both"))
+
+
+def receptive_fields(loaded: LoadedModel, source: ImageSource, opts: ReceptiveOptions = ReceptiveOptions(),
+                     run: Run | None = None) -> ReceptiveFieldResult:
+    """Effective receptive fields of ``opts.layers`` (default: every block) over ``opts.images`` of ``source``.
 
     Per batch and layer: one forward (stopped at the layer) and one backward; the per-batch gradient sums are
-    cached, so adding layers or images reruns only what is new.
+    cached, so adding layers or images reruns only what is new. ``run.shard``/``run.reduce``: torch.distributed.
     """
-    store = store or Store(None)
-    info = info if info is not None else RunInfo()
-    layers = list(layers) if layers else block_names(loaded)
+    run = run or Run()
+    store, info, progress, residual = run.store, run.info, run.progress, opts.residual
+    if residual not in RESIDUALS:
+        raise VitlabError(f"residual must be one of {', '.join(RESIDUALS)} for one result, not '{residual}'")
+    layers = list(opts.layers) if opts.layers else block_names(loaded)
     points = [layer_point(loaded, layer, residual) for layer in layers]
     prefix, grid = taps_mod.num_prefix_tokens(loaded.model), taps_mod.grid_size(loaded.model)
-    batches = plan_batches(source, select(source, images, shuffle), batch_size)
-    total, count = None, 0
-    kept: list[tuple[np.ndarray, int]] = []  # per batch: gradient sums (L, H, W) and images
+    batches = plan_batches(source, select(source, opts.images, opts.shuffle), opts.batch_size)
+    batches = batches[run.shard[0]::run.shard[1]]
+    acc = GradientSums(len(layers), tuple(loaded.data_config["input_size"][1:]))
+    kept: list[tuple[np.ndarray, int]] = []  # per batch: gradient sums (L, H, W) and images, for the intervals
     steps = len(batches) * len(layers)
     for b, batch in enumerate(batches):
         sums, x, ran = [], None, False
@@ -248,22 +286,61 @@ def receptive_fields(loaded: LoadedModel, source: ImageSource, layers: Sequence[
             sums.append(hit)
         info.batches_computed += ran
         info.batches_from_cache += not ran
-        if int(sums[0]["n"]) == 0:
-            continue
-        stack = np.stack([s["sum"] for s in sums])
-        total = stack if total is None else total + stack
-        count += int(sums[0]["n"])
-        kept.append((stack, int(sums[0]["n"])))
+        if int(sums[0]["n"]) > 0:
+            acc.update(np.stack([s["sum"] for s in sums]), int(sums[0]["n"]))
+            kept.append((np.stack([s["sum"] for s in sums]), int(sums[0]["n"])))
     if progress:
         progress(steps, steps, "done")
-    if total is None:
-        raise VitlabError(f"no readable image in the first {images} of '{source.name}'")
-    result = ReceptiveFieldResult(loaded.label, layers, residual, total / count, count)
-    if bootstrap and len(kept) > 1:  # the radii's interval: resample the batches' gradient sums
+    run.reduce_accumulators(acc)
+    if acc.images == 0:
+        raise VitlabError(f"no readable image in the first {opts.images} of '{source.name}'")
+    result = ReceptiveFieldResult(loaded.label, layers, residual, acc.sum / acc.images, acc.images)
+    if run.bootstrap and run.shard[1] == 1 and len(kept) > 1:  # the radii's interval: resample the batches' sums
         from .evidence import radius_fraction, ratio_replicates, resample_indices
 
         maps = ratio_replicates(np.stack([k[0] for k in kept]), np.array([k[1] for k in kept]),
-                                resample_indices(len(kept), bootstrap, seed))  # (B, L, H, W)
+                                resample_indices(len(kept), run.bootstrap, run.seed))  # (B, L, H, W)
         side = np.sqrt(maps.shape[-2] * maps.shape[-1])
         result.radius_samples = np.stack([radius_fraction(maps, q) * side for q in (0.5, 0.9)], axis=1)
     return result
+
+
+@dataclass
+class ReceptiveFieldReport:
+    """Receptive fields after the residual sum, before it, or both (``vitlab receptive-field``)."""
+
+    results: list[ReceptiveFieldResult]
+    info: RunInfo = field(default_factory=RunInfo)
+
+    def to_frame(self):
+        import pandas as pd
+
+        return pd.concat([r.to_frame() for r in self.results], ignore_index=True)
+
+    def summary_frame(self):
+        import pandas as pd
+
+        return pd.concat([r.summary_frame() for r in self.results], ignore_index=True)
+
+    @property
+    def warnings(self) -> list[str]:
+        return [w for r in self.results for w in r.warnings]
+
+    def headline(self) -> list[str]:
+        r = self.results[-1]
+        return [f"{r.model} ({r.residual}): 50 % of the gradient within {rad:.1f} px at {layer}"
+                for layer, rad in zip(r.layers[-1:], r.radius_px(0.5)[-1:])] + [
+            f"receptive fields of {len(r.layers)} layers over {r.images} images"]
+
+
+def receptive_report(loaded: LoadedModel, source: ImageSource, opts: ReceptiveOptions = ReceptiveOptions(),
+                     run: Run | None = None) -> ReceptiveFieldReport:
+    """:func:`receptive_fields` for ``opts.residual`` ('post', 'pre', or 'both': one result each)."""
+    from dataclasses import replace
+
+    run = run or Run()
+    kinds = ("post", "pre") if opts.residual == "both" else (opts.residual,)
+    results = [receptive_fields(loaded, source, replace(opts, residual=k),
+                                run.with_progress(scaled(run.progress, i, len(kinds), k)))
+               for i, k in enumerate(kinds)]
+    return ReceptiveFieldReport(results, run.info)

@@ -9,19 +9,22 @@ from __future__ import annotations
 
 import time
 from abc import ABC, abstractmethod
-from dataclasses import dataclass, field
-from typing import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Iterator, Sequence
 
 import numpy as np
 
 from . import cka as cka_mod
 from . import taps as taps_mod
-from .cache import Store, make_key
+from .cache import make_key
+from .context import Run, RunInfo
 from .data import Batch, ImageSource, decode, plan_batches, select, to_tensor
 from .errors import VitlabError
 from .models import LoadedModel
+from .options import DataOptions, option
+from .progress import Progress, scaled
 
-Progress = Callable[[int, int, str], None]
+__all__ = ["CKAOptions", "CKAReport", "GramStatistic", "Progress", "Run", "RunInfo", "Statistic", "cka", "stream"]
 
 
 class Statistic(ABC):
@@ -77,27 +80,6 @@ class GramStatistic(Statistic):
         return {"grams": torch.stack(grams).cpu().numpy()}
 
 
-@dataclass
-class RunInfo:
-    """What a run did: the counts reported in run.json and in the app."""
-
-    batches_computed: int = 0
-    batches_from_cache: int = 0
-    skipped_images: list[tuple[str, str]] = field(default_factory=list)
-    dropped_batches: list[str] = field(default_factory=list)
-    seconds: float = 0.0
-    forward_passes: dict[str, int] = field(default_factory=dict)  # per model label: batches it had to run
-
-    def merge(self, other: "RunInfo") -> None:
-        self.batches_computed += other.batches_computed
-        self.batches_from_cache += other.batches_from_cache
-        self.skipped_images += [s for s in other.skipped_images if s not in self.skipped_images]
-        self.dropped_batches += other.dropped_batches
-        self.seconds += other.seconds
-        for label, n in other.forward_passes.items():
-            self.forward_passes[label] = self.forward_passes.get(label, 0) + n
-
-
 def _forward(loaded: LoadedModel, images: list, tap_names: list[str], amp: bool) -> dict:
     import torch
 
@@ -111,18 +93,17 @@ def _forward(loaded: LoadedModel, images: list, tap_names: list[str], amp: bool)
 
 
 def stream(models: Sequence[LoadedModel], source: ImageSource, indices: Sequence[int], batch_size: int,
-           statistics: Sequence[Sequence[Statistic]], *, store: Store | None = None, progress: Progress | None = None,
-           amp: bool = False, shard: tuple[int, int] = (0, 1), info: RunInfo | None = None,
+           statistics: Sequence[Sequence[Statistic]], run: Run | None = None, *,
            min_batch: int = cka_mod.MIN_UNBIASED_BATCH
            ) -> Iterator[tuple[Batch, list[dict[str, dict[str, np.ndarray]]]]]:
     """Yield ``(batch, [per model: {statistic name: arrays}])`` for each batch of ``indices``.
 
-    ``statistics[m]`` lists the statistics of ``models[m]``. ``shard=(rank, world)`` takes every world-th batch
+    ``statistics[m]`` lists the statistics of ``models[m]``. ``run.shard=(rank, world)`` takes every world-th batch
     (torch.distributed). Batches left with fewer than ``min_batch`` readable images (4, for the unbiased HSIC)
-    are dropped and reported in ``info``; per-image statistics (attention distance) pass ``min_batch=1``.
+    are dropped and reported in ``run.info``; per-image statistics (attention distance) pass ``min_batch=1``.
     """
-    store = store or Store(None)
-    info = info if info is not None else RunInfo()
+    run = run or Run()
+    store, info, progress, amp, shard = run.store, run.info, run.progress, run.amp, run.shard
     batches = plan_batches(source, indices, batch_size)[shard[0]::shard[1]]
     t0 = time.perf_counter()
     for done, batch in enumerate(batches):
@@ -174,6 +155,11 @@ class CKAReport:
     info: RunInfo
     images: int
     repeats: int
+    taps: list[list[str]] | None = None  # per model: the taps compared
+
+    def headline(self) -> list[str]:
+        return [f"CKA over {self.images} images ({self.info.batches_computed} batches computed, "
+                f"{self.info.batches_from_cache} from cache)"]
 
     def pair(self, i: int, j: int) -> cka_mod.CKAResult:
         return self.results[(i, j)]
@@ -215,42 +201,69 @@ def fold_cka(accs: dict, found: list[dict], estimator: str) -> None:
         acc.update(centred[i], None if i == j else centred[j])
 
 
-def cka(models: Sequence[LoadedModel], source: ImageSource, *, images: int | None = None, batch_size: int = 64,
-        shuffle: int | None = None, repeats: int = 1,
-        statistic: GramStatistic | Sequence[GramStatistic] = GramStatistic(),
-        estimator: str = "unbiased", store: Store | None = None, progress: Progress | None = None,
-        amp: bool = False, shard: tuple[int, int] = (0, 1), reduce: Callable | None = None,
-        bootstrap: int = 0, permutations: int = 0, seed: int = 0) -> CKAReport:
-    """Minibatch CKA between all taps of every model and every other (and itself), over ``repeats`` subsets.
+@dataclass(frozen=True)
+class CKAOptions(DataOptions):
+    """Options of minibatch CKA (``vitlab cka``)."""
 
-    Repeat r > 0 (or every repeat when ``shuffle`` is set) uses the seeded permutation ``shuffle + r``.
-    ``reduce`` (torch.distributed) sums accumulator states across ranks before computing. ``bootstrap`` > 0 adds a
-    95 % interval over batches to every cell and ``permutations`` > 0 a permutation null (``vitlab.evidence``),
-    pooled over the repeats' batches; both need every batch's terms in this process (not under torchrun).
+    tokens: str = option("all", "representation: all tokens flattened, CLS token, or mean of spatial tokens",
+                         choices=("all", "cls", "gap"))
+    kernel: str = option("linear", "Gram kernel", choices=("linear", "rbf"))
+    rbf_threshold: float = option(1.0, "RBF width as a fraction of the median distance")
+    estimator: str = option("unbiased", "unbiased minibatch HSIC_1 (Nguyen et al. 2021) or biased HSIC_0 "
+                            "(full-batch CKA when --batch-size >= --images)", choices=("unbiased", "biased"))
+    taps: tuple[str, ...] | None = option(None, "comma-separated tap names (default: the family's CKA taps)",
+                                          kind="strs")
+    repeats: int = option(1, "average over R reshuffled image subsets")
+    verify: bool = option(False, "float64 Grams (slower; for checking precision)")
+    permutations: int = option(0, "random pairings of the permutation null (p_null, null_lo, null_hi), e.g. 100; "
+                               "costs P small products per batch and model pair (docs/evidence.md); 0: none")
+
+
+def gram_statistics(models: Sequence[LoadedModel], opts: CKAOptions) -> list[GramStatistic]:
+    """One Gram statistic per model, as ``opts`` asks (explicit taps only for a single model)."""
+    if opts.taps is not None and len(models) > 1:
+        raise VitlabError("--taps applies to a single model; with several models use their default taps")
+    return [GramStatistic(opts.taps, opts.tokens, opts.kernel, opts.rbf_threshold,
+                          "float64" if opts.verify else "float32") for _ in models]
+
+
+def cka(models: Sequence[LoadedModel], source: ImageSource, opts: CKAOptions = CKAOptions(), run: Run | None = None,
+        *, statistic: GramStatistic | Sequence[GramStatistic] | None = None) -> CKAReport:
+    """Minibatch CKA between all taps of every model and every other (and itself), over ``opts.repeats`` subsets.
+
+    Repeat r > 0 (or every repeat when ``opts.shuffle`` is set) uses the seeded permutation ``shuffle + r``.
+    ``run.reduce`` (torch.distributed) sums accumulator states across ranks before computing. ``statistic``
+    overrides the Gram statistics built from ``opts`` (one for all models, or one per model). ``run.bootstrap``
+    > 0 adds a 95 % interval over batches to every cell and ``opts.permutations`` > 0 a permutation null
+    (``vitlab.evidence``), pooled over the repeats' batches; both need every batch's terms in one process.
     """
     if not models:
         raise VitlabError("give at least one model")
-    stats = list(statistic) if isinstance(statistic, (list, tuple)) else [statistic] * len(models)
-    info = RunInfo()
+    run = run or Run()
+    if statistic is None:
+        stats = gram_statistics(models, opts)
+    else:
+        stats = list(statistic) if isinstance(statistic, (list, tuple)) else [statistic] * len(models)
+    repeats, shuffle = max(1, opts.repeats), opts.shuffle
     per_repeat = []
     pooled = None  # every repeat's per-batch terms, for the intervals
-    for r in range(max(1, repeats)):
-        subset = None if (repeats <= 1 and shuffle is None) else (shuffle or 0) + r
-        indices = select(source, images, subset)
-        accs = cka_accumulators(models, stats, estimator, permutations if bootstrap else 0, seed + r)
-        for _, found in stream(models, source, indices, batch_size, [[s] for s in stats], store=store,
-                               progress=_repeat_progress(progress, r, repeats), amp=amp, shard=shard, info=info):
-            fold_cka(accs, found, estimator)
-        if reduce is not None:
-            reduce(accs)
+    evidence = run.bootstrap > 0 and run.shard[1] == 1
+    for r in range(repeats):
+        seed = None if (repeats <= 1 and shuffle is None) else (shuffle or 0) + r
+        indices = select(source, opts.images, seed)
+        accs = cka_accumulators(models, stats, opts.estimator, opts.permutations if evidence else 0, run.seed + r)
+        part = run.with_progress(scaled(run.progress, r, repeats, "repeat"))
+        for _, found in stream(models, source, indices, opts.batch_size, [[s] for s in stats], part):
+            fold_cka(accs, found, opts.estimator)
+        run.reduce_accumulators(accs)
         per_repeat.append({p: a.compute(models[p[0]].label, models[p[1]].label) for p, a in accs.items()})
         pooled = accs if pooled is None else {p: pooled[p].merge(a) for p, a in accs.items()}
     results = {}
     for p in per_repeat[0]:
         stack = np.stack([rep[p].cka for rep in per_repeat])
         res = per_repeat[0][p]
-        if bootstrap and shard[1] == 1:
-            res.evidence = pooled[p].evidence(bootstrap, seed)
+        if evidence:
+            res.evidence = pooled[p].evidence(run.bootstrap, run.seed)
         res.cka = stack.mean(axis=0)
         res.std = stack.std(axis=0, ddof=1) if len(per_repeat) > 1 else None
         res.batches = sum(rep[p].batches for rep in per_repeat)
@@ -258,10 +271,5 @@ def cka(models: Sequence[LoadedModel], source: ImageSource, *, images: int | Non
         if p[0] != p[1]:
             results[(p[1], p[0])] = _transpose(res)
     n_images = per_repeat[0][(0, 0)].images
-    return CKAReport([m.label for m in models], results, info, n_images, max(1, repeats))
-
-
-def _repeat_progress(progress: Progress | None, r: int, repeats: int) -> Progress | None:
-    if progress is None or repeats <= 1:
-        return progress
-    return lambda done, total, text: progress(r * total + done, repeats * total, f"repeat {r + 1}/{repeats}: {text}")
+    return CKAReport([m.label for m in models], results, run.info, n_images, repeats,
+                     [s.taps(m) for m, s in zip(models, stats)])

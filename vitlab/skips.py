@@ -25,11 +25,12 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from . import taps as taps_mod
-from .cache import Store
+from .context import Run, RunInfo
 from .data import Batch, ImageSource, select
 from .errors import VitlabError
 from .models import LoadedModel
-from .run import Progress, RunInfo, Statistic, stream
+from .options import DataOptions, option
+from .run import Statistic, stream
 
 TOKEN_SUBLAYERS = {
     "vit": (("attn", "resid_pre", "attn_out", "resid_mid"), ("mlp", "resid_mid", "mlp_out", "resid_post")),
@@ -205,35 +206,58 @@ class SkipReport:
     def warnings(self) -> list[str]:
         return [w for r in self.results for w in r.warnings]
 
+    @property
+    def images(self) -> int:
+        return self.results[0].images
 
-def skip_ratios(models: Sequence[LoadedModel], source: ImageSource, *, images: int | None = None,
-                batch_size: int = 32, shuffle: int | None = None, store: Store | None = None,
-                progress: Progress | None = None, amp: bool = False, shard: tuple[int, int] = (0, 1),
-                reduce=None, bootstrap: int = 200, seed: int = 0) -> SkipReport:
+    def summary(self):
+        """Per model and sublayer: mean ratio and cosine over CLS and over spatial tokens (the lines of Fig 7)."""
+        import pandas as pd
+
+        return pd.concat([r.summary() for r in self.results], ignore_index=True)
+
+    def headline(self) -> list[str]:
+        return [f"skip ratios over {self.images} images"]
+
+    def identity_errors(self) -> dict[str, float]:
+        """Per token model (ViT, Mixer): the largest relative error of sum = z + f(z) over its sublayers."""
+        return {r.model: float(max(r.identity_err.tolist(), default=0.0)) for r in self.results
+                if r.family not in ("resnet", "resnetv2")}
+
+
+@dataclass(frozen=True)
+class SkipOptions(DataOptions):
+    """Options of the skip ratios (``vitlab skip-ratio``)."""
+
+    images: int | None = option(128, "number of images (first N, or shuffled)", short="-n")
+    batch_size: int = option(32, "images per batch", short="-b")
+
+
+def skip_ratios(models: Sequence[LoadedModel], source: ImageSource, opts: SkipOptions = SkipOptions(),
+                run: Run | None = None) -> SkipReport:
     """Skip/long-branch norm ratios and cosines of every model over the images (one cached pass).
 
-    ``bootstrap`` resamples of the batches (``seed``) give every ratio a 95 % interval (single process only)."""
+    ``run.bootstrap`` resamples of the batches (``run.seed``) give every ratio a 95 % interval (single process)."""
     if not models:
         raise VitlabError("give at least one model")
+    run = run or Run()
     stat = SkipStatistic()
     accs = [SkipAccumulator(stat.params(m)["sublayers"]) for m in models]
     kept: list[list] = [[] for _ in models]  # per model, per batch: (ratio sums, images) for the intervals
-    info = RunInfo()
-    for _, found in stream(models, source, select(source, images, shuffle), batch_size, [[stat]] * len(models),
-                           store=store, progress=progress, amp=amp, shard=shard, info=info):
+    for _, found in stream(models, source, select(source, opts.images, opts.shuffle), opts.batch_size,
+                           [[stat]] * len(models), run):
         for k, (acc, per_model) in enumerate(zip(accs, found)):
             acc.update(per_model[stat.name])
             kept[k].append((per_model[stat.name]["ratio_sum"], float(np.sum(per_model[stat.name]["count"]))))
-    if reduce is not None:
-        reduce(accs)
+    run.reduce_accumulators(accs)
     results = [acc.compute(m.label, taps_mod.num_prefix_tokens(m.model), taps_mod.family(m.model))
                for acc, m in zip(accs, models)]
-    if bootstrap and shard[1] == 1 and kept[0]:
+    if run.bootstrap and run.shard[1] == 1 and kept[0]:
         from . import evidence as ev
 
-        idx = ev.resample_indices(len(kept[0]), bootstrap, seed)
+        idx = ev.resample_indices(len(kept[0]), run.bootstrap, run.seed)
         for res, batches in zip(results, kept):
             with np.errstate(invalid="ignore"):
                 reps = ev.ratio_replicates(np.stack([b[0] for b in batches]), np.array([b[1] for b in batches]), idx)
                 res.ratio_lo, res.ratio_hi = ev.percentile_interval(reps)
-    return SkipReport(results, info)
+    return SkipReport(results, run.info)

@@ -139,8 +139,7 @@ def reference_localization(loaded: LoadedModel, source: ImageSource, layer: str,
     taps_mod.check_taps(loaded.model, [layer])
     stat = LocalizationStatistic((layer,))
     acc, grid = None, None
-    for _, found in stream([loaded], source, select(source, n), batch, [[stat]], store=run.store,
-                           progress=run.progress, amp=run.amp, info=run.info):
+    for _, found in stream([loaded], source, select(source, n), batch, [[stat]], run):
         arrays = found[0][stat.name]
         if acc is None:
             acc = BootstrapCKA([str(t) for t in range(arrays["tokens_0"].shape[0])],

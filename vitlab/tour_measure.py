@@ -1,4 +1,4 @@
-"""Measuring the tour's checks on models: streams of cached per-batch statistics, kept per batch (or per image) so
+"""Measuring the tour's checks on models (``vitlab.tour.run_tour`` calls one ``measure_*`` per claim): streams of cached per-batch statistics, kept per batch (or per image) so
 that every statistic is bootstrapped with the same resamples as its control (paired intervals).
 
 Every measurement returns ``(Check, frame)``; a user error (a missing model, data the model cannot read) turns
@@ -12,7 +12,7 @@ import numpy as np
 from . import cka as cka_mod
 from . import evidence as ev
 from . import taps as taps_mod
-from . import tour as T
+from . import tour_checks as T
 from .attention import AttentionDistanceStatistic, distance_matrix
 from .context import Run
 from .data import ImageSource, plan_batches, select, to_tensor
@@ -38,7 +38,7 @@ def _stream(models, source, indices, batch_size, statistics, run: Run, min_batch
                   min_batch=min_batch)
 
 
-class _Models:
+class Models:
     """The models of one tour: those given, their untrained twins and the zoo models some checks name."""
 
     def __init__(self, given: list[LoadedModel], control: str):
@@ -92,7 +92,7 @@ def _rows(*items: tuple[str, str, Estimate]) -> list[dict]:
     return [{"label": label, "role": role, "value": e.value, "lo": e.lo, "hi": e.hi} for label, role, e in items]
 
 
-def measure_uniformity(ms: _Models, source, opts, run):
+def measure_uniformity(ms: Models, source, opts, run):
     ms.need("vit", "cnn")
     pair = [ms.vit, ms.cnn]
     twins = [ms.twin(m) for m in pair] if ms.control == "random" else []
@@ -122,7 +122,7 @@ def _distances(m: LoadedModel, source, opts, run, blocks=None) -> np.ndarray:
     return np.concatenate(raw, axis=-1)
 
 
-def measure_locality(ms: _Models, source, opts, run):
+def measure_locality(ms: Models, source, opts, run):
     ms.need("vit")
     m = ms.vit
     dist = distance_matrix(taps_mod.grid_size(m.model), taps_mod.patch_size(m.model))
@@ -147,7 +147,7 @@ def measure_locality(ms: _Models, source, opts, run):
     return T.check_locality(ests[0], ests[1] if len(ests) > 1 else None, opts.local_margin, detail), rows
 
 
-def measure_head_rank(ms: _Models, source, opts, run):
+def measure_head_rank(ms: Models, source, opts, run):
     ms.need("vit", "cnn")
     vit, cnn = ms.vit, ms.cnn
     blocks = tuple(range(max(1, len(vit.model.blocks) // 2)))
@@ -203,7 +203,7 @@ def _growth(maps: list[np.ndarray], idx: np.ndarray) -> tuple[Estimate, Estimate
             Estimate.from_samples(float(ra), sa))
 
 
-def measure_growth(ms: _Models, source, opts, run):
+def measure_growth(ms: Models, source, opts, run):
     from .receptive import block_names
 
     ms.need("vit", "cnn")
@@ -221,7 +221,7 @@ def measure_growth(ms: _Models, source, opts, run):
     return T.check_growth(vg, cg, detail), rows
 
 
-def measure_skips(ms: _Models, source, opts, run):
+def measure_skips(ms: Models, source, opts, run):
     ms.need("vit", "cnn")
     stat = SkipStatistic()
     sums: list[list] = [[], []]
@@ -242,7 +242,9 @@ def measure_skips(ms: _Models, source, opts, run):
                                                           ("CNN median ratio", "control", est[1]))
 
 
-def measure_removal(ms: _Models, source, opts, run):
+def measure_removal(ms: Models, source, opts, run):
+    if len(opts.noskip) != 2:
+        raise VitlabError(f"--noskip takes two models (with the skip, retrained without it), not {len(opts.noskip)}")
     normal, noskip = ms.get(opts.noskip[0]), ms.get(opts.noskip[1])
     accs = _self_cka([noskip, normal], source, opts, run)
     idx = _idx(accs[0], run)
@@ -285,7 +287,7 @@ def _loc_text(m: LoadedModel, r: tuple[Estimate, Estimate, int]) -> str:
             f"{ev.chance_level(g):.0%} on {g} positions), chance-corrected {corr.text('.2f')}")
 
 
-def measure_localization(ms: _Models, source, opts, run):
+def measure_localization(ms: Models, source, opts, run):
     ms.need("vit", "cnn")
     r = _localization([ms.vit, ms.cnn], source, opts, run)
     detail = f"{_loc_text(ms.vit, r[0])}; {_loc_text(ms.cnn, r[1])}"
@@ -293,7 +295,9 @@ def measure_localization(ms: _Models, source, opts, run):
                                                                    ("CNN", "control", r[1][0]))
 
 
-def measure_gap(ms: _Models, source, opts, run):
+def measure_gap(ms: Models, source, opts, run):
+    if len(opts.gap_pair) != 2:
+        raise VitlabError(f"--gap-pair takes two models (CLS, GAP), not {len(opts.gap_pair)}")
     cls, gap = ms.get(opts.gap_pair[0]), ms.get(opts.gap_pair[1])
     r = _localization([cls, gap], source, opts, run)
     detail = f"{_loc_text(cls, r[0])}; {_loc_text(gap, r[1])}"
@@ -350,7 +354,7 @@ def _probe_margins(m: LoadedModel, source, opts, run) -> tuple[np.ndarray, list[
     return np.array(margins), texts
 
 
-def measure_probes(ms: _Models, source, opts, run):
+def measure_probes(ms: Models, source, opts, run):
     ms.need("vit")
     models = [ms.vit] + ([ms.twin(ms.vit)] if ms.control == "random" else [])
     ests, first_text = [], ""
@@ -366,12 +370,13 @@ def measure_probes(ms: _Models, source, opts, run):
     return T.check_probes(ests[0], twin, detail), rows
 
 
-def measure_scale(ms: _Models, source, opts, run):
-    specs = list(dict.fromkeys(s for pair in opts.scale_pairs for s in pair))
+def measure_scale(ms: Models, source, opts, run):
+    scale_pairs = opts.pairs()
+    specs = list(dict.fromkeys(s for pair in scale_pairs for s in pair))
     models = [ms.get(s) for s in specs]
     stats = [GramStatistic() for _ in models]
     accs = {(a, b): ev.BootstrapCKA(stats[specs.index(a)].taps(ms.get(a)), stats[specs.index(b)].taps(ms.get(b)))
-            for a, b in opts.scale_pairs}
+            for a, b in scale_pairs}
     for _, found in _stream(models, source, _indices(source, opts), opts.batch_size, [[s] for s in stats], run):
         c = [cka_mod.centred(f["gram"]["grams"]) for f in found]
         for (a, b), acc in accs.items():
@@ -392,38 +397,3 @@ def measure_scale(ms: _Models, source, opts, run):
                     Estimate.from_samples(points[i], reps[i])) for i, t in enumerate(texts)],
                  ("no depth trend", "control", Estimate.exact(0.0)))
     return T.check_scale(drop, detail), rows
-
-
-MEASURES = {"cka": measure_uniformity, "distance": measure_locality, "heads": measure_head_rank,
-            "receptive": measure_growth, "skips": measure_skips, "removal": measure_removal,
-            "localization": measure_localization, "gap": measure_gap, "probes": measure_probes,
-            "scale": measure_scale}
-
-
-def run_tour(models: list[LoadedModel], source: ImageSource, opts: T.TourOptions, run: Run) -> T.TourReport:
-    import pandas as pd
-
-    from .charts.evidence import estimate_chart
-
-    keys = list(opts.only) or list(T.CLAIMS)
-    bad = [k for k in keys if k not in T.CLAIMS]
-    if bad:
-        raise VitlabError(f"unknown tour check(s) {', '.join(bad)}: choose from {', '.join(T.CLAIMS)}")
-    ms = _Models(models, opts.control)
-    rows, charts, frames = [], {}, {}
-    for k, key in enumerate(keys):
-        claim = T.CLAIMS[key]
-        if run.progress:
-            run.progress(k, len(keys), claim.figure)
-        try:
-            check, data = MEASURES[key](ms, source, opts, run)
-        except VitlabError as e:
-            check, data = T.cant_tell(key, str(e)), []
-        rows.append(check)
-        frame = pd.DataFrame(data, columns=["label", "role", "value", "lo", "hi"])
-        frame.insert(0, "figure", claim.figure)
-        frames[claim.figure] = frame
-        charts[claim.figure] = estimate_chart(frame, f"{claim.figure}: {claim.title} ({check.verdict})")
-    if run.progress:
-        run.progress(len(keys), len(keys), "done")
-    return T.TourReport(rows, charts, [m.label for m in models], run.info, frames)

@@ -19,8 +19,9 @@ dist = None
 with lab.guard():
     m = lab.model(spec, s.device)
     src = lab.source(s)
-    dist = lab.compute(("attn-dist", s.key, spec), lambda progress: attention.attention_distance(
-        m, src, images=s.images, batch_size=s.batch_size, store=lab.store(), progress=progress), "Attention distance")
+    opts = attention.AttentionDistanceOptions(images=s.images, batch_size=s.batch_size)
+    dist = lab.compute(("attn-dist", s.key, spec), lambda run: attention.attention_distance(m, src, opts, run),
+                       "Attention distance")
 
 if dist is not None:
     frame = dist.to_frame()
@@ -38,8 +39,8 @@ if dist is not None:
     layer = c1.selectbox("Block", layers, key="att.layer")
     head = c2.selectbox("Head", heads, key="att.head")
     index = c3.selectbox("Image", list(range(n_images)), key="att.image", format_func=src.item_id)
-    gh, gw = vitlab.taps.grid_size(m.model)
-    has_cls = vitlab.taps.has_cls_token(m.model)
+    gh, gw = m.grid
+    has_cls = m.has_cls
     kind = c4.radio("Query token", ["CLS", "patch"] if has_cls else ["patch"], horizontal=True, key="att.qkind")
     query = "cls"
     if kind == "patch":

@@ -30,8 +30,9 @@ result = None
 with lab.guard():
     pairs = [(lab.model(x, s.device), lab.model(y, s.device)) for x, y in specs]
     src = lab.source(s)
-    result = lab.compute(("ckpt", s.key, tuple(specs)), lambda progress: checkpoints.compare_checkpoints(
-        pairs, src, images=s.images, batch_size=s.batch_size, store=lab.store(), progress=progress), "Checkpoints")
+    opts = checkpoints.CheckpointOptions(images=s.images, batch_size=s.batch_size)
+    result = lab.compute(("ckpt", s.key, tuple(specs)), lambda run: checkpoints.compare_checkpoints(
+        pairs, src, opts, run), "Checkpoints")
 
 if result is not None:
     for w in result.warnings:

@@ -30,12 +30,13 @@ with lab.guard():
     a, b = lab.models(s)
     src = lab.source(s)
     require_vit(a, "head subsets (model A's heads)")
-    blocks, size, tokens = options_ui(len(a.model.blocks), a.model.blocks[0].attn.num_heads)
+    blocks, size, tokens = options_ui(a.depth, a.heads)
     if not blocks:
         raise vitlab.VitlabError("choose at least one block whose heads are compared")
-    result = lab.compute(("heads", s.key, tuple(blocks), size, tokens), lambda progress: heads.head_subsets(
-        a, b, src, images=s.images, batch_size=s.batch_size, blocks=blocks, size=size, tokens=tokens,
-        store=lab.store(), progress=progress), "Head subsets")
+    opts = heads.HeadSubsetOptions(images=s.images, batch_size=s.batch_size, blocks=tuple(blocks), size=size,
+                                   tokens=tokens)
+    result = lab.compute(("heads", s.key, tuple(blocks), size, tokens), lambda run: heads.head_subsets(
+        a, b, src, opts, run), "Head subsets")
 
 if result is not None:
     for w in result.warnings:

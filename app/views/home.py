@@ -24,7 +24,7 @@ with left:
     with lab.guard():
         a, b = lab.models(s)
         for m in (a, b):
-            st.caption(f"{m.label}: family {vitlab.taps.family(m.model)}, input "
+            st.caption(f"{m.label}: family {m.family}, input "
                        f"{tuple(m.data_config['input_size'])}, {len(vitlab.taps.default_taps(m.model))} CKA taps, "
                        f"device {m.device}, fingerprint {m.fingerprint}")
 with right:

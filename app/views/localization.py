@@ -11,7 +11,6 @@ from vitlab import activations, localization
 from vitlab import token_localization as tl
 from vitlab.charts import attention as att_charts
 from vitlab.charts import localization as charts
-from vitlab.context import Run
 
 OVERLAY = 224  # px: small inputs (28 px Fashion-MNIST) are enlarged so the overlays are legible
 
@@ -56,17 +55,18 @@ with lab.guard():
     if note:
         st.info(note)
     data = src if note is None else lab.named_source(ref.source)
-    report = lab.compute(("loc", s.key, data_name, data_images), lambda progress: localization.localization(
-        [a, b], data, images=data_images, batch_size=s.batch_size, store=lab.store(), progress=progress),
-        "Localization")
+    opts = localization.LocalizationOptions(images=data_images, batch_size=s.batch_size)
+    report = lab.compute(("loc", s.key, data_name, data_images),
+                         lambda run: localization.localization([a, b], data, opts, run), "Localization")
 
 if report is not None:
     for w in report.warnings:
         st.warning(w)
     summary = report.summary()
-    rate = charts.localization_rate_chart(summary)
+    rates = report.rates()  # per layer: rate, its 95 % interval, chance level, chance-corrected rate
+    rate = charts.localization_rate_chart(rates)
     lab.chart(rate, key="loc.rate")
-    lab.export(rate, summary, "localization_rate", "loc.rate")
+    lab.export(rate, rates, "localization_rate", "loc.rate")
 
     st.subheader("One token")
     c1, c2 = st.columns([1, 1])
@@ -104,9 +104,8 @@ if report is not None:
         pick = st.selectbox("Image", range(min(len(names), 50)), key="loc.image", format_func=names.item_id)
         block = tl.block_of_tap(m, layer)
         view = lab.compute(("loc.token", s.key, m.label, block, row, col, pick, given_name, given, ref),
-                           lambda p: tl.token_view(m, images, pick, block, row, col, ref,
-                                                   Run(store=lab.store(), progress=p), given, given_name,
-                                                   lab.named_source(ref.source)),
+                           lambda run: tl.token_view(m, images, pick, block, row, col, ref, run, given,
+                                                     given_name, lab.named_source(ref.source)),
                            "Token view")
         if view is not None:
             if view.note:

@@ -3,6 +3,7 @@ and its numbers), Previous / Next buttons with the ← and → keys, and the who
 to take away (vitlab.report: inline SVG figures, verdicts, provenance; opens offline with no server)."""
 
 import functools
+from dataclasses import replace
 from html import escape
 
 import lab
@@ -59,8 +60,8 @@ done = None
 with lab.guard():
     a, b = lab.models(s)
     src = lab.source(s)
-    done = lab.compute(("tour", s.key, opts, BOOTSTRAP), lambda p: tour.run_tour(
-        [a, b], src, opts, Run(store=lab.store(), progress=p, bootstrap=BOOTSTRAP, seed=0)), "Paper tour")
+    done = lab.compute(("tour", s.key, opts, BOOTSTRAP), lambda run: tour.run_tour(
+        [a, b], src, opts, replace(run, bootstrap=BOOTSTRAP, seed=0)), "Paper tour")
 if done is not None:
     step = st.session_state.setdefault("present.step", STEPS[0])
     k = STEPS.index(step)

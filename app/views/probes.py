@@ -32,9 +32,9 @@ report = None
 with lab.guard():
     a, b = lab.models(s)
     src = lab.source(s)
-    report = lab.compute(("probes", s.key, shots, test, tuple(reps)), lambda progress: probes.probes(
-        [a, b], src, shots=shots, test=test, reps=reps or None, batch_size=s.batch_size, store=lab.store(),
-        progress=progress), "Linear probes")
+    opts = probes.ProbeOptions(shots=shots, test=test, reps=tuple(reps) or None, batch_size=s.batch_size)
+    report = lab.compute(("probes", s.key, shots, test, tuple(reps)), lambda run: probes.probes([a, b], src, opts, run),
+                         "Linear probes")
 
 if report is not None:
     for r in report.results:

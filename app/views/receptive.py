@@ -22,9 +22,9 @@ result = None
 with lab.guard():
     m = lab.model(spec, s.device)
     src = lab.source(s)
-    result = lab.compute(("rf", s.key, spec, residual), lambda progress: receptive.receptive_fields(
-        m, src, images=images, batch_size=min(s.batch_size, 8), residual=residual, store=lab.store(),
-        progress=progress), "Receptive fields")
+    opts = receptive.ReceptiveOptions(images=images, batch_size=min(s.batch_size, 8), residual=residual)
+    result = lab.compute(("rf", s.key, spec, residual), lambda run: receptive.receptive_fields(m, src, opts, run),
+                         "Receptive fields")
 
 if result is not None:
     for w in result.warnings:

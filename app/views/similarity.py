@@ -67,10 +67,8 @@ report = None
 with lab.guard():
     a, b = lab.models(s)
     src = lab.source(s)
-    stat = vitlab.GramStatistic(tokens=tokens, kernel=kernel)
-    report = lab.compute(("cka", s.key, tokens, kernel), lambda progress: vitlab.run.cka(
-        [a, b], src, images=s.images, batch_size=s.batch_size, statistic=stat, store=lab.store(),
-        progress=progress), "CKA")
+    opts = vitlab.run.CKAOptions(images=s.images, batch_size=s.batch_size, tokens=tokens, kernel=kernel)
+    report = lab.compute(("cka", s.key, tokens, kernel), lambda run: vitlab.run.cka([a, b], src, opts, run), "CKA")
 
 if report is not None:
     st.caption(lab.run_caption(report.info, report.images))

@@ -4,6 +4,7 @@ and what happens to the representations and the accuracy when one skip is remove
 import lab
 import streamlit as st
 
+import vitlab
 from vitlab import charts, interventions, skips
 from vitlab.charts import skips as skip_charts
 
@@ -22,16 +23,17 @@ report = None
 with lab.guard():
     a, b = lab.models(s)
     src = lab.source(s)
-    report = lab.compute(("skips", s.key), lambda progress: skips.skip_ratios(
-        [a, b], src, images=s.images, batch_size=s.batch_size, store=lab.store(), progress=progress), "Skip ratios")
+    opts = skips.SkipOptions(images=s.images, batch_size=s.batch_size)
+    report = lab.compute(("skips", s.key), lambda run: skips.skip_ratios([a, b], src, opts, run), "Skip ratios")
 if report is not None:
     for w in report.warnings:
         st.warning(w)
     frame = report.to_frame()
     with lab.guard():
-        lines = skip_charts.skip_lines(frame, value)
+        summary = report.summary()
+        lines = skip_charts.skip_lines(summary, value)
         lab.chart(lines, key="skips.lines")
-        lab.export(lines, frame, f"skip_{value}_lines", "skips.lines")
+        lab.export(lines, summary, f"skip_{value}_lines", "skips.lines")
     token_models = [m for m in dict.fromkeys(frame["model"]) if (frame[frame["model"] == m]["token"] >= 0).any()]
     cols = st.columns(max(1, len(token_models)))
     for col, name in zip(cols, token_models):
@@ -59,10 +61,10 @@ if chosen:
     result = None
     with lab.guard():
         m = lab.model(spec, s.device)
-        removal = interventions.SkipRemoval(block_c, which_c)
-        result = lab.compute(("skip-removal", s.key, spec, removal), lambda progress: interventions.skip_removal(
-            m, lab.source(s), removal, images=s.images, batch_size=s.batch_size, store=lab.store(),
-            progress=progress), "Skip removal")
+        opts = interventions.RemoveSkipOptions(block=block_c, which=which_c, images=s.images, batch_size=s.batch_size)
+        removal = opts.removal
+        result = lab.compute(("skip-removal", s.key, spec, removal), lambda run: interventions.skip_removal(
+            m, lab.source(s), opts, run), "Skip removal")
     if result is not None:
         st.caption(f"{result.kind}; {result.images} images")
         frame = result.to_frame()
@@ -90,9 +92,9 @@ if st.session_state.get("skips.compare"):
     comparison = None
     with lab.guard():
         normal, other = lab.model("zoo:vit-cls", s.device), lab.model(spec, s.device)
-        comparison = lab.compute(("retrained", s.key, spec), lambda progress: interventions.retrained_comparison(
-            normal, other, lab.source(s), images=s.images, batch_size=s.batch_size, store=lab.store(),
-            progress=progress), "Retrained comparison")
+        data = vitlab.options.DataOptions(images=s.images, batch_size=s.batch_size)
+        comparison = lab.compute(("retrained", s.key, spec), lambda run: interventions.retrained_comparison(
+            normal, other, lab.source(s), data, run), "Retrained comparison")
     if comparison is not None:
         frame = comparison.to_frame()
         cols = st.columns(2)

@@ -2,12 +2,13 @@
 intervals: "shown" only when the statistic's interval clears the control's (vitlab.tour). The table is the one
 `vitlab tour` writes; Previous / Next walk through the figures for presentations."""
 
+from dataclasses import replace
+
 import lab
 import streamlit as st
 
 import vitlab
 from vitlab import tour
-from vitlab.context import Run
 
 STEPS = list(tour.CLAIMS)
 VERDICT_BOX = {"shown": st.success, "not shown": st.warning, "can't tell": st.info}
@@ -46,8 +47,8 @@ with lab.guard():
     a, b = lab.models(s)
     vit, cnn = roles(a, b)
     src = lab.source(s)
-    report = lab.compute(("tour", s.key, opts, boot), lambda p: tour.run_tour(
-        [vit, cnn], src, opts, Run(store=lab.store(), progress=p, bootstrap=boot, seed=0)), "Paper tour")
+    report = lab.compute(("tour", s.key, opts, boot), lambda run: tour.run_tour(
+        [vit, cnn], src, opts, replace(run, bootstrap=boot, seed=0)), "Paper tour")
 if report is not None:
     table = report.to_frame()
     st.dataframe(table, hide_index=True, key="tour.table",

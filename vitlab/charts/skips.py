@@ -35,11 +35,11 @@ def skip_heatmap(frame: pd.DataFrame, value: str = "ratio", title: str | None = 
     ).properties(width=width, height=max(160, 12 * len(order)), title=title or f"{VALUES[value]} per token: {model}")
 
 
-def skip_lines(frame: pd.DataFrame, value: str = "ratio", title: str | None = None, width: int = 420):
-    """Mean over CLS tokens and over spatial tokens per sublayer, against depth: one line per model/kind (Fig 7)."""
-    _check(frame, value)
-    summary = frame.groupby(["model", "layer", "block", "sublayer", "depth", "kind"], sort=False,
-                            as_index=False)[["ratio", "cosine"]].mean()
+def skip_lines(summary: pd.DataFrame, value: str = "ratio", title: str | None = None, width: int = 420):
+    """Mean over CLS tokens and over spatial tokens per sublayer (``SkipReport.summary()``), against depth: one line
+    per model/kind (Fig 7)."""
+    _check(summary, value)
+    summary = summary.copy()
     summary["series"] = summary["model"] + " · " + summary["kind"] + " · " + summary["sublayer"]
     y_scale = alt.Scale(type="log") if value == "ratio" else alt.Scale(domain=[-1, 1])
     return alt.Chart(summary).mark_line(point=True).encode(
@@ -50,9 +50,10 @@ def skip_lines(frame: pd.DataFrame, value: str = "ratio", title: str | None = No
     ).properties(width=width, height=260, title=title or f"{VALUES[value]}: CLS vs spatial tokens")
 
 
-def skip_charts(frame: pd.DataFrame) -> dict[str, alt.Chart]:
-    """Every skip chart of a report's frame, keyed by file stem (heatmaps only for token models)."""
-    charts = {"skip_ratio_lines": skip_lines(frame, "ratio"), "skip_cosine_lines": skip_lines(frame, "cosine")}
+def skip_charts(report) -> dict[str, alt.Chart]:
+    """Every skip chart of a ``SkipReport``, keyed by file stem (heatmaps only for token models)."""
+    frame, summary = report.to_frame(), report.summary()
+    charts = {"skip_ratio_lines": skip_lines(summary, "ratio"), "skip_cosine_lines": skip_lines(summary, "cosine")}
     for model, part in frame.groupby("model", sort=False):
         if (part["token"] >= 0).any():
             charts[f"skip_ratio_{model}"] = skip_heatmap(part, "ratio")

@@ -1,0 +1,349 @@
+"""The table of analyses: one record per analysis, read by the CLI (one sub-command per row, one generic runner),
+the app (navigation, home page links), the tour and the docs index (``python -m vitlab.analyses --markdown``).
+
+Adding an analysis is one engine module and one row here:
+
+    engine   fn(models, source, opts: XOptions, run: Run) -> Result   (``models`` shaped by the arity)
+    options  a frozen dataclass (``vitlab.options.option`` fields): CLI flags and page widget defaults
+    result   ``to_frame()``; ``headline()`` -> the lines the CLI prints; ``warnings`` when it has any
+    row      Analysis(name, title, figure, arity, options, engine, help, tables=..., charts=..., ...)
+
+Arity says what the engine's first argument is: 'one' a ``LoadedModel`` (``--model``), 'pair' two
+(``--model``, ``--other``: ``engine(a, b, source, ...)``), 'many' a list (``--model`` repeated), 'pairs' a list of
+(A, B) tuples (``--pair A B`` repeated). Drill-down views (click a head, a token, a cell) stay in their pages.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from . import attention, attention_views, checkpoints, heads, interventions, localization, probes, receptive, run
+from . import skips, tour
+
+ARITIES = ("one", "pair", "many", "pairs")
+
+
+def _no_extra(result, opts) -> dict:
+    return {}
+
+
+def _headline(result) -> list[str]:
+    return list(result.headline())
+
+
+@dataclass(frozen=True)
+class Analysis:
+    """One analysis: what it is (name, title, paper figure), how it runs (arity, options, engine) and what it
+    writes and shows (tables, charts, headline, run.json fields); where it lives in the app and the docs."""
+
+    name: str  # CLI sub-command and the stem of its default output folder
+    title: str
+    figure: str  # the paper's figure(s), e.g. "Figs 3-4"
+    arity: str  # one | pair | many | pairs
+    options: type  # frozen dataclass with option() fields
+    engine: Callable  # engine(models, source, opts, run) -> result
+    help: str  # one line: the CLI help and the home page blurb
+    tables: Callable[[Any], dict]  # result -> {csv stem: DataFrame}
+    charts: Callable[[Any, Any], dict] = lambda result, opts: {}  # (result, opts) -> {file stem: alt.Chart}
+    headline: Callable[[Any], list[str]] = _headline  # result -> the lines the CLI prints
+    record: Callable[[Any, Any], dict] = _no_extra  # (result, opts) -> extra run.json fields
+    files: Callable[[Any, Path], list] | None = None  # (result, out) -> other files written (npz, images)
+    status: Callable[[Any], int] | None = None  # result -> exit status (default 0)
+    shards: bool = True  # runs under torchrun: batches split across ranks, accumulators combined
+    amp: bool = False  # offers --amp (bf16 autocast on GPU)
+    cache: bool = True  # offers --no-cache / --cache-dir
+    data: str = "samples"  # default --data
+    data_help: str = "samples | fashion-mnist[:train|test[:FOLDER]] | cifar10[:split] | cifar100[:split] | FOLDER"
+    other_help: str = "the model to compare with"  # arity 'pair': help of --other
+    page: str | None = None  # the app page (app/views/<page>.py) that shows it
+    page_title: str | None = None  # the page's title in the navigation, when it differs from ``title``
+    icon: str = ":material/analytics:"
+    docs: str | None = None  # docs/<docs>.md
+    section: str = "Analyses"  # navigation section
+    out: str | None = None  # default --out (None: results/<name>)
+
+    @property
+    def default_out(self) -> str:
+        return self.out or f"results/{self.name}"
+
+    def call(self, models, source, opts=None, run_: run.Run | None = None):
+        """Call the engine with ``models`` shaped by the arity (a list for 'one'/'pair' is unpacked)."""
+        opts = opts if opts is not None else self.options()
+        if self.arity == "one":
+            first = models[0] if isinstance(models, (list, tuple)) else models
+            return self.engine(first, source, opts, run_)
+        if self.arity == "pair":
+            return self.engine(models[0], models[1], source, opts, run_)
+        return self.engine(list(models), source, opts, run_)
+
+
+# ---------------------------------------------------------------- what each analysis writes
+
+
+def _charts():
+    from . import charts
+
+    return charts
+
+
+def _cka_charts(report, opts) -> dict:
+    return _charts().cka_pair_charts(report.to_frame())
+
+
+def _skip_record(report, opts) -> dict:
+    return {"images_used": report.images, "max_identity_error": report.identity_errors()}
+
+
+def _removal_tables(ab) -> dict:
+    tables = {"cka": ab.removal.to_frame(), "metrics": ab.removal.metrics_frame()}
+    if ab.retrained is not None:
+        tables.update(retrained_cka=ab.retrained.to_frame(), retrained_metrics=ab.retrained.metrics_frame())
+    return tables
+
+
+def _removal_charts(ab, opts) -> dict:
+    from .charts.skips import metrics_chart
+
+    ch, frame = _charts(), ab.removal.to_frame()
+    out = {f"cka_{k}": ch.cka_heatmap(part.drop(columns="map").reset_index(drop=True), title=f"CKA {k}")
+           for k, part in frame.groupby("map", sort=False)}
+    out["metrics"] = metrics_chart(ab.removal.metrics_frame())
+    if ab.retrained is not None:
+        out.update({f"retrained_{k}": c for k, c in ch.cka_pair_charts(ab.retrained.to_frame()).items()})
+    return out
+
+
+def _removal_record(ab, opts) -> dict:
+    extra = {"block": opts.block, "which": opts.which, "kind": ab.removal.kind,
+             "metrics": ab.removal.metrics_frame().to_dict("records")}
+    if ab.retrained is not None:
+        extra["retrained"] = {"spec": opts.retrained, "accuracy": ab.retrained.accuracy}
+    return extra
+
+
+def _localization_charts(report, opts) -> dict:
+    from .charts import localization as ch
+
+    tokens = list(opts.tokens) if opts.tokens else None
+    out = {f"maps_{r.model}_{r.layer}": ch.localization_maps(r.to_frame(), tokens) for r in report.results}
+    out["localization_summary"] = ch.localization_summary_chart(report.summary())
+    out["localization_rate"] = ch.localization_rate_chart(report.rates())
+    return out
+
+
+def _localization_record(report, opts) -> dict:
+    return {"layers": {r.model: [x.layer for x in report.results if x.model == r.model] for r in report.results},
+            "images_used": report.images,
+            "localized_fraction": {f"{r.model} {r.layer}": float(r.localized) for r in report.rates().itertuples()}}
+
+
+def _probe_record(report, opts) -> dict:
+    split = report.split
+    return {"shots": opts.shots, "val_shots": opts.val_shots or opts.shots, "seed": opts.seed,
+            "split": {"train": len(split.train), "val": len(split.val), "test": len(split.test),
+                      "classes": split.classes},
+            "best": report.best(("model", "representation")).to_dict("records")}
+
+
+def _checkpoint_charts(res, opts) -> dict:
+    from .charts.checkpoints import checkpoint_lines
+
+    out = {"checkpoint_cka": checkpoint_lines(res.to_frame())}
+    out.update({f"cka_{a}__vs__{b}": _charts().cka_heatmap(m.to_frame()) for (a, b), m in zip(res.pairs, res.matrices)})
+    return out
+
+
+def _distance_charts(report, opts) -> dict:
+    from .charts import attention as ch
+
+    frame = report.to_frame()
+    return {"attention_distance": ch.attention_distance_chart(frame, opts.units),
+            "attention_distance_sorted": ch.sorted_heads_chart(frame, None, opts.units)}
+
+
+def _distance_record(report, opts) -> dict:
+    return {"renormalised": opts.renormalise, "blocks": sorted({b for r in report.results for b in r.layers}),
+            "definition": "mean over spatial queries of sum_k A[q,k] * pixel distance(q,k), prefix tokens dropped"}
+
+
+def _map_overlay(view, out: Path) -> list:
+    from PIL import Image
+
+    from .charts import attention as ch
+
+    path = out / "attention_overlay.png"
+    Image.fromarray(ch.overlay(view.view, view.grid, min_side=224)).save(path)
+    return [path]
+
+
+def _map_record(view, opts) -> dict:
+    return {"image": view.image_id, "layer": opts.layer, "head": opts.head, "query": opts.query,
+            "forward_passes": view.computed}
+
+
+def _receptive_charts(report, opts) -> dict:
+    from .charts import attention as ch
+
+    return {f"receptive_field_{r.residual}": ch.receptive_field_chart(r.to_frame()) for r in report.results}
+
+
+def _receptive_files(report, out: Path) -> list:
+    import numpy as np
+
+    paths = []
+    for r in report.results:
+        paths.append(out / f"receptive_field_{r.residual}.npz")
+        np.savez_compressed(paths[-1], maps=r.maps, layers=np.array(r.layers))
+    return paths
+
+
+def _attention_chart(builder: str, stem: str) -> Callable:
+    def draw(result, opts) -> dict:
+        from .charts import attention as ch
+
+        return {stem: getattr(ch, builder)(result.to_frame())}
+
+    return draw
+
+
+# ---------------------------------------------------------------- the table
+
+ANALYSES: dict[str, Analysis] = {a.name: a for a in [
+    Analysis(
+        "cka", "Representation similarity", "Figs 1-2", "many", run.CKAOptions, run.cka,
+        "CKA between every layer of every model and every other (and itself)",
+        tables=lambda r: {"cka": r.to_frame()}, charts=_cka_charts, amp=True,
+        record=lambda r, o: {"images": r.images, "repeats": r.repeats, "tokens": o.tokens, "kernel": o.kernel,
+                             "estimator": o.estimator},
+        page="similarity", icon=":material/grid_on:", docs="similarity"),
+    Analysis(
+        "attention-distance", "Attention distance", "Figs 3-4", "many", attention.AttentionDistanceOptions,
+        attention.attention_distances, "mean attention distance of every head of every block (Figs 3-4)",
+        tables=lambda r: {"attention_distance": r.to_frame()}, charts=_distance_charts, record=_distance_record,
+        amp=True, page="attention", page_title="Attention", icon=":material/visibility:", docs="attention",
+        out="results/attention_distance"),
+    Analysis(
+        "attention-map", "Attention maps", "App. C", "one", attention_views.AttentionMapOptions,
+        attention_views.attention_map_view, "one image's attention map: a head, the head mean, or rollout",
+        tables=lambda r: {"attention_map": r.to_frame()}, charts=_attention_chart("attention_map_chart",
+                                                                                  "attention_map"),
+        files=_map_overlay, record=_map_record, shards=False, page="attention", docs="attention",
+        out="results/attention_map"),
+    Analysis(
+        "head-subsets", "Head subsets", "Fig 5", "pair", heads.HeadSubsetOptions, heads.head_subsets,
+        "CKA of local-to-global head subsets with another model (Fig 5)",
+        tables=lambda r: {"head_subsets": r.to_frame(), "heads_by_distance": r.heads_frame()},
+        charts=_attention_chart("head_subset_chart", "head_subsets"), amp=True,
+        other_help="the model to compare with, e.g. a ResNet spec",
+        record=lambda r, o: {"blocks": ",".join(map(str, o.blocks)), "size": r.size, "tokens": o.tokens,
+                             "other_taps": r.layers_b},
+        page="heads", icon=":material/call_split:", docs="attention", out="results/head_subsets"),
+    Analysis(
+        "receptive-field", "Receptive fields", "Fig 6", "one", receptive.ReceptiveOptions,
+        receptive.receptive_report, "effective receptive fields of blocks (Fig 6, App. C)",
+        tables=lambda r: {"receptive_field": r.to_frame(), "receptive_field_summary": r.summary_frame()},
+        charts=_receptive_charts, files=_receptive_files,
+        record=lambda r, o: {"residual": o.residual, "layers": r.results[-1].layers,
+                             "images_used": r.results[-1].images},
+        page="receptive", icon=":material/filter_center_focus:", docs="attention",
+        out="results/receptive_field"),
+    Analysis(
+        "skip-ratio", "Skip connections", "Fig 7", "many", skips.SkipOptions, skips.skip_ratios,
+        "skip vs long-branch norm ratio ‖z‖/‖f(z)‖ per block and token (Fig 7)",
+        tables=lambda r: {"skip_ratio": r.to_frame(), "skip_ratio_summary": r.summary()},
+        charts=lambda r, o: _skip_charts(r), record=_skip_record,
+        page="skips", icon=":material/alt_route:", docs="skips"),
+    Analysis(
+        "remove-skip", "Skip removal", "Fig 8", "one", interventions.RemoveSkipOptions, interventions.skip_ablation,
+        "post-hoc ablation: remove block i's skip connection(s); CKA maps and accuracy before and after (Fig 8)",
+        tables=_removal_tables, charts=_removal_charts, record=_removal_record, page="skips", docs="skips"),
+    Analysis(
+        "localization", "Localization", "Figs 9-10", "many", localization.LocalizationOptions,
+        localization.localization, "CKA of each token of a layer with the input patch at every grid position "
+        "(Figs 9-10)",
+        tables=lambda r: {"localization": r.to_frame(), "localization_summary": r.summary()},
+        charts=_localization_charts, record=_localization_record,
+        page="localization", icon=":material/my_location:", docs="localization"),
+    Analysis(
+        "probe", "Linear probes", "Figs 11, 13", "many", probes.ProbeOptions, probes.probes,
+        "few-shot linear probes per layer and representation (Figs 11, 13)",
+        tables=lambda r: {"probe": r.to_frame()},
+        charts=lambda r, o: {"probe_accuracy": _probe_lines(r.to_frame())}, record=_probe_record,
+        data="fashion-mnist:test",
+        data_help="labelled data: fashion-mnist[:train|test] | cifar10[:split] | cifar100[:split] | FOLDER with one "
+                  "sub-folder per class",
+        page="probes", icon=":material/linear_scale:", docs="localization"),
+    Analysis(
+        "compare-checkpoints", "Checkpoints", "Fig 12", "pairs", checkpoints.CheckpointOptions,
+        checkpoints.compare_checkpoints, "block-by-block CKA between two checkpoints of one architecture (Fig 12)",
+        tables=lambda r: {"checkpoints": r.to_frame()}, charts=_checkpoint_charts, amp=True,
+        record=lambda r, o: {"pairs": [list(p) for p in r.pairs], "tokens": o.tokens, "images_used": r.images},
+        page="checkpoints", icon=":material/compare_arrows:", docs="similarity"),
+    Analysis(
+        "attention-parity", "Attention capture check", "-", "one", attention_views.ParityOptions,
+        attention_views.parity, "check attention capture: block outputs with capture on vs the fused forward",
+        tables=lambda r: {"attention_parity": r.to_frame()},
+        charts=_attention_chart("parity_chart", "attention_parity"),
+        record=lambda r, o: {"ok": r.ok(), "logits_max_abs_diff": r.logits_diff},
+        status=lambda r: 0 if r.ok() else 1, shards=False, cache=False, docs="attention",
+        out="results/attention_parity"),
+    Analysis(
+        "tour", "Paper tour", "Figs 1-12", "many", tour.TourOptions, tour.run_tour,
+        "check the paper's claims on models, each against its control with 95 % intervals: shown, not shown or "
+        "can't tell (Figs 1-12)",
+        tables=lambda r: {"tour": r.to_frame(), "tour_intervals": r.intervals_frame()},
+        charts=lambda r, o: r.chart_files(), record=lambda r, o: {"verdicts": r.summary(),
+                                                                  "checks": [c.figure for c in r.rows]},
+        shards=False, data="fashion-mnist:test", page="tour", section="Presentation",
+        icon=":material/slideshow:", docs="evidence"),
+]}
+
+
+def _skip_charts(report) -> dict:
+    from .charts.skips import skip_charts
+
+    return skip_charts(report)
+
+
+def _probe_lines(frame):
+    from .charts.probes import probe_lines
+
+    return probe_lines(frame)
+
+
+def register(analysis: Analysis) -> Analysis:
+    """Add (or replace) a row: the CLI, the app and the docs index pick it up."""
+    if analysis.arity not in ARITIES:
+        raise ValueError(f"arity must be one of {ARITIES}, not '{analysis.arity}'")
+    ANALYSES[analysis.name] = analysis
+    return analysis
+
+
+def pages() -> list[tuple[str, str, str]]:
+    """(page file stem, title, icon) of every app page that shows an analysis, in table order."""
+    seen: dict[str, tuple[str, str, str]] = {}
+    for a in ANALYSES.values():
+        if a.page and a.page not in seen:
+            seen[a.page] = (a.page, a.page_title or a.title, a.icon)
+    return list(seen.values())
+
+
+def markdown() -> str:
+    """The README's table of analyses (one line per row), linking into docs/."""
+    lines = ["| command | analysis | paper | app page | docs |", "|---|---|---|---|---|"]
+    for a in ANALYSES.values():
+        docs = f"[{a.docs}](docs/{a.docs}.md)" if a.docs else ""
+        page = next((t for p, t, _ in pages() if p == a.page), "") if a.page else ""
+        lines.append(f"| `vitlab {a.name}` | {a.help.split(' (')[0]} | {a.figure} | {page} | {docs} |")
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    import sys
+
+    if sys.argv[1:] != ["--markdown"]:
+        sys.exit("usage: python -m vitlab.analyses --markdown")
+    sys.stdout.write(markdown())
