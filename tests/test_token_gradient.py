@@ -95,7 +95,7 @@ def test_resnet_centre_position_equals_receptive_field_of_one_image(tiny_resnet,
     loaded = dataclasses.replace(tiny_resnet, transform=timm.data.create_transform(**cfg), data_config=cfg,
                                  fingerprint=tiny_resnet.fingerprint + "-144")
     one = vitlab.data.FilesSource([(samples.item_id(2), _bytes(samples, 2))], name="one")
-    rf = R.receptive_fields(loaded, one, ["layer3.0"], images=1, batch_size=1)
+    rf = R.receptive_fields(loaded, one, R.ReceptiveOptions(images=1, batch_size=1, layers=("layer3.0",)))
     got = TG.token_gradient(loaded, one, TG.TokenGradientOptions(layer="layer3.0", row=4, col=4), Run())
     assert got.grid == (9, 9) and got.map.max() > 0
     np.testing.assert_allclose(got.map, rf.maps[0], rtol=1e-6, atol=1e-12)
