@@ -43,11 +43,15 @@ def photos():
     return tuple((n, (vitlab.data.ASSETS / "samples" / n).read_bytes()) for n in PHOTOS)
 
 
-def start(**overrides) -> AppTest:
+def start(uploads=(), **overrides) -> AppTest:
+    """The app with ``overrides`` in session state, ``uploads`` given to the sidebar's uploader (as a user does),
+    then the Localization page."""
     at = AppTest.from_file(str(APP / "Home.py"), default_timeout=300)
     for k, v in {**SETTINGS, **overrides}.items():
         at.session_state[k] = v
     at.run()
+    if uploads:
+        at.sidebar.file_uploader(key="w.uploads").set_value([(n, b, "image/jpeg") for n, b in uploads]).run()
     at.switch_page("views/localization.py").run()
     assert not at.exception, [e.message for e in at.exception]
     return at
@@ -58,7 +62,7 @@ def captions(at) -> list[str]:
 
 
 def test_two_uploads_use_the_reference_set_and_the_token_maps_draw():
-    at = start(**{"lab.source": "uploads", "lab.uploads": photos()})
+    at = start(photos(), **{"lab.source": "uploads"})
     assert not at.error, [e.value for e in at.error]
     notes = [i.value for i in at.info]
     assert any("2 image(s) given: too few" in n and "reference set fashion-mnist:test" in n for n in notes), notes
@@ -90,7 +94,7 @@ def test_page_upload_of_photos_and_image_choice():
 
 
 def test_a_cnn_position_shows_gradient_and_says_it_has_no_attention():
-    at = start(**{"lab.source": "uploads", "lab.uploads": photos(), "loc.slot": "B"})
+    at = start(photos(), **{"lab.source": "uploads", "loc.slot": "B"})
     assert not at.error, [e.value for e in at.error]
     assert any("has no attention" in i.value for i in at.info)
     assert len(captions(at)) == 2
