@@ -152,3 +152,20 @@ def test_zoo_vit_block0_token_mass_is_in_its_own_patch():
     assert got.shares["own_chance"] == pytest.approx(1 / 16)
     assert got.shares["own_share"] > 0.5
     assert got.shares["neighbourhood_share"] > got.shares["own_share"]
+
+
+def test_cli_token_gradient_row_writes_the_map_and_its_shares(tmp_path, capsys):
+    import pandas as pd
+
+    from vitlab.cli import main
+
+    out = tmp_path / "tg"
+    assert main(["token-gradient", "-m", "zoo:vit-cls", "--layer", "blocks.0", "--row", "1", "--col", "2",
+                 "--out", str(out)]) == 0
+    shares = pd.read_csv(out / "token_gradient_shares.csv")
+    direct = TG.token_gradient(vitlab.load("zoo:vit-cls", "cpu"), vitlab.open_source("fashion-mnist:test"),
+                               TG.TokenGradientOptions(layer="blocks.0", row=1, col=2), Run())
+    assert shares["own_share"].iloc[0] == pytest.approx(direct.shares["own_share"], rel=1e-6)
+    assert len(pd.read_csv(out / "token_gradient.csv")) == 28 * 28
+    assert "in its own patch" in capsys.readouterr().out
+    assert main(["token-gradient", "-m", "zoo:vit-cls", "--row", "9", "--out", str(tmp_path / "bad")]) == 2

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from . import attention, attention_views, checkpoints, heads, interventions, localization, probes, receptive, run
-from . import skips, tour
+from . import skips, token_gradient, tour
 
 ARITIES = ("one", "pair", "many", "pairs")
 
@@ -299,6 +299,13 @@ ANALYSES: dict[str, Analysis] = {a.name: a for a in [
                                                                   "checks": [c.figure for c in r.rows]},
         shards=False, data="fashion-mnist:test", page="tour", section="Presentation",
         icon=":material/slideshow:", docs="evidence"),
+    Analysis(
+        "token-gradient", "Token gradient map", "Fig 6, one token", "one", token_gradient.TokenGradientOptions,
+        token_gradient.token_gradient, "which input pixels one token carries on one image: |dh_t/dx| and its share "
+        "in the token's own patch and 3x3 neighbourhood (the receptive field of one token)",
+        tables=lambda r: {"token_gradient": r.to_frame(), "token_gradient_shares": r.shares_frame()},
+        headline=lambda r: [r.headline()], record=lambda r, o: {"shares": r.shares}, shards=False,
+        data="fashion-mnist:test", page="localization", docs="uploads"),
 ]}
 
 

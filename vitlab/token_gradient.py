@@ -160,6 +160,18 @@ class TokenGradient:
         return {"model": self.model, "image": self.image, "layer": self.layer, "row": self.row, "col": self.col,
                 "grid": f"{self.grid[0]}x{self.grid[1]}", **self.shares}
 
+    def shares_frame(self):
+        """One row: the token and its shares (own patch, 3x3 neighbourhood) beside their uniform levels."""
+        import pandas as pd
+
+        return pd.DataFrame([self.summary()])
+
+    def headline(self) -> str:
+        s = self.shares
+        return (f"{self.model} {self.layer} token ({self.row},{self.col}) on {self.image}: {s['own_share']:.1%} of "
+                f"|dh/dx| in its own patch (uniform {s['own_chance']:.1%}), {s['neighbourhood_share']:.1%} in its 3x3 "
+                f"neighbourhood (uniform {s['neighbourhood_chance']:.1%})")
+
     def to_frame(self):
         """Tidy (row, col, value) over input pixels, plus the token and its shares."""
         import pandas as pd
