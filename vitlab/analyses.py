@@ -301,8 +301,8 @@ ANALYSES: dict[str, Analysis] = {a.name: a for a in [
         icon=":material/slideshow:", docs="evidence"),
     Analysis(
         "token-gradient", "Token gradient map", "Fig 6, one token", "one", token_gradient.TokenGradientOptions,
-        token_gradient.token_gradient, "which input pixels one token carries on one image: |dh_t/dx| and its share "
-        "in the token's own patch and 3x3 neighbourhood (the receptive field of one token)",
+        token_gradient.token_gradient, "which input pixels one token carries on one image: the gradient magnitude "
+        "of the token w.r.t. the input and its share in the token's own patch and 3x3 neighbourhood",
         tables=lambda r: {"token_gradient": r.to_frame(), "token_gradient_shares": r.shares_frame()},
         headline=lambda r: [r.headline()], record=lambda r, o: {"shares": r.shares}, shards=False,
         data="fashion-mnist:test", page="localization", docs="uploads"),
