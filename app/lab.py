@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import hashlib
 import functools
 import os
 import traceback
@@ -63,9 +64,13 @@ class Settings:
 
     @property
     def key(self) -> tuple:
-        """Identifies the inputs of a computation (uploads by name and size; their bytes are in the batch keys)."""
-        return (self.model_a, self.model_b, self.source, self.images, self.batch_size, self.device,
-                tuple((n, len(b)) for n, b in self.uploads))
+        """Identifies the inputs of a computation: uploads by content hash, a folder by its listing (names, sizes,
+        mtimes: a new or changed file is a new key), so the page never shows results of other images."""
+        uploads = tuple((n, hashlib.sha256(b).hexdigest()[:16]) for n, b in self.uploads) if self.source == UPLOADS \
+            else ()
+        fixed = self.source in SOURCES or self.source == UPLOADS
+        source = self.source if fixed else vitlab.data.listing_key(self.source)
+        return (self.model_a, self.model_b, source, self.images, self.batch_size, self.device, uploads)
 
 
 # ------------------------------------------------------------------------------------------- sidebar
@@ -142,13 +147,32 @@ def source_picker() -> str:
     elif choice == UPLOADS:
         files = st.file_uploader("Upload images", type=[s.lstrip(".") for s in vitlab.data.IMAGE_SUFFIXES],
                                  accept_multiple_files=True, key="w.uploads")
-        if files:
-            st.session_state["lab.uploads"] = tuple((f.name, f.getvalue()) for f in files)
+        # an emptied uploader empties the source: removed files must not linger in later results
+        st.session_state["lab.uploads"] = tuple((f.name, f.getvalue()) for f in files or ())
+        upload_problems_ui(st.session_state["lab.uploads"])
         source = UPLOADS
     else:
         source = choice
     st.session_state["lab.source"] = source
     return source
+
+
+def upload_problems_ui(uploads: tuple) -> None:
+    """Name every upload that cannot be used, with its reason, as soon as it is uploaded (checked once per content)."""
+    if not uploads:
+        return
+    digest = hashlib.sha256(b"".join(hashlib.sha256(b).digest() for _, b in uploads)).hexdigest()
+    memo = st.session_state.setdefault("lab.upload_checks", {})
+    if digest not in memo:
+        memo.clear()
+        with st.spinner(f"Checking {len(uploads)} uploads…"):  # a full decode each, one at a time (memory-bounded)
+            memo[digest] = vitlab.data.check_uploads(uploads)
+    skipped, notices = memo[digest]
+    if skipped:
+        st.warning(f"{len(skipped)} of {len(uploads)} uploads cannot be used and are skipped:\n\n"
+                   + "\n".join(f"- {why}" for _, why in skipped))
+    for name, what in notices:
+        st.caption(f"`{name}`: {what}")
 
 
 def sidebar() -> None:
@@ -254,6 +278,8 @@ def status_ui() -> None:
         loaded = _loaded_registry()
         st.caption("Loaded models: " + (", ".join(f"`{k[0]}` ({k[1]})" for k in loaded) if loaded else "none yet"))
         info = store().info()
+        for w in store().warnings:
+            st.warning(w)
         if info.get("enabled"):
             st.caption(f"Disk cache: {info['entries']} entries, {info['bytes'] / 2**20:.1f} MiB of "
                        f"{info['size_limit'] / 2**30:.0f} GiB in `{info['directory']}`")
@@ -264,7 +290,12 @@ def status_ui() -> None:
 
 @st.cache_resource(show_spinner=False)
 def store() -> vitlab.Store:
-    return vitlab.Store("default")
+    try:
+        return vitlab.Store("default")
+    except vitlab.VitlabError as e:  # e.g. a bad VITLAB_CACHE_GB: the lab still works, uncached, and says so
+        off = vitlab.Store(None)
+        off.warnings.append(f"disk cache off: {e}")
+        return off
 
 
 @st.cache_resource(show_spinner=False)
@@ -423,7 +454,12 @@ def run_caption(info, images: int) -> str:
     text = (f"{images} images; {info.batches_computed} batches computed, {info.batches_from_cache} from the cache, "
             f"{info.seconds:.1f} s")
     if info.skipped_images:
-        text += f"; {len(info.skipped_images)} unreadable image(s) skipped"
+        named = "; ".join(why for _, why in info.skipped_images[:5])
+        more = f"; and {len(info.skipped_images) - 5} more" if len(info.skipped_images) > 5 else ""
+        text += f"; {len(info.skipped_images)} unreadable image(s) skipped: {named}{more}"
+    notices = getattr(info, "notices", [])
+    if notices:
+        text += "; " + "; ".join(f"{name.split('/')[-1]}: {what}" for name, what in notices[:5])
     return text
 
 

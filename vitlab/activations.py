@@ -71,7 +71,7 @@ class _PILSource(ImageSource):
         img = self.images[i]
         return f"pil:{img.mode}:{img.size}:{hashlib.sha1(img.tobytes()).hexdigest()}"
 
-    def load(self, i: int):
+    def load(self, i: int, min_side: int | None = None):
         return self.images[i]
 
 

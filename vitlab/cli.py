@@ -154,6 +154,8 @@ def run_analysis(analysis: Analysis, args) -> int:
 
     t0 = time.perf_counter()
     ctx = dist.context(args)  # torchrun: this rank's device, shard, reductions
+    if ctx.distributed and not analysis.shards and not ctx.is_main:
+        return 0  # not sharded: rank 0 alone computes and writes --out
     opts = options_from_args(analysis, args)
     source = open_source(args.data)
     engine_models, models = load_models(analysis, args)
@@ -216,19 +218,39 @@ def write_run_json(out: Path, command: str, models: list, args, info, t0: float,
                    for i, m in enumerate(models)],
         "data": args.data, "images": getattr(args, "images", None), "batch_size": getattr(args, "batch_size", None),
         "shuffle": getattr(args, "shuffle", None), "device": models[0].device if models else None,
-        "batches_computed": info.batches_computed, "batches_from_cache": info.batches_from_cache,
-        "forward_passes": info.forward_passes, "skipped_images": [s[0] for s in info.skipped_images],
-        "dropped_batches": info.dropped_batches, "warnings": list(warnings), **extra,
-        "seconds": round(time.perf_counter() - t0, 3), "processes": dist.context().world,
+        "batches_computed": info.batches_computed if info else None,
+        "batches_from_cache": info.batches_from_cache if info else None,
+        "forward_passes": info.forward_passes if info else {},
+        "skipped_images": [s[0] for s in info.skipped_images] if info else [],
+        "skipped_reasons": [{"image": n, "reason": why} for n, why in info.skipped_images] if info else [],
+        "notices": [{"image": n, "notice": what} for n, what in getattr(info, "notices", ())] if info else [],
+        "dropped_batches": info.dropped_batches if info else [],
+        "warnings": list(warnings), **extra, "seconds": round(time.perf_counter() - t0, 3),
+        "processes": dist.context().world,
     })
-    if info.skipped_images:
-        print(f"skipped {len(info.skipped_images)} unreadable image(s):", file=sys.stderr)
-        for _, why in info.skipped_images[:20]:
-            print(f"  {why}", file=sys.stderr)
-    for d in info.dropped_batches:
-        print(f"dropped {d}", file=sys.stderr)
+    from .outdir import finish, wall_from_perf
+
+    stale = finish(out, wall_from_perf(t0))  # charts of an earlier run that this one did not write again
+    if stale:
+        print(f"removed {len(stale)} file(s) an earlier run wrote into {out} and this one did not", file=sys.stderr)
+    if info:
+        report_skips(info)
     for w in warnings:
         print(f"warning: {w}", file=sys.stderr)
+
+
+def report_skips(info, limit: int = 50) -> None:
+    if info.skipped_images:
+        print(f"skipped {len(info.skipped_images)} unreadable image(s):", file=sys.stderr)
+        for name, why in info.skipped_images[:limit]:
+            print(f"  {why}", file=sys.stderr)
+        if len(info.skipped_images) > limit:
+            print(f"  ... and {len(info.skipped_images) - limit} more (run.json lists them all)", file=sys.stderr)
+    notices = getattr(info, "notices", [])
+    for name, what in notices[:limit]:
+        print(f"note: image '{name}': {what}", file=sys.stderr)
+    for d in info.dropped_batches:
+        print(f"dropped {d}", file=sys.stderr)
 
 
 # ---------------------------------------------------------------- plain commands: taps, cache, zoo
@@ -261,13 +283,14 @@ def add_cache(sub) -> None:
 
 
 def run_cache(args) -> int:
-    from .cache import Store
+    from .cache import Store, clear, default_dir
 
-    store = Store(args.cache_dir or "default")
-    if args.action == "clear":
-        print(f"removed {store.clear()} entries from {store.directory}")
+    if args.action == "clear":  # without opening a Store: clearing must work on a damaged database too
+        directory = Path(args.cache_dir or default_dir()).expanduser()
+        n, what = clear(directory)
+        print(f"removed {n} {what} from {directory}")
     else:
-        info = store.info()
+        info = Store(args.cache_dir or "default").info()
         print(f"{info['directory']}: {info['entries']} entries, {info['bytes'] / 2**20:.1f} MiB "
               f"of {info['size_limit'] / 2**30:.1f} GiB")
     return 0

@@ -28,11 +28,15 @@ class RunInfo:
     dropped_batches: list[str] = field(default_factory=list)
     seconds: float = 0.0
     forward_passes: dict[str, int] = field(default_factory=dict)  # per model label: batches it had to run
+    notices: list[tuple[str, str]] = field(default_factory=list)  # (image, what was done to it: first frame, ...)
+    notices: list[tuple[str, str]] = field(default_factory=list)  # (image, what was done to it: first frame, ...)
 
     def merge(self, other: "RunInfo") -> None:
         self.batches_computed += other.batches_computed
         self.batches_from_cache += other.batches_from_cache
         self.skipped_images += [s for s in other.skipped_images if s not in self.skipped_images]
+        self.notices += [s for s in other.notices if s not in self.notices]
+        self.notices += [s for s in other.notices if s not in self.notices]
         self.dropped_batches += other.dropped_batches
         self.seconds += other.seconds
         for label, n in other.forward_passes.items():
@@ -69,7 +73,8 @@ class Run:
 
     @property
     def precision(self) -> str:
-        """The activations' precision, part of every cache key: 'bf16' under autocast, else 'float32'."""
+        """The activations' precision, part of every cache key: 'bf16' under autocast, else 'float32'
+        (``run.forward_precision`` adds the device kind, and bf16 only where autocast applies: CUDA)."""
         return "bf16" if self.amp else "float32"
 
     def with_progress(self, progress: Progress | None) -> "Run":

@@ -15,7 +15,6 @@ and converted per model (EXIF orientation applied; RGB or greyscale as the model
 from __future__ import annotations
 
 import hashlib
-import io
 from abc import ABC, abstractmethod
 import os
 from dataclasses import dataclass
@@ -48,8 +47,10 @@ class ImageSource(ABC):
         return self.item_id(i)
 
     @abstractmethod
-    def load(self, i: int):
-        """The i-th image as a PIL image; VitlabError when it cannot be read."""
+    def load(self, i: int, min_side: int | None = None):
+        """The i-th image as a PIL image; VitlabError when it cannot be read.
+
+        ``min_side``: the shorter side the caller needs (files are shrunk to it while decoding, vitlab.images)."""
 
     def label(self, i: int) -> int | None:
         return None
@@ -59,19 +60,10 @@ class ImageSource(ABC):
         return self.classes is not None
 
 
-def _decode(data: bytes | str | Path, name: str):
-    from PIL import Image, ImageOps, UnidentifiedImageError
+def _decode(data: bytes | str | Path, name: str, min_side: int | None = None):
+    from .images import decode as safe_decode
 
-    try:
-        img = Image.open(io.BytesIO(data) if isinstance(data, bytes) else data)
-        img.load()
-        return ImageOps.exif_transpose(img)
-    except UnidentifiedImageError as e:
-        suffix = Path(name).suffix.lower()
-        hint = f"Pillow cannot read '{suffix}' files; convert it to PNG or JPEG" if suffix else "not an image file"
-        raise VitlabError(f"image '{name}': {hint}") from e
-    except (OSError, ValueError, SyntaxError) as e:
-        raise VitlabError(f"image '{name}': unreadable or truncated ({e})") from e
+    return safe_decode(data, name, min_side)
 
 
 class FilesSource(ImageSource):
@@ -101,16 +93,43 @@ class FilesSource(ImageSource):
         except OSError:
             return f"{it}:missing"
 
-    def load(self, i: int):
+    def load(self, i: int, min_side: int | None = None):
+        from .images import check_file
+
         it = self.items[i]
         if isinstance(it, tuple):
-            return _decode(it[1], it[0])
-        if not Path(it).is_file():
-            raise VitlabError(f"image '{it}' does not exist")
-        return _decode(Path(it), str(it))
+            return _decode(it[1], it[0], min_side)
+        check_file(it)  # a FIFO named like an image would block open() forever; loops and dead links are named
+        return _decode(Path(it), str(it), min_side)
 
     def label(self, i: int) -> int | None:
         return None if self._labels is None else int(self._labels[i])
+
+
+def _list_images(root: Path) -> list[Path]:
+    """Every non-folder entry named like an image under ``root``, sorted: regular files, and also pipes, dead links
+    and link loops, which then fail to load with their reason instead of vanishing (symlinked folders not followed:
+    a loop cannot recurse)."""
+    found = []
+    for folder, _, names in os.walk(root, followlinks=False):
+        found += [Path(folder) / n for n in names if Path(n).suffix.lower() in IMAGE_SUFFIXES]
+    return sorted(found)
+
+
+def listing_key(text: str) -> str:
+    """Changes whenever a folder source gains, loses or changes an image (names, sizes, mtimes); for other
+    sources (data sets, 'samples'), the text itself. Cheap: one stat per file, nothing is read."""
+    root = Path(str(text).strip()).expanduser()
+    if not root.is_dir():
+        return str(text)
+    h = hashlib.sha256(str(root.resolve()).encode())
+    for p in _list_images(root):
+        try:
+            st = os.stat(p)
+            h.update(f"{p}\0{st.st_size}\0{st.st_mtime_ns}\0".encode())
+        except OSError as e:
+            h.update(f"{p}\0{e.errno}\0".encode())
+    return f"{text}#{h.hexdigest()[:16]}"
 
 
 def folder_source(path: str | Path) -> FilesSource:
@@ -121,7 +140,7 @@ def folder_source(path: str | Path) -> FilesSource:
             f"data source '{path}' is neither a folder nor a known data set "
             "(samples, fashion-mnist[:train|test], cifar10, cifar100)"
         )
-    files = sorted(p for p in root.rglob("*") if p.is_file() and p.suffix.lower() in IMAGE_SUFFIXES)
+    files = _list_images(root)
     if not files:
         raise VitlabError(f"folder '{root}' holds no images ({', '.join(IMAGE_SUFFIXES)})")
     rel = [f.relative_to(root) for f in files]
@@ -147,7 +166,7 @@ class ArraySource(ImageSource):
     def item_id(self, i: int) -> str:
         return f"{self.name}#{i}"
 
-    def load(self, i: int):
+    def load(self, i: int, min_side: int | None = None):
         from PIL import Image
 
         return Image.fromarray(self.images[i])
@@ -203,10 +222,29 @@ def open_source(text: str) -> ImageSource:
 
 
 def uploads_source(uploads: Sequence[tuple[str, bytes]]) -> FilesSource:
-    """Uploaded images as a source; the order is the order given."""
+    """Uploaded images as a source; the order is the order given. Files over ``images.MAX_UPLOAD_BYTES`` or that do
+    not decode are skipped (and named) when their batch is decoded."""
     if not uploads:
         raise VitlabError("no images uploaded")
     return FilesSource([(n, bytes(b)) for n, b in uploads], name="uploads")
+
+
+def check_uploads(uploads: Sequence[tuple[str, bytes]], min_side: int = 256
+                  ) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
+    """Decode every upload once (shrunk, one at a time): ``(skipped, notices)`` as (name, reason) pairs, for
+    showing what cannot be used right when it is uploaded."""
+    from .images import NOTES
+
+    skipped, notices = [], []
+    for name, data in uploads:
+        try:
+            img = _decode(bytes(data), name, min_side)
+        except VitlabError as e:
+            skipped.append((name, str(e)))
+            continue
+        notices += [(name, note) for note in img.info.get(NOTES, ())]
+        del img
+    return skipped, notices
 
 
 @dataclass(frozen=True)
@@ -242,6 +280,7 @@ class Batch:
     ids: list[str] | None = None
     labels: list[int] | None = None
     skipped: list[tuple[str, str]] | None = None  # (id, reason)
+    notices: list[tuple[str, str]] | None = None  # (id, what was done to a usable image)
 
 
 def plan_batches(source: ImageSource, indices: Sequence[int], batch_size: int) -> list[Batch]:
@@ -259,15 +298,19 @@ def plan_batches(source: ImageSource, indices: Sequence[int], batch_size: int) -
     return out
 
 
-def decode(source: ImageSource, batch: Batch) -> Batch:
-    """Decode the images of ``batch``; unreadable ones are recorded in ``batch.skipped`` and left out."""
-    batch.images, batch.ids, batch.labels, batch.skipped = [], [], [], []
+def decode(source: ImageSource, batch: Batch, min_side: int | None = None) -> Batch:
+    """Decode the images of ``batch`` (shrunk to ``min_side``, see vitlab.images); unreadable ones are recorded in
+    ``batch.skipped`` and left out, decode notices (first frame of an animation, ...) in ``batch.notices``."""
+    from .images import NOTES
+
+    batch.images, batch.ids, batch.labels, batch.skipped, batch.notices = [], [], [], [], []
     for i in batch.indices:
         try:
-            img = source.load(i)
+            img = source.load(i, min_side)
         except VitlabError as e:
             batch.skipped.append((source.item_id(i), str(e)))
             continue
+        batch.notices += [(source.item_id(i), note) for note in img.info.get(NOTES, ())]
         batch.images.append(img)
         batch.ids.append(source.item_id(i))
         batch.labels.append(source.label(i))
@@ -285,6 +328,16 @@ def to_tensor(images: list, loaded) -> "object":
     return torch.stack(xs).to(loaded.device)
 
 
-def iter_images(source: ImageSource, indices: Sequence[int]) -> Iterator[tuple[str, object]]:
+def iter_images(source: ImageSource, indices: Sequence[int], skipped: list | None = None,
+                min_side: int | None = None) -> Iterator[tuple[str, object]]:
+    """``(id, image)`` of ``indices``; with a ``skipped`` list, unreadable images go there as (id, reason) and the
+    rest still come (otherwise the first unreadable one raises)."""
     for i in indices:
-        yield source.item_id(i), source.load(i)
+        try:
+            img = source.load(i, min_side)
+        except VitlabError as e:
+            if skipped is None:
+                raise
+            skipped.append((source.item_id(i), str(e)))
+            continue
+        yield source.item_id(i), img

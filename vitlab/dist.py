@@ -228,26 +228,41 @@ def all_reduce_accumulators(accumulators):
     own ``merge``. Every rank must pass accumulators of the same kinds and shapes in the same order.
     """
     items = _as_list(accumulators)
-    _check_same_layout(items)
-    summed = [a for a in items if _state_is_sum(a)]
+    layouts = _check_same_layout(items)
+    # an accumulator still empty on some rank (it got no batch: more ranks than batches, or all its images were
+    # unreadable) cannot join the elementwise sum; it is merged instead and contributes nothing
+    empty_somewhere = [any(_EMPTY in dict(lay[i][1]).values() for lay in layouts) for i in range(len(items))]
+    summed = [a for a, e in zip(items, empty_somewhere) if _state_is_sum(a) and not e]
     if summed:
         _sum_states(summed)
-    merged = [a for a in items if not _state_is_sum(a)]
+    merged = [a for a, e in zip(items, empty_somewhere) if not _state_is_sum(a) or e]
     if merged:
         _merge_states(merged)
     return accumulators
 
 
+_EMPTY = "empty"  # the layout of a state entry that is None: nothing accumulated yet
+
+
 def _layout(items: list) -> list:
-    return [(type(a).__name__, sorted((k, np.shape(v)) for k, v in a.state().items())) for a in items]
+    return [(type(a).__name__, sorted((k, _EMPTY if v is None else np.shape(v)) for k, v in a.state().items()))
+            for a in items]
 
 
-def _check_same_layout(items: list) -> None:
+def _check_same_layout(items: list) -> list:
+    """Every rank's layouts (gathered); they must agree wherever both ranks accumulated something."""
     layouts = gather_objects(_layout(items))
     for r, other in enumerate(layouts):
-        if other != layouts[0]:
+        if not all(_compatible(a, b) for a, b in zip(other, layouts[0])) or len(other) != len(layouts[0]):
             raise VitlabError(f"rank {r} built accumulators unlike rank 0's ({other} vs {layouts[0]}): every rank "
                               "must run the same command with the same models, taps and options")
+    return layouts
+
+
+def _compatible(a, b) -> bool:
+    # an empty side contributes nothing and takes the other's shape
+    empty = any(v == _EMPTY for _, v in a[1] + b[1])
+    return a[0] == b[0] and [k for k, _ in a[1]] == [k for k, _ in b[1]] and (empty or a[1] == b[1])
 
 
 def _sum_states(items: list) -> None:
@@ -269,10 +284,16 @@ def _sum_states(items: list) -> None:
 def _merge_states(items: list) -> None:
     per_rank = gather_objects([a.state() for a in items])
     for i, acc in enumerate(items):
-        total = _loaded(acc, per_rank[0][i])
-        for states in per_rank[1:]:
-            total.merge(_loaded(acc, states[i]))
-        acc.load_state(total.state())
+        total = None
+        for states in per_rank:
+            if any(v is None for v in states[i].values()):
+                continue  # this rank accumulated nothing
+            if total is None:
+                total = _loaded(acc, states[i])
+            else:
+                total.merge(_loaded(acc, states[i]))
+        if total is not None:  # every rank empty: nothing to combine, the accumulator stays empty everywhere
+            acc.load_state(total.state())
 
 
 def _loaded(template, state):
@@ -329,6 +350,7 @@ def reduce_run_info(info):
     for p in per_rank:
         skipped += [tuple(s) for s in p["skipped_images"] if tuple(s) not in skipped]
     info.skipped_images = skipped
+    info.notices = list(dict.fromkeys(tuple(s) for p in per_rank for s in p.get("notices", ())))
     info.dropped_batches = sorted((d for p in per_rank for d in p["dropped_batches"]), key=_batch_number)
     info.seconds = max(p["seconds"] for p in per_rank)
     info.forward_passes = {}

@@ -92,10 +92,12 @@ def _patched_forward(model, removal: SkipRemoval):
 
 
 @contextmanager
-def remove_skip(model, removal: SkipRemoval) -> Iterator[None]:
-    """Inside the ``with``, block ``removal.block`` of ``model`` runs without the chosen skip connection(s)."""
+def remove_skip(model, removal: SkipRemoval, progress: Progress | None = None) -> Iterator[None]:
+    """Inside the ``with``, block ``removal.block`` of ``model`` runs without the chosen skip connection(s).
+
+    The model's lock is held throughout; while another run holds it, ``progress`` hears that this one waits."""
     blk, forward = _patched_forward(model, removal)
-    with taps_mod.model_lock(model):
+    with taps_mod.holding(model, progress, f"model {type(model).__name__}"):
         if "forward" in vars(blk):
             raise VitlabError(f"block {removal.block} is already being intervened on")
         blk.forward = forward
@@ -110,9 +112,10 @@ def intervened_fingerprint(loaded: LoadedModel, removal: SkipRemoval) -> str:
 
 
 @contextmanager
-def intervened(loaded: LoadedModel, removal: SkipRemoval) -> Iterator[LoadedModel]:
+def intervened(loaded: LoadedModel, removal: SkipRemoval, progress: Progress | None = None
+               ) -> Iterator[LoadedModel]:
     """A view of ``loaded`` with the skip removed: same module, its own fingerprint and label (cache-safe)."""
-    with remove_skip(loaded.model, removal):
+    with remove_skip(loaded.model, removal, progress):
         yield dataclasses.replace(loaded, fingerprint=intervened_fingerprint(loaded, removal),
                                   display=f"{loaded.label} {removal.label}")
 
@@ -269,7 +272,7 @@ def skip_removal(loaded: LoadedModel, source: ImageSource, opts: RemoveSkipOptio
     gram = gram or GramStatistic()
     indices = select(source, opts.images, opts.shuffle)
     g0, p0, labels = _pass(loaded, source, indices, opts.batch_size, gram, run)
-    with intervened(loaded, removal) as ablated:
+    with intervened(loaded, removal, run.progress) as ablated:
         g1, p1, _ = _pass(ablated, source, indices, opts.batch_size, gram, run)
     layers = gram.taps(loaded)
     name0, name1 = loaded.label, ablated.label

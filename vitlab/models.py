@@ -17,6 +17,7 @@ import contextlib
 import hashlib
 import json
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -166,6 +167,16 @@ def _sha256_file(path: Path) -> str:
     return h.hexdigest()
 
 
+SAFE_TORCH_LOAD = (2, 6)  # torch.load(weights_only=True) could still execute code before torch 2.6 (CVE-2025-32434)
+
+
+def _check_safe_torch_load(version: str) -> None:
+    parts = [int(p) for p in re.findall(r"\d+", version.split("+")[0])[:2]]
+    if tuple(parts) < SAFE_TORCH_LOAD:
+        raise VitlabError(f"reading .pth/.bin checkpoints safely needs torch >= 2.6 (this is {version}): upgrade "
+                          "torch, or convert the checkpoint to .safetensors")
+
+
 def read_state_dict(path: str | Path) -> dict:
     """Read a checkpoint without unpickling arbitrary objects (safetensors, or ``torch.load(weights_only=True)``)."""
     import torch
@@ -179,7 +190,10 @@ def read_state_dict(path: str | Path) -> dict:
 
             state = load_file(str(path), device="cpu")
         else:
+            _check_safe_torch_load(torch.__version__)
             state = torch.load(str(path), map_location="cpu", weights_only=True)
+    except VitlabError:
+        raise
     except Exception as e:  # corrupt file, pickled objects refused by weights_only, ...
         first_line = f"{type(e).__name__}: {e}".split("\n")[0]
         raise VitlabError(f"checkpoint '{path.name}' cannot be read safely: {first_line}") from e

@@ -32,6 +32,7 @@ from .cache import make_key
 from .context import Run, RunInfo
 from .data import ImageSource, decode, plan_batches, select, to_tensor
 from .errors import VitlabError
+from .images import needed_side
 from .models import LoadedModel
 from .options import DataOptions, option
 from .progress import scaled
@@ -274,8 +275,9 @@ def receptive_fields(loaded: LoadedModel, source: ImageSource, opts: ReceptiveOp
             if hit is None:
                 if not ran:
                     ran = True
-                    decode(source, batch)
+                    decode(source, batch, needed_side(loaded.data_config))
                     info.skipped_images += [s for s in batch.skipped if s not in info.skipped_images]
+                    info.notices += [s for s in batch.notices if s not in info.notices]
                     x = to_tensor(batch.images, loaded) if batch.images else None
                 if x is None:
                     hit = {"sum": np.zeros(0), "n": np.array(0)}

@@ -20,6 +20,7 @@ from .cache import make_key
 from .context import Run, RunInfo
 from .data import Batch, ImageSource, decode, plan_batches, select, to_tensor
 from .errors import VitlabError
+from .images import needed_side
 from .models import LoadedModel
 from .options import DataOptions, option
 from .progress import Progress, scaled
@@ -45,8 +46,17 @@ class Statistic(ABC):
     def compute(self, acts: dict, loaded: LoadedModel, batch: Batch) -> dict[str, np.ndarray]:
         """Pure function of one batch's activations (``acts['logits']`` holds the model output)."""
 
-    def cache_key(self, loaded: LoadedModel, batch: Batch) -> str:
-        return make_key(self.name, self.version, loaded.fingerprint, batch.key, self.params(loaded))
+    def cache_key(self, loaded: LoadedModel, batch: Batch, precision: str = "float32") -> str:
+        """Name, version, weights, images, parameters and the forward pass's numerics (``precision``:
+        :func:`forward_precision`); make_key adds the library versions."""
+        return make_key(self.name, self.version, loaded.fingerprint, batch.key, self.params(loaded), precision)
+
+
+def forward_precision(loaded: LoadedModel, amp: bool) -> str:
+    """What changes a forward pass's numbers besides weights and images: bf16 autocast (only on CUDA) and the
+    device kind (CUDA convolutions use TF32 by default; CPU and GPU kernels round differently)."""
+    kind = str(loaded.device).split(":")[0]
+    return f"{'bf16' if amp and kind == 'cuda' else 'float32'}/{kind}"
 
 
 @dataclass(frozen=True)
@@ -105,37 +115,43 @@ def stream(models: Sequence[LoadedModel], source: ImageSource, indices: Sequence
     run = run or Run()
     store, info, progress, amp, shard = run.store, run.info, run.progress, run.amp, run.shard
     batches = plan_batches(source, indices, batch_size)[shard[0]::shard[1]]
+    precision = [forward_precision(m, amp) for m in models]
+    min_side = max((needed_side(m.data_config) for m in models), default=None)
     t0 = time.perf_counter()
     for done, batch in enumerate(batches):
         if progress:
             progress(done, len(batches), f"batch {done + 1}/{len(batches)}")
-        meta_key = make_key("batch-meta", batch.key)
+        # the label mapping is part of the key: a new class folder renumbers every label
+        meta_key = make_key("batch-meta", batch.key, source.classes)
         meta = store.get_json(meta_key)
-        found = [{s.name: store.get(s.cache_key(m, batch)) for s in stats} for m, stats in zip(models, statistics)]
+        found = [{s.name: store.get(s.cache_key(m, batch, p)) for s in stats}
+                 for m, stats, p in zip(models, statistics, precision)]
         missing = any(v is None for per_model in found for v in per_model.values())
-        if missing or meta is None:
-            decode(source, batch)
-            meta = {"ids": batch.ids, "labels": batch.labels, "skipped": batch.skipped}
+        if missing or not _meta_ok(meta):
+            decode(source, batch, min_side)
+            meta = {"ids": batch.ids, "labels": batch.labels, "skipped": batch.skipped, "notices": batch.notices}
             store.put_json(meta_key, meta)
         batch.ids, batch.labels = meta["ids"], meta["labels"]
         batch.skipped = [tuple(s) for s in meta["skipped"]]
         info.skipped_images += [s for s in batch.skipped if s not in info.skipped_images]
+        info.notices += [tuple(s) for s in meta["notices"] if tuple(s) not in info.notices]
         if len(batch.ids) < max(1, min_batch):
             info.dropped_batches.append(f"batch {batch.index}: {len(batch.ids)} readable image(s), "
                                         f"fewer than {max(1, min_batch)}")
             continue
         if missing:
             info.batches_computed += 1
-            for m, stats, per_model in zip(models, statistics, found):
+            for m, stats, per_model, p in zip(models, statistics, found, precision):
                 todo = [s for s in stats if per_model[s.name] is None]
                 if not todo:
                     continue
                 tap_names = sorted({t for s in todo for t in s.taps(m)})
-                acts = _forward(m, batch.images, tap_names, amp)
+                with taps_mod.holding(m.model, progress, m.label):  # says so while another run holds it
+                    acts = _forward(m, batch.images, tap_names, amp)
                 info.forward_passes[m.label] = info.forward_passes.get(m.label, 0) + 1
                 for s in todo:
                     per_model[s.name] = s.compute(acts, m, batch)
-                    store.put(s.cache_key(m, batch), per_model[s.name])
+                    store.put(s.cache_key(m, batch, p), per_model[s.name])
                 del acts
         else:
             info.batches_from_cache += 1
@@ -144,6 +160,11 @@ def stream(models: Sequence[LoadedModel], source: ImageSource, indices: Sequence
     info.seconds += time.perf_counter() - t0
     if progress:
         progress(len(batches), len(batches), "done")
+
+
+def _meta_ok(meta) -> bool:
+    """A batch's cached ids/labels/skips are usable (an entry from another version, or damaged, is a miss)."""
+    return isinstance(meta, dict) and all(isinstance(meta.get(k), list) for k in ("ids", "skipped", "notices"))
 
 
 @dataclass

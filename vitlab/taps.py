@@ -29,6 +29,7 @@ Both CNN families also have, per block (for the skip analyses; not default CKA t
 from __future__ import annotations
 
 import threading
+import time
 import weakref
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -182,6 +183,26 @@ def model_lock(model) -> threading.RLock:
         if lock is None:
             lock = _LOCKS[model] = threading.RLock()
         return lock
+
+
+WAIT_POLL_S = 0.5  # how often a run waiting for a model says so (and can be cancelled through its progress)
+
+
+@contextmanager
+def holding(model, progress=None, what: str = "the model") -> Iterator[None]:
+    """Hold ``model``'s lock; while another run (another browser tab) holds it, report the wait through
+    ``progress(0, 0, text)`` every WAIT_POLL_S seconds: the app's Cancel stops the wait at such a report."""
+    lock = model_lock(model)
+    if not lock.acquire(blocking=False):
+        t0 = time.monotonic()
+        while not lock.acquire(timeout=WAIT_POLL_S):
+            if progress is not None:
+                progress(0, 0, f"waiting for {what}: another run (another tab?) is using it "
+                               f"({time.monotonic() - t0:.0f} s)")
+    try:
+        yield
+    finally:
+        lock.release()
 
 
 @contextmanager

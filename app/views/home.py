@@ -34,8 +34,12 @@ with right:
         st.markdown(f"`{src.name}`: {len(src)} images"
                     + (f", classes {', '.join(src.classes[:10])}" if src.classes else "")
                     + f"; the pages use the first {min(s.images, len(src))}, in batches of {s.batch_size}.")
-        shown = [(name, img) for name, img in vitlab.data.iter_images(src, range(min(8, len(src))))]
-        st.image([img for _, img in shown], caption=[name.split("/")[-1][:18] for name, _ in shown], width=72)
+        bad: list = []
+        shown = [(name, img) for name, img in vitlab.data.iter_images(src, range(min(8, len(src))), bad, 72)]
+        if shown:
+            st.image([img for _, img in shown], caption=[name.split("/")[-1][:18] for name, _ in shown], width=72)
+        for _, why in bad:
+            st.caption(f"skipped: {why}")
 
 st.subheader("Pages")
 LINKS = [

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import re
 from pathlib import Path
 
@@ -13,9 +14,13 @@ alt.data_transformers.disable_max_rows()
 FORMATS = ("png", "svg", "csv")
 
 
-def slug(text: str) -> str:
-    """A file-name-safe version of a label."""
-    return re.sub(r"[^A-Za-z0-9._-]+", "_", text).strip("_")[:120] or "chart"
+def slug(text: str, limit: int = 120) -> str:
+    """A file-name-safe version of a label, at most ``limit`` characters; a longer one is cut and ends in a hash
+    of the whole label, so two labels that differ only past the cut never share a file."""
+    safe = re.sub(r"[^A-Za-z0-9._-]+", "_", text).strip("_") or "chart"
+    if len(safe) <= limit:
+        return safe
+    return f"{safe[:limit - 17]}_{hashlib.sha1(text.encode()).hexdigest()[:16]}"
 
 
 def to_bytes(chart: alt.TopLevelMixin, fmt: str, frame=None, scale: float = 2.0) -> bytes:
