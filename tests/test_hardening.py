@@ -302,19 +302,19 @@ def test_7_removing_every_upload_empties_the_source():
 
 
 def test_8_a_new_class_folder_renumbers_labels_even_from_the_cache(tmp_path, tiny_vit):
-    from vitlab.run import GramStatistic, stream
+    from vitlab.run import GramStatistic, Run, stream
 
     root = _folder(tmp_path / "data", 8, classes=("bird", "cat"))
     store = Store(tmp_path / "cache")
     src = folder_source(root)
-    labels = [b.labels for b, _ in stream([tiny_vit], src, range(8), 8, [[GramStatistic()]], store=store)]
+    labels = [b.labels for b, _ in stream([tiny_vit], src, range(8), 8, [[GramStatistic()]], Run(store=store))]
     assert labels == [[0, 0, 0, 0, 1, 1, 1, 1]]
     _folder(tmp_path / "tmp", 1)
     (root / "ant").mkdir()
     (tmp_path / "tmp" / "img0.png").rename(root / "ant" / "a.png")
     src2 = folder_source(root)
     assert src2.classes == ["ant", "bird", "cat"] and src2.item_id(0).endswith("a.png")
-    labels = [b.labels for b, _ in stream([tiny_vit], src2, range(1, 9), 8, [[GramStatistic()]], store=store)]
+    labels = [b.labels for b, _ in stream([tiny_vit], src2, range(1, 9), 8, [[GramStatistic()]], Run(store=store))]
     assert labels == [[1, 1, 1, 1, 2, 2, 2, 2]]
 
 
@@ -334,12 +334,18 @@ def test_9_an_empty_shard_contributes_nothing(tmp_path):
     pd.testing.assert_frame_equal(a, b, check_exact=False, rtol=0, atol=1e-12)
 
 
-def test_9_receptive_field_leaves_its_output_to_rank_0(tmp_path, monkeypatch):
-    monkeypatch.setenv("WORLD_SIZE", "2")
-    monkeypatch.setenv("RANK", "1")
-    out = tmp_path / "rf"
-    assert cli.main(["receptive-field", "-m", "test_vit@random", "-n", "4", "-b", "4", *CPU, "-o", str(out)]) == 0
-    assert not out.exists()
+def test_9_receptive_field_is_sharded_and_written_by_rank_0_alone(tmp_path):
+    out2, out1 = tmp_path / "two", tmp_path / "one"
+    args = ["receptive-field", "-m", "test_vit@random", "-n", "8", "-b", "4", "-d", "fashion-mnist:test", *CPU,
+            "--no-cache"]
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--master_addr=127.0.0.1",
+           f"--master_port={_free_port()}", "-m", "vitlab", *args, "-o", str(out2)]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=_env(), check=False)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
+    assert done.stdout.count(f"files in {out2}") == 1  # one rank writes and reports
+    assert cli.main([*args, "-o", str(out1)]) == 0
+    a, b = pd.read_csv(out1 / "receptive_field.csv"), pd.read_csv(out2 / "receptive_field.csv")
+    pd.testing.assert_frame_equal(a, b, check_exact=False, rtol=0, atol=1e-9)
 
 
 # ------------------------------------------------------------------------------------------ 10. small things

@@ -47,8 +47,11 @@ def resample_indices(units: int, resamples: int, seed: int) -> np.ndarray:
 
 def percentile_interval(samples: np.ndarray, level: float = LEVEL) -> tuple[np.ndarray, np.ndarray]:
     """Percentile interval over axis 0 of (B, ...) resampled statistics; NaN resamples are left out."""
+    import warnings
+
     tail = 100 * (1 - level) / 2
-    with np.errstate(all="ignore"):
+    with np.errstate(all="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # all resamples NaN (e.g. infinite ratios): a NaN interval
         lo, hi = np.nanpercentile(np.asarray(samples, dtype=np.float64), [tail, 100 - tail], axis=0)
     return lo, hi
 

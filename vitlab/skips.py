@@ -243,21 +243,31 @@ def skip_ratios(models: Sequence[LoadedModel], source: ImageSource, opts: SkipOp
     run = run or Run()
     stat = SkipStatistic()
     accs = [SkipAccumulator(stat.params(m)["sublayers"]) for m in models]
-    kept: list[list] = [[] for _ in models]  # per model, per batch: (ratio sums, images) for the intervals
-    for _, found in stream(models, source, select(source, opts.images, opts.shuffle), opts.batch_size,
-                           [[stat]] * len(models), run):
+    kept: list[list] = [[] for _ in models]  # per model, per batch: (index, ratio sums, images), for intervals
+    for batch, found in stream(models, source, select(source, opts.images, opts.shuffle), opts.batch_size,
+                               [[stat]] * len(models), run):
         for k, (acc, per_model) in enumerate(zip(accs, found)):
             acc.update(per_model[stat.name])
-            kept[k].append((per_model[stat.name]["ratio_sum"], float(np.sum(per_model[stat.name]["count"]))))
+            kept[k].append((batch.index, per_model[stat.name]["ratio_sum"],
+                            float(np.sum(per_model[stat.name]["count"]))))
     run.reduce_accumulators(accs)
     results = [acc.compute(m.label, taps_mod.num_prefix_tokens(m.model), taps_mod.family(m.model))
                for acc, m in zip(accs, models)]
-    if run.bootstrap and run.shard[1] == 1 and kept[0]:
-        from . import evidence as ev
-
-        idx = ev.resample_indices(len(kept[0]), run.bootstrap, run.seed)
-        for res, batches in zip(results, kept):
-            with np.errstate(invalid="ignore"):
-                reps = ev.ratio_replicates(np.stack([b[0] for b in batches]), np.array([b[1] for b in batches]), idx)
-                res.ratio_lo, res.ratio_hi = ev.percentile_interval(reps)
+    if run.bootstrap:
+        _intervals(results, run.gather_objects(kept) if run.shard[1] > 1 else [kept], run)
     return SkipReport(results, run.info)
+
+
+def _intervals(results: list[SkipResult], ranks: list[list[list]], run: Run) -> None:
+    """Every ratio's 95 % interval: the batches of all ranks, in batch order (so torchrun equals one process),
+    resampled ``run.bootstrap`` times."""
+    from . import evidence as ev
+
+    for k, res in enumerate(results):
+        batches = sorted((b for kept in ranks for b in kept[k]), key=lambda b: b[0])
+        if not batches:
+            continue
+        idx = ev.resample_indices(len(batches), run.bootstrap, run.seed)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            reps = ev.ratio_replicates(np.stack([b[1] for b in batches]), np.array([b[2] for b in batches]), idx)
+        res.ratio_lo, res.ratio_hi = ev.percentile_interval(reps)

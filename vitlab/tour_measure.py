@@ -26,16 +26,8 @@ from .skips import SkipStatistic
 
 
 def _stream(models, source, indices, batch_size, statistics, run: Run, min_batch: int = 4):
-    """``run.stream`` with this run's store and info and no progress of its own (the tour reports per check).
-
-    Accepts both the keyword form of ``stream`` and the ``run=`` form it is moving to."""
-    import inspect
-
-    quiet = run.with_progress(None)
-    if "run" in inspect.signature(stream).parameters:
-        return stream(models, source, indices, batch_size, statistics, quiet, min_batch=min_batch)
-    return stream(models, source, indices, batch_size, statistics, store=run.store, amp=run.amp, info=run.info,
-                  min_batch=min_batch)
+    """``run.stream`` with this run's store and info and no progress of its own (the tour reports per check)."""
+    return stream(models, source, indices, batch_size, statistics, run.with_progress(None), min_batch=min_batch)
 
 
 class Models:
