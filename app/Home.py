@@ -40,6 +40,11 @@ NAV = {
         page("probes.py", "Linear probes", ":material/linear_scale:"),
         page("checkpoints.py", "Checkpoints", ":material/compare_arrows:"),
     ],
+    "Cause": [
+        page("ablation.py", "Head ablation", ":material/content_cut:"),
+        page("attribution.py", "Attribution", ":material/ads_click:"),
+        page("token_norms.py", "Token norms", ":material/warning:"),
+    ],
     "Presentation": [page("tour.py", "Paper tour", ":material/slideshow:"),
                      page("present.py", "Present the tour", ":material/co_present:")],
 }

@@ -17,9 +17,9 @@ Beyond the table: ``token_gradient`` (|dh_t/dx| of one token on one image, its o
 ``report`` (the tour as one self-contained HTML file, ``vitlab report``); docs/uploads.md, docs/presenting.md.
 """
 
-from . import (activations, analyses, attention, checkpoints, cka, data, evidence, heads, hub, interventions,
-               localization, models, options, probes, receptive, report, run, skips, taps, token_gradient,
-               token_localization, tour, zoo)
+from . import (ablation, activations, analyses, attention, attribution, checkpoints, cka, data, evidence, heads, hub,
+               interventions, localization, models, options, probes, receptive, report, run, skips, taps,
+               token_gradient, token_localization, token_norms, tour, zoo)
 from .analyses import ANALYSES, Analysis
 from .cache import Store
 from .cka import CKAResult, MinibatchCKA
@@ -34,8 +34,8 @@ __version__ = "0.1.0"
 __all__ = [
     "ANALYSES", "Analysis", "CKAOptions", "CKAReport", "CKAResult", "DataSpec", "GramStatistic", "ImageSource",
     "LoadedModel", "MinibatchCKA", "ModelSpec", "PAPER_MODELS", "Run", "RunInfo", "Statistic", "Store",
-    "VitlabError", "activations", "analyses", "attention", "checkpoints", "cka", "data", "evidence", "heads", "hub",
-    "interventions", "load", "localization", "models", "open_source", "options", "parse_spec", "probes",
-    "receptive", "report", "run", "select", "skips", "stream", "taps", "token_gradient", "token_localization", "tour",
-    "uploads_source", "zoo",
+    "VitlabError", "ablation", "activations", "analyses", "attention", "attribution", "checkpoints", "cka", "data",
+    "evidence", "heads", "hub", "interventions", "load", "localization", "models", "open_source", "options",
+    "parse_spec", "probes", "receptive", "report", "run", "select", "skips", "stream", "taps", "token_gradient",
+    "token_localization", "token_norms", "tour", "uploads_source", "zoo",
 ]

@@ -20,8 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import attention, attention_views, checkpoints, heads, interventions, localization, probes, receptive, run
-from . import skips, token_gradient, tour
+from . import ablation, attention, attention_views, attribution, checkpoints, heads, interventions, localization
+from . import probes, receptive, run, skips, token_gradient, token_norms, tour
 
 ARITIES = ("one", "pair", "many", "pairs")
 
@@ -319,6 +319,100 @@ def _probe_lines(frame):
     from .charts.probes import probe_lines
 
     return probe_lines(frame)
+
+
+# ---------------------------------------------------------------- the causal analyses (docs/causal.md)
+
+
+def _ablation_tables(res) -> dict:
+    return {"ablation": res.to_frame(), "summary": res.summary(), "verdicts": res.verdicts(), "cka": res.cka_frame()}
+
+
+def _ablation_charts(res, opts) -> dict:
+    from .charts import causal as ch
+
+    summary = res.summary()
+    return {"delta_accuracy": ch.ablation_curves(summary, "delta_accuracy"), "kl": ch.ablation_curves(summary, "kl"),
+            "cka": ch.ablation_cka_chart(res.cka_frame())}
+
+
+def _ablation_record(res, opts) -> dict:
+    return {"blocks_used": res.blocks, "accuracy_kind": res.accuracy_kind, "intact": float(res.intact_correct.mean()),
+            "heads_by_distance": res.heads_by_distance, "verdicts": res.verdicts().to_dict("records")}
+
+
+def _attribution_tables(rep) -> dict:
+    return {"faithfulness": rep.scores.to_frame(), "faithfulness_summary": rep.scores.summary(),
+            "curves": rep.one.to_frame(), "one_image_scores": rep.one.summary()}
+
+
+def _attribution_charts(rep, opts) -> dict:
+    from .charts import causal as ch
+
+    return {"faithfulness": ch.faithfulness_summary_chart(rep.scores.summary()),
+            "curves": ch.faithfulness_curves(rep.one.to_frame())}
+
+
+def _attribution_files(rep, out: Path) -> list:
+    from .charts.attention import overlay
+    from .charts.common import image_png
+
+    paths = []
+    for method, grid in rep.one.maps.items():
+        stem = out / f"map_{method.replace(':', '_')}"
+        stem.with_suffix(".png").write_bytes(image_png(overlay(rep.view, grid, min_side=224)))
+        rep.one.map_frame(method).to_csv(stem.with_suffix(".csv"), index=False)
+        paths += [stem.with_suffix(".png"), stem.with_suffix(".csv")]
+    return paths
+
+
+def _attribution_record(rep, opts) -> dict:
+    r = rep.scores
+    return {"cell_px_used": r.cell_px, "cells": r.cells, "methods_used": r.methods, "image_id": rep.one.image,
+            "target_class": rep.one.target, "summary": r.summary().to_dict("records"),
+            "unreadable": [s[0] for s in r.skipped]}
+
+
+def _token_tables(res) -> dict:
+    return {"token_norms": res.to_frame(), "flagged_tokens": res.flagged_frame(),
+            "token_norm_histogram": res.histogram_frame(), "cka": res.cka_frame(),
+            "attention_distance": res.distance_frame()}
+
+
+def _token_charts(res, opts) -> dict:
+    from .charts import causal as ch
+
+    out = {"flags": ch.flag_summary_chart(res.to_frame()),
+           "norms_last_tap": ch.norm_histogram(res.histogram_frame(), res.layers[-1])}
+    for tokens, part in res.cka_frame().groupby("tokens", sort=False):
+        out[f"cka_{tokens}"] = _charts().cka_heatmap(part.drop(columns="tokens").reset_index(drop=True),
+                                                     title=f"CKA, tokens: {tokens}")
+    if res.distance_all is not None:
+        out["attention_distance"] = ch.distance_compare_chart(res.distance_frame())
+    return out
+
+
+CAUSAL = [
+    Analysis(
+        "head-ablation", "Head ablation", "beside Fig 5", "pair", ablation.AblationOptions, ablation.head_ablation,
+        "ablate the k most local / most global / random heads of the lower blocks: Δaccuracy, KL and CKA with "
+        "intervals", tables=_ablation_tables, charts=_ablation_charts, record=_ablation_record, shards=False,
+        data="fashion-mnist:test", other_help="the model whose lower layers the CKA compares with, e.g. a ResNet",
+        page="ablation", icon=":material/content_cut:", docs="causal", section="Cause"),
+    Analysis(
+        "attribution", "Attribution", "-", "one", attribution.FaithfulnessOptions, attribution.attribution_report,
+        "rollout / gradient-weighted rollout / Grad-CAM maps scored by deletion and insertion curves against random "
+        "orders, averaged over images", tables=_attribution_tables, charts=_attribution_charts,
+        files=_attribution_files, record=_attribution_record, shards=False, data="fashion-mnist:test",
+        page="attribution", icon=":material/ads_click:", docs="causal", section="Cause"),
+    Analysis(
+        "token-norms", "Token norms", "-", "one", token_norms.TokenNormOptions, token_norms.token_norms,
+        "token norm distribution per block, high-norm tokens flagged (median + k·1.4826·MAD), CKA and attention "
+        "distance without them", tables=_token_tables, charts=_token_charts,
+        record=lambda r, o: {"prefix_tokens": r.prefix, "per_tap": r.to_frame().to_dict("records")},
+        shards=False, page="token_norms", icon=":material/warning:", docs="causal", section="Cause"),
+]
+ANALYSES.update({a.name: a for a in CAUSAL})
 
 
 def register(analysis: Analysis) -> Analysis:

@@ -1,0 +1,63 @@
+"""Attribution maps of one image (attention rollout, rollout with head fusion and discard, gradient-weighted
+rollout, Grad-CAM for CNNs), each scored by deletion and insertion curves against a random order."""
+
+import lab
+import streamlit as st
+
+import vitlab.activations
+from vitlab import attribution
+from vitlab.charts import causal as charts
+from vitlab.charts.attention import overlay
+
+st.title("Attribution maps and their faithfulness")
+st.caption("Where does the model look for this image and class? Each map orders the image's cells; deleting them "
+           "in that order should make the class probability fall fast (low deletion AUC), inserting them into a "
+           "blank image should make it rise fast (high insertion AUC), compared with a random order. Deleted cells "
+           "are filled with the data set's mean pixel (or black).")
+s = lab.settings()
+spec = lab.model_slot("attr.model", s)
+
+
+def options_ui(family: str, n_images: int, item_id) -> tuple[int, attribution.FaithfulnessOptions]:
+    c1, c2, c3, c4, c5 = st.columns([2, 3, 1, 1, 1])
+    index = c1.selectbox("Image", list(range(n_images)), key="attr.image", format_func=item_id)
+    choices = list(attribution.VIT_METHODS) + ["rollout:mean:0.9", "random"] if family == "vit" else \
+        list(attribution.CNN_METHODS) + ["random"]
+    default = list(attribution.VIT_METHODS if family == "vit" else attribution.CNN_METHODS)
+    methods = c2.multiselect("Maps", choices, default=default, key=f"attr.methods.{family}",
+                             help="rollout:FUSION:DISCARD = head fusion (mean, max, min) and discard ratio")
+    target = c3.radio("Class", attribution.TARGETS, key="attr.target", help="the model's top-1, or the label")
+    baseline = c4.radio("Fill", attribution.BASELINES, key="attr.baseline")
+    orders = c5.number_input("Random orders", 1, 64, 8, key="attr.orders")
+    if not methods:
+        raise vitlab.VitlabError("choose at least one map")
+    return int(index), attribution.FaithfulnessOptions(methods=tuple(methods), target=target, baseline=baseline,
+                                                       random_orders=int(orders))
+
+
+result = None
+with lab.guard():
+    m = lab.model(spec, s.device)
+    src = lab.source(s)
+    index, opts = options_ui(m.family, min(s.images, len(src)), src.item_id)
+    result = lab.compute(("attribution", s.key, spec, index, opts), lambda run: attribution.attribution(
+        m, src, index, opts, run), "Attribution")
+
+if result is not None:
+    view = vitlab.activations.model_view(m, src.load(index))
+    cols = st.columns(1 + len(result.maps))
+    with cols[0]:
+        lab.image(view, None, f"model_view_{result.model}_{result.image}", "attr.view", caption="what the model sees")
+    for col, (method, grid) in zip(cols[1:], result.maps.items()):
+        with col:
+            d, i = result.scores[method]
+            lab.image(overlay(view, grid, min_side=224), result.map_frame(method),
+                      f"attribution_{result.model}_{result.image}_{method}", f"attr.map.{method}",
+                      caption=f"{method}: deletion {d:.3f}, insertion {i:.3f}")
+    frame = result.to_frame()
+    chart = charts.faithfulness_curves(frame)
+    lab.chart(chart, key="attr.curves")
+    lab.export(chart, frame, f"faithfulness_curves_{result.model}_{result.image}", "attr.curves")
+    st.caption(f"target class {result.target}; cells of {result.cell_px} px; random order: mean of "
+               f"{opts.random_orders} orders. The CLI command `vitlab attribution` averages the scores over images.")
+    st.dataframe(result.summary(), hide_index=True)

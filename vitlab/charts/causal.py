@@ -1,0 +1,123 @@
+"""Charts of the causal analyses: head ablation curves, attribution faithfulness, token-norm artefacts.
+
+Each builder takes a result's frame (``summary()``, ``cka_frame()``, ``to_frame()``, ``histogram_frame()``).
+"""
+
+from __future__ import annotations
+
+import altair as alt
+import pandas as pd
+
+SELECTION_COLOURS = alt.Scale(domain=["local", "global", "random"], range=["#1b9e77", "#d95f02", "#7570b3"])
+METRIC_TITLES = {"delta_accuracy": "Δ accuracy vs the intact model", "kl": "KL(intact ‖ ablated), nats"}
+
+
+def ablation_curves(summary: pd.DataFrame, metric: str = "delta_accuracy"):
+    """The three curves (most local, most global, random heads) side by side on one axis per mode: mean and
+    interval (bootstrap over images for local/global, range over draws for random) against k."""
+    part = summary[summary["metric"] == metric]
+    base = alt.Chart().encode(
+        x=alt.X("k:Q", title="heads ablated (k)", axis=alt.Axis(tickMinStep=1)),
+        color=alt.Color("selection:N", scale=SELECTION_COLOURS, title="heads"),
+        xOffset=alt.XOffset("selection:N"))
+    tooltip = ["mode", "selection", "k", alt.Tooltip("mean:Q", format=".4f"), alt.Tooltip("lo:Q", format=".4f"),
+               alt.Tooltip("hi:Q", format=".4f"), "interval", "draws"]
+    line = base.mark_line(point=True).encode(y=alt.Y("mean:Q", title=METRIC_TITLES.get(metric, metric)),
+                                             tooltip=tooltip)
+    bars = base.mark_errorbar(ticks=True).encode(y=alt.Y("lo:Q", title=METRIC_TITLES.get(metric, metric)),
+                                                 y2="hi:Q", tooltip=tooltip)
+    zero = alt.Chart().mark_rule(color="grey", strokeDash=[4, 3]).encode(y=alt.datum(0))
+    return alt.layer(zero, bars, line, data=part).properties(width=260, height=220).facet(
+        column=alt.Column("mode:N", title="ablation"),
+        title=f"{part['model'].iloc[0] if len(part) else ''}: {METRIC_TITLES.get(metric, metric)}")
+
+
+def ablation_cka_chart(cka: pd.DataFrame, k: int | None = None):
+    """CKA of every block output with the intact model (solid) and mean CKA with the other model's lower layers
+    (dashed), per selection, at ``k`` heads (default the largest); random: mean over draws."""
+    k = int(cka["k"].max()) if k is None else int(k)
+    part = cka[cka["k"] == k].groupby(["mode", "selection", "layer", "depth"], as_index=False)[
+        ["cka_intact", "cka_other", "cka_other_intact"]].mean()
+    long = part.melt(id_vars=["mode", "selection", "layer", "depth"], value_vars=["cka_intact", "cka_other"],
+                     var_name="compared_with", value_name="cka")
+    long["compared_with"] = long["compared_with"].map({"cka_intact": "intact model, same block",
+                                                       "cka_other": "other model's lower layers (mean)"})
+    order = list(dict.fromkeys(part.sort_values("depth")["layer"]))
+    return alt.Chart(long).mark_line(point=True).encode(
+        x=alt.X("layer:N", sort=order, title="block output", axis=alt.Axis(labelAngle=-45)),
+        y=alt.Y("cka:Q", title="CKA", scale=alt.Scale(zero=False)),
+        color=alt.Color("selection:N", scale=SELECTION_COLOURS, title="heads"),
+        strokeDash=alt.StrokeDash("compared_with:N", title=None, legend=alt.Legend(orient="bottom")),
+        tooltip=["mode", "selection", "layer", "compared_with", alt.Tooltip("cka:Q", format=".4f")],
+    ).properties(width=260, height=220).facet(column=alt.Column("mode:N", title="ablation"),
+                                               title=f"CKA after ablating {k} heads")
+
+
+def faithfulness_curves(frame: pd.DataFrame):
+    """Deletion and insertion curves of one image: probability of the target class vs fraction of cells."""
+    dashed = alt.condition(alt.datum.method == "random order", alt.value([4, 3]), alt.value([1, 0]))
+    first = frame.iloc[0]
+    return alt.Chart(frame).mark_line(point=alt.OverlayMarkDef(size=18)).encode(
+        x=alt.X("fraction:Q", title="fraction of cells deleted / inserted"),
+        y=alt.Y("probability:Q", title="probability of the target class", scale=alt.Scale(domain=[0, 1])),
+        color=alt.Color("method:N", title="map"), strokeDash=dashed,
+        tooltip=["method", "curve", "step", alt.Tooltip("fraction:Q", format=".3f"),
+                 alt.Tooltip("probability:Q", format=".4f")],
+    ).properties(width=260, height=220).facet(column=alt.Column("curve:N", title=None),
+                                               title=f"{first['model']} · {first['image']}")
+
+
+def faithfulness_summary_chart(summary: pd.DataFrame):
+    """Per method: AUC minus the random order's, with its 95 % bootstrap interval over images (deletion: lower is
+    better; insertion: higher is better)."""
+    base = alt.Chart().encode(y=alt.Y("method:N", title=None, sort=list(dict.fromkeys(summary["method"]))),
+                              color=alt.Color("method:N", legend=None))
+    tooltip = ["method", "curve", alt.Tooltip("auc:Q", format=".4f"), alt.Tooltip("auc_random_order:Q", format=".4f"),
+               alt.Tooltip("minus_random:Q", format=".4f"), alt.Tooltip("lo:Q", format=".4f"),
+               alt.Tooltip("hi:Q", format=".4f"), "images"]
+    dots = base.mark_point(filled=True, size=70).encode(x=alt.X("minus_random:Q", title="AUC − random order's"),
+                                                        tooltip=tooltip)
+    bars = base.mark_errorbar(ticks=True).encode(x=alt.X("lo:Q", title="AUC − random order's"), x2="hi:Q",
+                                                 tooltip=tooltip)
+    zero = alt.Chart().mark_rule(color="grey", strokeDash=[4, 3]).encode(x=alt.datum(0))
+    return alt.layer(zero, bars, dots, data=summary).properties(width=260, height=28 * summary["method"].nunique()
+                                                                ).facet(column=alt.Column("curve:N", title=None),
+                                                                        title=f"{summary['model'].iloc[0]}: "
+                                                                              "faithfulness vs a random order")
+
+
+def norm_histogram(hist: pd.DataFrame, tap: str):
+    """Token norms at one tap: spatial tokens and each named prefix token (log axis); the rule is the threshold."""
+    part = hist[hist["tap"] == tap]
+    bars = alt.Chart().mark_rect(opacity=0.75).encode(
+        x=alt.X("lo:Q", scale=alt.Scale(type="log"), title="token norm"), x2="hi:Q",
+        y=alt.Y("count:Q", stack=None, title="tokens (images × positions)"),
+        color=alt.Color("token:N", title="tokens"),
+        tooltip=["token", alt.Tooltip("lo:Q", format=".3g"), alt.Tooltip("hi:Q", format=".3g"), "count"])
+    rule = alt.Chart().mark_rule(color="red", strokeDash=[4, 3]).encode(
+        x="mean(threshold):Q", tooltip=[alt.Tooltip("mean(threshold):Q", format=".4g", title="threshold")])
+    return alt.layer(bars, rule, data=part).properties(width=420, height=200, title=f"Token norms at {tap}")
+
+
+def flag_summary_chart(frame: pd.DataFrame):
+    """Per tap: flagged share of spatial tokens and the flagged tokens' share of the centred Gram's energy."""
+    long = frame.melt(id_vars=["model", "tap"], value_vars=["flagged_share", "energy_share"], var_name="share",
+                      value_name="value")
+    long["share"] = long["share"].map({"flagged_share": "of spatial tokens", "energy_share": "of the Gram's energy"})
+    return alt.Chart(long).mark_bar().encode(
+        x=alt.X("tap:N", sort=list(frame["tap"]), title=None, axis=alt.Axis(labelAngle=-60)),
+        xOffset="share:N", y=alt.Y("value:Q", title="flagged share"),
+        color=alt.Color("share:N", title=None, legend=alt.Legend(orient="bottom")),
+        tooltip=["tap", "share", alt.Tooltip("value:Q", format=".4f")],
+    ).properties(width=max(260, 22 * len(frame)), height=200, title=f"{frame['model'].iloc[0]}: flagged tokens")
+
+
+def distance_compare_chart(frame: pd.DataFrame):
+    """Mean attention distance per head with all tokens and with flagged tokens left out."""
+    return alt.Chart(frame).mark_point(filled=True, size=45, opacity=0.8).encode(
+        x=alt.X("layer:O", title="block"), xOffset="tokens:N",
+        y=alt.Y("distance_px:Q", title="mean attention distance (pixels)", scale=alt.Scale(zero=True)),
+        color=alt.Color("tokens:N", title=None, legend=alt.Legend(orient="bottom")),
+        tooltip=["layer", "head", "tokens", alt.Tooltip("distance_px:Q", format=".3f")],
+    ).properties(width=max(240, 36 * frame["layer"].nunique()), height=220,
+                 title="Attention distance with and without flagged tokens")
