@@ -186,7 +186,8 @@ border-bottom:1px solid #ddd;break-after:page}h1{font-size:2.4em;margin:0 0 .4em
 .verdict{display:inline-block;font-size:1.5em;font-weight:700;padding:.1em .6em;border-radius:.3em;margin:.2em 0}
 .shown{background:#d7f5dd;color:#0b6b24}.notshown{background:#ffe0d6;color:#9a2a00}
 .canttell{background:#e8eaf0;color:#333}table{border-collapse:collapse}th,td{padding:.2em .6em;text-align:left;
-vertical-align:top}.numbers th{white-space:nowrap}.numbers td{font-variant-numeric:tabular-nums;font-size:1.1em}.evidence{color:#444;font-size:.85em}
+vertical-align:top}.numbers th{white-space:nowrap}.numbers td{font-variant-numeric:tabular-nums;font-size:1.1em}
+.evidence{color:#444;font-size:.85em}
 .prov{font-size:.75em;margin-bottom:1em}.prov th{color:#555}.summary td,.summary th{font-size:1.1em}
 nav ol{columns:2;font-size:.9em}a{color:#0645ad}
 """
