@@ -46,7 +46,8 @@ NAV = {
         page("attribution.py", "Attribution", ":material/ads_click:"),
         page("token_norms.py", "Token norms", ":material/warning:"),
     ],
-    "Presentation": [page("tour.py", "Paper tour", ":material/slideshow:")],
+    "Presentation": [page("tour.py", "Paper tour", ":material/slideshow:"),
+                     page("present.py", "Present the tour", ":material/co_present:")],
 }
 
 nav = st.navigation(NAV)

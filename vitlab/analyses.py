@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from . import ablation, attention, attention_views, attribution, checkpoints, heads, interventions, localization
-from . import manymodels, probes, receptive, run, sensitivity, similarity, skips, token_norms
+from . import manymodels, probes, receptive, run, sensitivity, similarity, skips, token_gradient, token_norms, tour
 
 ARITIES = ("one", "pair", "many", "pairs")
 
@@ -290,6 +290,22 @@ ANALYSES: dict[str, Analysis] = {a.name: a for a in [
         record=lambda r, o: {"ok": r.ok(), "logits_max_abs_diff": r.logits_diff},
         status=lambda r: 0 if r.ok() else 1, shards=False, cache=False, docs="attention",
         out="results/attention_parity"),
+    Analysis(
+        "tour", "Paper tour", "Figs 1-12", "many", tour.TourOptions, tour.run_tour,
+        "check the paper's claims on models, each against its control with 95 % intervals: shown, not shown or "
+        "can't tell (Figs 1-12)",
+        tables=lambda r: {"tour": r.to_frame(), "tour_intervals": r.intervals_frame()},
+        charts=lambda r, o: r.chart_files(), record=lambda r, o: {"verdicts": r.summary(),
+                                                                  "checks": [c.figure for c in r.rows]},
+        shards=False, data="fashion-mnist:test", page="tour", section="Presentation",
+        icon=":material/slideshow:", docs="evidence"),
+    Analysis(
+        "token-gradient", "Token gradient map", "Fig 6, one token", "one", token_gradient.TokenGradientOptions,
+        token_gradient.token_gradient, "which input pixels one token carries on one image: the gradient magnitude "
+        "of the token w.r.t. the input and its share in the token's own patch and 3x3 neighbourhood",
+        tables=lambda r: {"token_gradient": r.to_frame(), "token_gradient_shares": r.shares_frame()},
+        headline=lambda r: [r.headline()], record=lambda r, o: {"shares": r.shares}, shards=False,
+        data="fashion-mnist:test", page="localization", docs="uploads"),
 ]}
 
 

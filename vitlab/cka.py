@@ -127,6 +127,7 @@ class CKAResult:
     images: int = 0
     batches: int = 0
     warnings: list[str] = field(default_factory=list)
+    evidence: object | None = None  # vitlab.evidence.CKAEvidence: 95 % interval over batches and permutation null
 
     def to_frame(self):
         import pandas as pd
@@ -138,6 +139,8 @@ class CKAResult:
                        "cka": float(self.cka[i, j])}
                 if self.std is not None:
                     row["cka_std"] = float(self.std[i, j])
+                if self.evidence is not None:
+                    row.update(self.evidence.columns(i, j))
                 rows.append(row)
         return pd.DataFrame(rows)
 

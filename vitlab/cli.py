@@ -18,8 +18,8 @@ from .analyses import ANALYSES, Analysis
 from .errors import VitlabError
 from .options import parse_ints, parse_strs
 
-MODEL_HELP = ("model spec NAME[@WEIGHTS] or zoo:NAME; WEIGHTS: pretrained (default), random[:SEED], "
-              "or a .safetensors/.pth/.bin file")
+MODEL_HELP = ("model spec NAME[@WEIGHTS] or zoo:NAME[@random[:SEED]]; WEIGHTS: pretrained (default), "
+              "random[:SEED] (the untrained twin), or a .safetensors/.pth/.bin file")
 DEVICE_HELP = "auto (CUDA when present), cpu, cuda, cuda:N"
 SCALARS = {"int": int, "float": float, "str": str}
 
@@ -70,6 +70,16 @@ def options_from_args(analysis: Analysis, args):
     return analysis.options(**given)
 
 
+def add_evidence_options(p: argparse.ArgumentParser, options: type) -> None:
+    """``--bootstrap B`` and ``--seed S``: the resampling behind every 95 % interval (docs/evidence.md). An
+    analysis whose options already have a ``seed`` (probe: its split) shares that flag."""
+    p.add_argument("--bootstrap", type=int, default=200, metavar="B",
+                   help="bootstrap resamples for each 95 %% interval (over batches, images or few-shot draws); 0: "
+                        "none (default: 200)")
+    if "seed" not in {f.name for f in dataclasses.fields(options)}:
+        p.add_argument("--seed", type=int, default=0, help="seed of the bootstrap and of the permutation nulls")
+
+
 def add_analysis(sub, analysis: Analysis) -> argparse.ArgumentParser:
     """Register one row of the table as a sub-command."""
     p = sub.add_parser(analysis.name, help=analysis.help, description=f"{analysis.title} ({analysis.figure}): "
@@ -89,6 +99,7 @@ def add_analysis(sub, analysis: Analysis) -> argparse.ArgumentParser:
         _add_option(p, f)
     if analysis.amp:
         p.add_argument("--amp", action="store_true", help="bf16 autocast on GPU (Grams stay float32, sums float64)")
+    add_evidence_options(p, analysis.options)
     if analysis.cache:
         p.add_argument("--no-cache", action="store_true", help="neither read nor write the disk cache")
         p.add_argument("--cache-dir", default=None, help="cache folder (default: VITLAB_CACHE_DIR or ~/.cache/vitlab)")
@@ -152,7 +163,8 @@ def run_analysis(analysis: Analysis, args) -> int:
     progress = ctx.progress(analysis.name)
     run = Run(store=open_store(args), progress=progress, amp=bool(getattr(args, "amp", False)),
               shard=ctx.shard if sharded else (0, 1), reduce=ctx.reduce if sharded else None,
-              gather=ctx.gather if sharded else None)
+              gather=ctx.gather if sharded else None, bootstrap=args.bootstrap,
+              seed=getattr(args, "seed", None) or 0)
     try:
         result = analysis.call(engine_models, source, opts, run)
     finally:
@@ -164,7 +176,8 @@ def run_analysis(analysis: Analysis, args) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     written = write_outputs(analysis, result, opts, out)
-    extra = {**{f.name: getattr(opts, f.name) for f in dataclasses.fields(opts)}, **analysis.record(result, opts)}
+    extra = {**{f.name: getattr(opts, f.name) for f in dataclasses.fields(opts)}, **analysis.record(result, opts),
+             "bootstrap": args.bootstrap, "seed": run.seed}
     write_run_json(out, analysis.name, models + list(getattr(result, "extra_models", [])), args, run.info, t0,
                    list(getattr(result, "warnings", []))[:20], model_taps=getattr(result, "taps", None), **extra)
     for line in analysis.headline(result):
@@ -294,7 +307,9 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     for analysis in ANALYSES.values():
         add_analysis(sub, analysis)
-    for add in (add_taps, add_cache, add_zoo):
+    from .cli_report import add_report  # the tour as one HTML file: an output of the tour row, not a row
+
+    for add in (add_taps, add_cache, add_zoo, add_report):
         add(sub)
     return parser
 
