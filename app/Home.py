@@ -39,13 +39,15 @@ NAV = {
         page("localization.py", "Localization", ":material/my_location:"),
         page("probes.py", "Linear probes", ":material/linear_scale:"),
         page("checkpoints.py", "Checkpoints", ":material/compare_arrows:"),
+        page("models.py", "Many models", ":material/scatter_plot:"),
     ],
     "Cause": [
         page("ablation.py", "Head ablation", ":material/content_cut:"),
         page("attribution.py", "Attribution", ":material/ads_click:"),
         page("token_norms.py", "Token norms", ":material/warning:"),
     ],
-    "Presentation": [page("tour.py", "Paper tour", ":material/slideshow:")],
+    "Presentation": [page("tour.py", "Paper tour", ":material/slideshow:"),
+                     page("present.py", "Present the tour", ":material/co_present:")],
 }
 
 nav = st.navigation(NAV)

@@ -349,6 +349,13 @@ def source(s: Settings) -> vitlab.ImageSource:
     return vitlab.open_source(s.source)  # a folder: listed afresh, so new files are seen
 
 
+def named_source(text: str) -> vitlab.ImageSource:
+    """A dataset or folder by name (the bundled datasets cached), e.g. a page's reference set."""
+    if not text:
+        raise vitlab.VitlabError("no folder given: type the path of a folder of images")
+    return _dataset(text) if text in SOURCES else vitlab.open_source(text)
+
+
 # ------------------------------------------------------------------------------ running, errors, export
 
 

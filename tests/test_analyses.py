@@ -112,3 +112,19 @@ def test_a_new_row_has_a_docs_line_and_runs_from_the_table(toy):
     assert "| `vitlab brightness` | mean input brightness per image |" in analyses.markdown()
     assert analyses.ANALYSES["brightness"].call(vitlab.load("test_vit@random", "cpu"), vitlab.open_source("samples"),
                                                 BrightnessOptions(images=2), vitlab.Run()).values.shape == (2,)
+
+
+def test_every_command_prints_its_help(capsys):
+    """argparse formats help with %: a row whose help holds '95 %' must still print (every row, every flag)."""
+    import pytest
+
+    from vitlab import cli
+
+    parser = cli.build_parser()
+    names = list(parser._subparsers._group_actions[0].choices)
+    assert set(vitlab.ANALYSES) <= set(names) and "report" in names
+    for name in ["", *names]:
+        with pytest.raises(SystemExit) as done:
+            cli.main([name, "--help"] if name else ["--help"])
+        assert done.value.code == 0, name
+        assert "usage: vitlab" in capsys.readouterr().out

@@ -85,7 +85,10 @@ def test_result_is_the_mean_over_images_and_cached(tiny_resnet, samples, store):
 
 
 def test_pre_residual_branch(tiny_resnet, tiny_vit, samples):
-    assert R.layer_point(tiny_vit, "blocks.2", "pre") == ("blocks.2.ls2", "out")
+    assert R.layer_point(tiny_vit, "blocks.2", "pre") == ("blocks.2.ls1", "out")  # attention sublayer (App. C)
+    assert R.layer_point(tiny_vit, "blocks.2", "pre-mlp") == ("blocks.2.ls2", "out")
+    with pytest.raises(VitlabError, match="one branch"):
+        R.layer_point(tiny_resnet, "layer1.0", "pre-mlp")
     assert R.layer_point(tiny_vit, "blocks.2", "post") == ("blocks.2", "out")
     assert R.layer_point(tiny_vit, "blocks.2.attn_out") == ("blocks.2.ls1", "out")
     assert R.layer_point(tiny_resnet, "layer1.0", "pre") == ("layer1.0.bn2", "out")

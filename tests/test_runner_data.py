@@ -163,7 +163,10 @@ def test_cli_cka_output_contract_and_cache(tmp_path):
     r = _cli(*args)
     assert r.returncode == 0, r.stderr[-3000:]
     frame = pd.read_csv(out / "cka.csv")
-    assert list(frame.columns) == ["model_a", "layer_a", "model_b", "layer_b", "cka"]
+    # issue 12: every cell carries its 95 % interval over batches; the permutation null only with --permutations
+    assert list(frame.columns) == ["model_a", "layer_a", "model_b", "layer_b", "cka", "cka_lo", "cka_hi", "p_null",
+                                   "null_lo", "null_hi"]
+    assert frame["p_null"].isna().all() and (frame["cka_lo"] <= frame["cka"] + 1e-12).all()
     assert set(zip(frame.model_a, frame.model_b)) == {(a, b) for a in ("test_vit@random", "test_resnet@random")
                                                       for b in ("test_vit@random", "test_resnet@random")}
     meta = json.loads((out / "run.json").read_text())

@@ -9,11 +9,19 @@ The public surface; the app imports only from here (and the analysis modules).
 Every analysis is one row of ``vitlab.analyses.ANALYSES``: its engine function
 ``fn(models, source, opts, run: Run) -> result`` (``result.to_frame()``; ``vitlab.charts`` draws it), its options
 dataclass, paper figure, charts and headline; the CLI, the app and the docs index are generated from that table
-(``python -m vitlab.analyses --markdown`` prints it). ``tour`` checks the paper's claims on the results.
+(``python -m vitlab.analyses --markdown`` prints it). ``tour`` checks the paper's claims against their controls;
+``evidence`` gives every number its interval, null and reference (docs/evidence.md).
+Beyond CKA: ``similarity`` (more measures, ``measures.MEASURES``), ``agreement`` (do they agree?),
+``sensitivity`` (how one CKA value moves) and ``manymodels`` (models x models per depth).
+
+Beyond the table: ``token_gradient`` (|dh_t/dx| of one token on one image, its own-patch share),
+``token_localization`` (a token on your image: reference-set CKA map with its interval, gradient, attention) and
+``report`` (the tour as one self-contained HTML file, ``vitlab report``); docs/uploads.md, docs/presenting.md.
 """
 
-from . import (ablation, activations, analyses, attention, attribution, checkpoints, cka, data, heads, hub,
-               interventions, localization, models, options, pipeline, probes, receptive, run, skips, taps,
+from . import (ablation, activations, agreement, analyses, attention, attribution, checkpoints, cka, data, evidence,
+               heads, hub, interventions, localization, manymodels, measures, models, options, pipeline, probes,
+               receptive, report, run, sensitivity, similarity, skips, taps, token_gradient, token_localization,
                token_norms, tour, zoo)
 from .analyses import ANALYSES, Analysis
 from .cache import Store
@@ -29,7 +37,9 @@ __version__ = "0.1.0"
 __all__ = [
     "ANALYSES", "Analysis", "CKAOptions", "CKAReport", "CKAResult", "DataSpec", "GramStatistic", "ImageSource",
     "LoadedModel", "MinibatchCKA", "ModelSpec", "PAPER_MODELS", "Run", "RunInfo", "Statistic", "Store",
-    "VitlabError", "ablation", "activations", "analyses", "attention", "attribution", "checkpoints", "cka", "data",
-    "heads", "hub", "interventions", "load", "localization", "models", "open_source", "options", "parse_spec",
-    "pipeline", "probes", "receptive", "run", "select", "skips", "stream", "taps", "token_norms", "tour", "uploads_source", "zoo",
+    "VitlabError", "ablation", "activations", "agreement", "analyses", "attention", "attribution", "checkpoints",
+    "cka", "data", "evidence", "heads", "hub", "interventions", "load", "localization", "manymodels", "measures",
+    "models", "open_source", "options", "parse_spec", "pipeline", "probes", "receptive", "report", "run", "select",
+    "sensitivity", "similarity", "skips", "stream", "taps", "token_gradient", "token_localization", "token_norms",
+    "tour", "uploads_source", "zoo",
 ]

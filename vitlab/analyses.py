@@ -16,12 +16,12 @@ Arity says what the engine's first argument is: 'one' a ``LoadedModel`` (``--mod
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from . import ablation, attention, attention_views, attribution, checkpoints, heads, interventions, localization
-from . import probes, receptive, run, skips, token_norms
+from . import manymodels, probes, receptive, run, sensitivity, similarity, skips, token_gradient, token_norms, tour
 
 ARITIES = ("one", "pair", "many", "pairs")
 
@@ -290,7 +290,86 @@ ANALYSES: dict[str, Analysis] = {a.name: a for a in [
         record=lambda r, o: {"ok": r.ok(), "logits_max_abs_diff": r.logits_diff},
         status=lambda r: 0 if r.ok() else 1, shards=False, cache=False, docs="attention",
         out="results/attention_parity"),
+    Analysis(
+        "tour", "Paper tour", "Figs 1-12", "many", tour.TourOptions, tour.run_tour,
+        "check the paper's claims on models, each against its control with 95 % intervals: shown, not shown or "
+        "can't tell (Figs 1-12)",
+        tables=lambda r: {"tour": r.to_frame(), "tour_intervals": r.intervals_frame()},
+        charts=lambda r, o: r.chart_files(), record=lambda r, o: {"verdicts": r.summary(),
+                                                                  "checks": [c.figure for c in r.rows]},
+        shards=False, data="fashion-mnist:test", page="tour", section="Presentation",
+        icon=":material/slideshow:", docs="evidence"),
+    Analysis(
+        "token-gradient", "Token gradient map", "Fig 6, one token", "one", token_gradient.TokenGradientOptions,
+        token_gradient.token_gradient, "which input pixels one token carries on one image: the gradient magnitude "
+        "of the token w.r.t. the input and its share in the token's own patch and 3x3 neighbourhood",
+        tables=lambda r: {"token_gradient": r.to_frame(), "token_gradient_shares": r.shares_frame()},
+        headline=lambda r: [r.headline()], record=lambda r, o: {"shares": r.shares}, shards=False,
+        data="fashion-mnist:test", page="localization", docs="uploads"),
 ]}
+
+
+def _similarity_tables(report) -> dict:
+    from .agreement import agreement
+
+    tables = {"similarity": report.to_frame()}
+    if len(report.labels) >= 2 and len(report.measures) >= 2:
+        ag = agreement(report, 0, 1)
+        tables.update(agreement=ag.to_frame(), claims=ag.claims_frame())
+    return tables
+
+
+def _similarity_charts(report, opts) -> dict:
+    from .agreement import agreement
+    from .charts import similarity as ch
+
+    out = {f"{m}_{report.labels[i]}__vs__{report.labels[j]}": ch.measure_heatmap(report.pair_frame(m, i, j))
+           for (m, i, j) in report.maps if i <= j or m == "pwcca"}
+    if len(report.labels) >= 2 and len(report.measures) >= 2:
+        ag = agreement(report, 0, 1)
+        out["agreement_rank_correlation"] = ch.correlation_heatmap(ag.correlation_frame("ab"))
+        out["agreement_maps"] = ch.measure_grid([ag.maps[(m, "ab")] for m in ag.measures])
+    return out
+
+
+def _compare_charts(result, opts) -> dict:
+    from .charts.similarity import compare_models_charts
+
+    return compare_models_charts(result)
+
+
+def _sensitivity_charts(result, opts) -> dict:
+    from .charts.similarity import sensitivity_chart
+
+    return {"cka_sensitivity": sensitivity_chart(result.to_frame())}
+
+
+MEASURE_ROWS = [
+    Analysis(
+        "similarity", "Similarity measures", "Figs 1-2", "many", similarity.SimilarityOptions, similarity.similarity,
+        "every similarity measure (CKA, RBF CKA, Procrustes, SVCCA, PWCCA, mutual k-NN) between every layer pair, "
+        "and whether they agree",
+        tables=_similarity_tables, charts=_similarity_charts, shards=False, data="fashion-mnist:test",
+        record=lambda r, o: {"images": r.images, "taps": r.layers,
+                             "measures": {m: similarity.describe(o, m) for m in r.measures}},
+        page="similarity", docs="measures"),
+    Analysis(
+        "compare-models", "Many models", "Figs 1-2", "many", manymodels.CompareOptions, manymodels.compare_models,
+        "a models x models similarity matrix per relative depth and a 2-D map of the models (classical MDS)",
+        tables=lambda r: {"compare_models": r.to_frame(), "mds": r.coords_frame()}, charts=_compare_charts,
+        shards=False, data="fashion-mnist:test",
+        record=lambda r, o: {"measure": o.measure, "depths": list(r.depths), "taps": r.taps, "images": r.images},
+        page="models", icon=":material/scatter_plot:", docs="measures"),
+    Analysis(
+        "cka-sensitivity", "CKA sensitivity", "Figs 1-2", "pair", sensitivity.SensitivityOptions,
+        sensitivity.sensitivity, "how one CKA value moves: top PCs removed, a batch or an image left out, the "
+        "Gram's top-direction energy", tables=lambda r: {"cka_sensitivity": r.to_frame()},
+        charts=_sensitivity_charts, shards=False, data="fashion-mnist:test",
+        record=lambda r, o: {"layers": [o.layer_a, o.layer_b], "images": r.images},
+        page="similarity", docs="measures"),
+]
+for _row in MEASURE_ROWS:
+    ANALYSES[_row.name] = _row
 
 
 def _skip_charts(report) -> dict:

@@ -214,7 +214,7 @@ class AttentionDistanceResult:
     image_side_px: float
     images: int
     renormalised: bool
-    uniform_px: float = float("nan")  # the distance uniform attention over all patches would give
+    uniform_px: float = float("nan")  # uniform attention over all keys, in this result's prefix convention
 
     def to_frame(self):
         import pandas as pd
@@ -223,7 +223,9 @@ class AttentionDistanceResult:
         for li, layer in enumerate(self.layers):
             for h in range(self.distance_px.shape[1]):
                 d, s = float(self.distance_px[li, h]), float(self.std_px[li, h])
+                half = 1.96 * s / np.sqrt(max(self.images, 1))  # 95 % interval of the mean over images (CLT)
                 rows.append({"layer": layer, "head": h, "distance_px": d, "std_px": s,
+                             "distance_lo": d - half, "distance_hi": d + half,
                              "distance_frac": d / self.image_side_px, "std_frac": s / self.image_side_px,
                              "images": self.images, "model": self.model, "renormalised": self.renormalised,
                              "uniform_px": self.uniform_px, "uniform_frac": self.uniform_px / self.image_side_px})
@@ -317,7 +319,11 @@ def attention_distance(loaded: LoadedModel, source: ImageSource,
                            run, min_batch=1):
         acc.update(found[0][stat.name])
     run.reduce_accumulators(acc)
-    uniform = distance_matrix(taps_mod.grid_size(loaded.model), taps_mod.patch_size(loaded.model)).mean()
+    from .evidence import uniform_distance
+
+    # the reference in the statistic's own convention: without renormalising, prefix keys count as distance 0
+    dist = distance_matrix(taps_mod.grid_size(loaded.model), taps_mod.patch_size(loaded.model))
+    uniform = uniform_distance(dist, taps_mod.num_prefix_tokens(loaded.model), opts.renormalise)
     return acc.compute(loaded.label, image_side(loaded), opts.renormalise, float(uniform))
 
 

@@ -45,10 +45,20 @@ def gram(x: torch.Tensor, kernel: str = "linear", threshold: float = 1.0, dtype=
         return g
     if kernel != "rbf":
         raise VitlabError(f"kernel must be one of {', '.join(KERNELS)}, not '{kernel}'")
-    sq = torch.diagonal(g)
+    return rbf_from_linear(g, threshold)
+
+
+def rbf_from_linear(g: torch.Tensor, threshold: float = 1.0) -> torch.Tensor:
+    """(..., n, n) linear Gram (of centred or raw features) -> the RBF kernel of :func:`gram` on the same features.
+
+    Squared distances d2_ij = g_ii + g_jj - 2 g_ij do not change when every feature row moves by one vector, so a
+    cached centred linear Gram gives the RBF kernel without the features (vitlab.similarity relies on this).
+    """
+    sq = torch.diagonal(g, dim1=-2, dim2=-1)
     # squared distances: exact zeros can round to tiny negatives; distances are non-negative by definition
-    d2 = (sq[:, None] + sq[None, :] - 2 * g).clamp_min(0)
-    med = torch.quantile(d2.flatten(), 0.5)  # numpy's median (mean of the middle two), as Kornblith's code
+    d2 = (sq[..., :, None] + sq[..., None, :] - 2 * g).clamp_min(0)
+    # numpy's median (mean of the middle two), as Kornblith's code
+    med = torch.quantile(d2.flatten(start_dim=-2), 0.5, dim=-1)[..., None, None]
     return torch.exp(-d2 / (2 * threshold**2 * med))
 
 
@@ -117,6 +127,7 @@ class CKAResult:
     images: int = 0
     batches: int = 0
     warnings: list[str] = field(default_factory=list)
+    evidence: object | None = None  # vitlab.evidence.CKAEvidence: 95 % interval over batches and permutation null
 
     def to_frame(self):
         import pandas as pd
@@ -128,6 +139,8 @@ class CKAResult:
                        "cka": float(self.cka[i, j])}
                 if self.std is not None:
                     row["cka_std"] = float(self.std[i, j])
+                if self.evidence is not None:
+                    row.update(self.evidence.columns(i, j))
                 rows.append(row)
         return pd.DataFrame(rows)
 

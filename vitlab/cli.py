@@ -18,8 +18,8 @@ from .analyses import ANALYSES, Analysis
 from .errors import VitlabError
 from .options import parse_ints, parse_strs
 
-MODEL_HELP = ("model spec NAME[@WEIGHTS] or zoo:NAME; WEIGHTS: pretrained (default), random[:SEED], "
-              "or a .safetensors/.pth/.bin file")
+MODEL_HELP = ("model spec NAME[@WEIGHTS] or zoo:NAME[@random[:SEED]]; WEIGHTS: pretrained (default), "
+              "random[:SEED] (the untrained twin), or a .safetensors/.pth/.bin file")
 DEVICE_HELP = "auto (CUDA when present), cpu, cuda, cuda:N"
 SCALARS = {"int": int, "float": float, "str": str}
 
@@ -34,7 +34,7 @@ def _flag(f: dataclasses.Field) -> list[str]:
 
 def _add_option(p: argparse.ArgumentParser, f: dataclasses.Field) -> None:
     meta, kind = f.metadata, f.metadata.get("kind")
-    help_ = meta.get("help", "")
+    help_ = meta.get("help", "").replace("%", "%%")  # argparse formats help strings with %
     if f.default not in (None, False) and "default" not in help_:
         shown = ",".join(map(str, f.default)) if isinstance(f.default, tuple) else f.default
         help_ += f" (default: {shown})"
@@ -70,10 +70,20 @@ def options_from_args(analysis: Analysis, args):
     return analysis.options(**given)
 
 
+def add_evidence_options(p: argparse.ArgumentParser, options: type) -> None:
+    """``--bootstrap B`` and ``--seed S``: the resampling behind every 95 % interval (docs/evidence.md). An
+    analysis whose options already have a ``seed`` (probe: its split) shares that flag."""
+    p.add_argument("--bootstrap", type=int, default=200, metavar="B",
+                   help="bootstrap resamples for each 95 %% interval (over batches, images or few-shot draws); 0: "
+                        "none (default: 200)")
+    if "seed" not in {f.name for f in dataclasses.fields(options)}:
+        p.add_argument("--seed", type=int, default=0, help="seed of the bootstrap and of the permutation nulls")
+
+
 def add_analysis(sub, analysis: Analysis) -> argparse.ArgumentParser:
     """Register one row of the table as a sub-command."""
-    p = sub.add_parser(analysis.name, help=analysis.help, description=f"{analysis.title} ({analysis.figure}): "
-                                                                      f"{analysis.help}")
+    help_ = analysis.help.replace("%", "%%")  # argparse formats help strings with %
+    p = sub.add_parser(analysis.name, help=help_, description=f"{analysis.title} ({analysis.figure}): {help_}")
     if analysis.arity == "pairs":
         p.add_argument("--pair", nargs=2, action="append", required=True, metavar=("A", "B"),
                        help="two model specs of the same architecture (repeat for several pairs)")
@@ -89,6 +99,7 @@ def add_analysis(sub, analysis: Analysis) -> argparse.ArgumentParser:
         _add_option(p, f)
     if analysis.amp:
         p.add_argument("--amp", action="store_true", help="bf16 autocast on GPU (Grams stay float32, sums float64)")
+    add_evidence_options(p, analysis.options)
     if analysis.cache:
         p.add_argument("--no-cache", action="store_true", help="neither read nor write the disk cache")
         p.add_argument("--cache-dir", default=None, help="cache folder (default: VITLAB_CACHE_DIR or ~/.cache/vitlab)")
@@ -155,7 +166,8 @@ def run_analysis(analysis: Analysis, args) -> int:
     progress = ctx.progress(analysis.name)
     run = Run(store=open_store(args), progress=progress, amp=bool(getattr(args, "amp", False)),
               shard=ctx.shard if sharded else (0, 1), reduce=ctx.reduce if sharded else None,
-              gather=ctx.gather if sharded else None)
+              gather=ctx.gather if sharded else None, bootstrap=args.bootstrap,
+              seed=getattr(args, "seed", None) or 0)
     try:
         result = analysis.call(engine_models, source, opts, run)
     finally:
@@ -167,7 +179,8 @@ def run_analysis(analysis: Analysis, args) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     written = write_outputs(analysis, result, opts, out)
-    extra = {**{f.name: getattr(opts, f.name) for f in dataclasses.fields(opts)}, **analysis.record(result, opts)}
+    extra = {**{f.name: getattr(opts, f.name) for f in dataclasses.fields(opts)}, **analysis.record(result, opts),
+             "bootstrap": args.bootstrap, "seed": run.seed}
     write_run_json(out, analysis.name, models + list(getattr(result, "extra_models", [])), args, run.info, t0,
                    list(getattr(result, "warnings", []))[:20], model_taps=getattr(result, "taps", None), **extra)
     for line in analysis.headline(result):
@@ -292,12 +305,63 @@ def add_zoo(sub) -> None:
     zoo.add_cli(sub)
 
 
+# ---------------------------------------------------------------- report: the tour as one HTML file (an output of
+# the tour row, not a row of its own)
+
+
+def add_report(sub) -> None:
+    tour = ANALYSES["tour"]
+    p = sub.add_parser("report", help="the Paper tour as one self-contained HTML file (figures, verdicts, "
+                                      "provenance) that opens offline with no server")
+    p.add_argument("--model", "-m", action="append", required=True, help=MODEL_HELP + " (repeat for several)")
+    p.add_argument("--device", default="auto", help=DEVICE_HELP)
+    p.add_argument("--data", "-d", default=tour.data, help=tour.data_help)
+    for f in dataclasses.fields(tour.options):
+        _add_option(p, f)
+    add_evidence_options(p, tour.options)
+    p.add_argument("--no-cache", action="store_true", help="neither read nor write the disk cache")
+    p.add_argument("--cache-dir", default=None, help="cache folder (default: VITLAB_CACHE_DIR or ~/.cache/vitlab)")
+    p.add_argument("--title", default=None, help="the report's title")
+    p.add_argument("--out", "-o", default="report.html", help="the HTML file to write")
+    p.set_defaults(func=run_report_command)
+
+
+def run_report_command(args) -> int:
+    from .context import Run
+    from .data import open_source
+    from .errors import VitlabError
+    from .models import load
+    from .progress import tqdm_progress
+    from .report import ReportOptions, report
+
+    out = Path(args.out)
+    if out.suffix.lower() not in (".html", ".htm"):
+        raise VitlabError(f"--out '{out}': the report is one HTML file; give a path ending in .html")
+    t0 = time.perf_counter()
+    tour_opts = options_from_args(ANALYSES["tour"], args)
+    source = open_source(args.data)
+    models = [load(s, args.device) for s in args.model]
+    relabel(models, args.model)
+    opts = ReportOptions(tour_opts, args.title) if args.title else ReportOptions(tour_opts)
+    progress = tqdm_progress("report")
+    try:
+        result = report(models, source, opts, Run(store=open_store(args), progress=progress, seed=args.seed,
+                                                  bootstrap=args.bootstrap))
+    finally:
+        progress.close()
+    result.write(out)
+    counts = result.tour.summary()
+    print(f"report: {out} ({len(result.html.encode()) / 1024:.0f} KiB, {len(result.tour.rows)} figures: "
+          + ", ".join(f"{v} {k}" for k, v in counts.items()) + f"; {time.perf_counter() - t0:.1f} s)")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="vitlab", description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
     for analysis in ANALYSES.values():
         add_analysis(sub, analysis)
-    for add in (add_taps, add_cache, add_zoo):
+    for add in (add_taps, add_cache, add_zoo, add_report):
         add(sub)
     return parser
 

@@ -117,6 +117,21 @@ class LocalizationResult:
     cka: np.ndarray  # (T, G)
     images: int
     warnings: list[str] = field(default_factory=list)
+    rate_samples: np.ndarray | None = None  # (B,) localized rate of each bootstrap resample of the batches
+
+    def rate_evidence(self) -> dict[str, float]:
+        """Fraction of spatial tokens best matched at their own patch, its 95 % interval over batches, the chance
+        level 1/positions and the chance-corrected rate (rate − chance) / (1 − chance) (vitlab.evidence)."""
+        from . import evidence as ev
+
+        g = self.grid[0] * self.grid[1]
+        rate = float(ev.localized_rate(self.cka, self.prefix))
+        lo, hi = ev.percentile_interval(self.rate_samples) if self.rate_samples is not None else (np.nan, np.nan)
+        lo, hi = float(lo), float(hi)
+        corr = [float(ev.chance_corrected(v, g)) for v in (rate, lo, hi)]
+        return {"model": self.model, "layer": self.layer, "positions": g, "rate": rate, "rate_lo": lo,
+                "rate_hi": hi, "chance": ev.chance_level(g), "corrected": corr[0], "corrected_lo": corr[1],
+                "corrected_hi": corr[2], "images": self.images}
 
     def own_position(self, t: int) -> int | None:
         return None if t < self.prefix else t - self.prefix
@@ -175,20 +190,26 @@ class LocalizationReport:
         return pd.concat([r.summary() for r in self.results], ignore_index=True)
 
     def rates(self):
-        """Per model and layer: the fraction of spatial tokens localized (own patch best) and their mean own CKA."""
+        """Per model and layer: the fraction of spatial tokens localized (own patch best), their mean own CKA, the
+        fraction's 95 % interval over batches, the chance level 1/positions and the chance-corrected rate."""
+        import pandas as pd
+
         spatial = self.summary()
         spatial = spatial[spatial["kind"] == "spatial"]
         if spatial.empty:
             raise VitlabError("no spatial tokens to summarise")
-        return spatial.groupby(["model", "layer"], sort=False, as_index=False).agg(
+        base = spatial.groupby(["model", "layer"], sort=False, as_index=False).agg(
             localized=("localized", "mean"), own_cka=("own_cka", "mean"))
+        extra = pd.DataFrame([r.rate_evidence() for r in self.results]).drop(columns=["images"])
+        return base.merge(extra, on=["model", "layer"], how="left")
 
     @property
     def images(self) -> int:
         return self.results[0].images
 
     def headline(self) -> list[str]:
-        lines = [f"{r.model} {r.layer}: {r.localized:.0%} of spatial tokens best match their own input patch"
+        lines = [f"{r.model} {r.layer}: {r.localized:.0%} of spatial tokens best match their own input patch "
+                 f"(95 % {r.rate_lo:.0%}-{r.rate_hi:.0%}; chance {r.chance:.0%}, chance-corrected {r.corrected:.2f})"
                  for r in self.rates().itertuples()]
         return lines + [f"localization over {self.images} images"]
 
@@ -220,6 +241,8 @@ def localization(models: Sequence[LoadedModel], source: ImageSource,
     """Token-to-input-patch CKA maps of ``opts.layers`` of every model (default: first, middle and last block).
 
     ``run.shard`` and ``run.reduce`` (``vitlab.dist``: sums the CKA states across ranks) run it under torchrun.
+    ``run.bootstrap`` resamples of the batches (``run.seed``) give each layer's localized rate a 95 % interval
+    (``report.rates()``; single process only).
     """
     if not models:
         raise VitlabError("give at least one model")
@@ -250,9 +273,18 @@ def localization(models: Sequence[LoadedModel], source: ImageSource,
         prefix = taps_mod.num_prefix_tokens(m.model)
         for tap, acc, grid in zip(stat.layers, acc_list, grid_list):
             res = acc.compute(m.label, "input")
-            results.append(LocalizationResult(m.label, tap, grid, prefix, res.cka, res.images, res.warnings))
+            samples = None
+            if run.shard[1] == 1 and run.bootstrap:  # every batch's terms are here only in a single process
+                from . import evidence as ev
+
+                reps = acc.replicates(ev.resample_indices(acc.batches, run.bootstrap, run.seed))
+                samples = ev.localized_rate(reps, prefix)
+            results.append(LocalizationResult(m.label, tap, grid, prefix, res.cka, res.images, res.warnings,
+                                              samples))
     return LocalizationReport(results, run.info)
 
 
 def _accumulator(tokens: int, positions: int) -> cka_mod.MinibatchCKA:
-    return cka_mod.MinibatchCKA([f"token {t}" for t in range(tokens)], [f"patch {g}" for g in range(positions)])
+    from .evidence import BootstrapCKA  # keeps per-batch terms for the rate's interval
+
+    return BootstrapCKA([f"token {t}" for t in range(tokens)], [f"patch {g}" for g in range(positions)])

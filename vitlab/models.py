@@ -1,6 +1,6 @@
 """Model specs and loading.
 
-A spec is ``NAME[@WEIGHTS]`` (or ``zoo:NAME``):
+A spec is ``NAME[@WEIGHTS]`` (or ``zoo:NAME[@random[:SEED]]``, a zoo model or its untrained twin):
 
 - NAME: any timm model name, optionally with a pretrained tag (``vit_base_patch16_224.augreg_in21k``);
 - WEIGHTS: ``pretrained`` (default: timm's hub loading and its local cache), ``random`` / ``random:SEED``
@@ -42,7 +42,7 @@ PAPER_MODELS: dict[str, str] = {
 
 @dataclass(frozen=True)
 class ModelSpec:
-    """What to load. ``weights`` is 'pretrained', 'random:SEED', 'zoo' or a checkpoint path."""
+    """What to load. ``weights`` is 'pretrained', 'random:SEED', 'zoo', 'zoo@random:SEED' or a checkpoint path."""
 
     name: str
     weights: str = "pretrained"
@@ -52,6 +52,8 @@ class ModelSpec:
     def label(self) -> str:
         if self.weights == "zoo":
             return f"zoo:{self.name}"
+        if self.weights.startswith("zoo@"):
+            return f"zoo:{self.name}@{self.weights[4:]}"
         if self.weights == "pretrained":
             return self.name
         if self.weights.startswith("random"):
@@ -60,23 +62,29 @@ class ModelSpec:
 
 
 def parse_spec(text: str) -> ModelSpec:
-    """Parse ``NAME[@WEIGHTS]`` or ``zoo:NAME`` into a :class:`ModelSpec`."""
+    """Parse ``NAME[@WEIGHTS]`` or ``zoo:NAME[@random[:SEED]]`` into a :class:`ModelSpec`."""
     text = text.strip()
     if not text:
         raise VitlabError("empty model spec: give a timm model name, e.g. vit_base_patch32_224.augreg_in21k")
     if text in PAPER_MODELS:
         return ModelSpec(PAPER_MODELS[text])
-    if text.startswith("zoo:"):
-        return ModelSpec(text[4:], "zoo")
-    name, _, weights = text.partition("@")
-    weights = weights or "pretrained"
+    zoo = text.startswith("zoo:")
+    name, _, weights = (text[4:] if zoo else text).partition("@")
+    weights = weights or ("zoo" if zoo else "pretrained")
     if weights == "random":
         weights = "random:0"
     if weights.startswith("random:"):
         seed = weights[7:]
         if not seed.isdigit():
             raise VitlabError(f"model spec '{text}': the seed after 'random:' must be a non-negative integer")
-    elif weights != "pretrained":
+        if zoo:
+            return ModelSpec(name, f"zoo@{weights}")
+    if zoo:
+        if weights != "zoo":
+            raise VitlabError(f"model spec '{text}': a zoo model takes no weights but '@random[:SEED]' (its untrained "
+                              "twin)")
+        return ModelSpec(name, "zoo")
+    if weights != "pretrained" and not weights.startswith("random:"):
         path = Path(weights).expanduser()
         if path.suffix.lower() not in CHECKPOINT_SUFFIXES:
             raise VitlabError(
@@ -245,10 +253,24 @@ def _create(spec: ModelSpec):
         raise VitlabError(f"cannot build '{spec.name}' with {kwargs}: {e}") from e
 
 
+def twin_spec(spec: ModelSpec | str, seed: int = 0) -> ModelSpec:
+    """The untrained twin of ``spec``: the same architecture, randomly initialised with ``seed`` (the control for
+    any claim that depends on training). A random spec is its own twin's architecture at ``seed``."""
+    if isinstance(spec, str):
+        spec = parse_spec(spec)
+    if spec.weights == "zoo" or spec.weights.startswith("zoo@"):
+        return ModelSpec(spec.name, f"zoo@random:{seed}", spec.img_size)
+    return ModelSpec(spec.name, f"random:{seed}", spec.img_size)
+
+
 def fingerprint_of(spec: ModelSpec, data_config: dict) -> str:
     """Stable id of (architecture, weights, eval transform)."""
     if spec.weights.startswith("random:") or spec.weights == "pretrained":
         weights_id = spec.weights
+    elif spec.weights.startswith("zoo@"):
+        from . import zoo
+
+        weights_id = [spec.weights, zoo.recipe(spec.name).kwargs, zoo.recipe(spec.name).noskip_block]
     elif spec.weights == "zoo":
         from . import zoo
 
@@ -302,6 +324,14 @@ def load(spec: ModelSpec | str, device: str | None = None) -> LoadedModel:
         from . import zoo
 
         model = zoo.build(spec.name)
+    elif spec.weights.startswith("zoo@random:"):
+        import torch
+
+        from . import zoo
+
+        recipe = zoo.recipe(spec.name)  # an unknown name fails here, before any seeding
+        torch.manual_seed(int(spec.weights.split(":")[1]))
+        model = zoo.create(recipe)
     else:
         model = _create(spec)
     model.eval().requires_grad_(False).to(device)

@@ -10,9 +10,12 @@ value is taken per input pixel, then averaged over the input's colour channels.
 Layers are blocks (``blocks.3``, ``layer2.1``, ``stages.1.blocks.0``) with ``residual``:
 
 - ``post`` (default): the block output, after the residual sum;
-- ``pre``: the branch alone, before the sum: for ViT the MLP branch (``ls2`` output), for Mixer the channel-mixing
-  MLP, for ResNet the last conv/BN of the residual branch (``bn3``/``bn2``; a squeeze-excite after it is left out),
-  for ResNetV2/BiT the last conv of the pre-activation branch.
+- ``pre``: the branch alone, before the sum, as in the paper's App. C: for ViT the attention sublayer (``ls1``
+  output), for Mixer the token-mixing MLP, for ResNet the last conv/BN of the residual branch (``bn3``/``bn2``; a
+  squeeze-excite after it is left out), for ResNetV2/BiT the last conv of the pre-activation branch;
+- ``pre-mlp``: ViT and Mixer only: the block's second branch, the MLP (``ls2``) or channel-mixing MLP. The
+  attention branch is the one whose field the paper shows (global from block 1 on); the MLP branch sees what the
+  attention already mixed and looks more local.
 
 Any tap name (``vitlab taps``) is accepted too, e.g. ``blocks.3.attn_out`` for the attention branch.
 Shapes: B batch, C input channels, H x W input pixels, L layers.
@@ -34,7 +37,9 @@ from .models import LoadedModel
 from .options import DataOptions, option
 from .progress import scaled
 
-RESIDUALS = ("post", "pre")
+RESIDUALS = ("post", "pre", "pre-mlp")
+RESIDUAL_LABELS = {"post": "after the residual", "pre": "before the residual (attention / branch)",
+                   "pre-mlp": "before the residual (MLP branch)"}
 VERSION = 1
 
 
@@ -117,10 +122,13 @@ def layer_point(loaded: LoadedModel, layer: str, residual: str = "post") -> tupl
     fam = taps_mod.family(model)
     if residual == "post":
         return layer, "out"
+    mlp = residual == "pre-mlp"
     if fam == "vit":
-        return f"{layer}.ls2", "out"
+        return f"{layer}.{'ls2' if mlp else 'ls1'}", "out"
     if fam == "mixer":
-        return f"{layer}.mlp_channels", "out"
+        return f"{layer}.{'mlp_channels' if mlp else 'mlp_tokens'}", "out"
+    if mlp:
+        raise VitlabError(f"'{loaded.label}' is a CNN: its blocks have one branch; use residual 'pre', not 'pre-mlp'")
     return _last_branch_module(model, layer), "out"
 
 
@@ -141,6 +149,7 @@ class ReceptiveFieldResult:
     residual: str
     maps: np.ndarray  # (L, H, W) mean over images of |d centre / d input|, averaged over input channels
     images: int
+    radius_samples: np.ndarray | None = None  # (B, 2, L) 50 % and 90 % radii (px) of each bootstrap resample
 
     @property
     def warnings(self) -> list[str]:
@@ -185,9 +194,20 @@ class ReceptiveFieldResult:
     def summary_frame(self):
         import pandas as pd
 
-        return pd.DataFrame({"layer": self.layers, "radius50_px": self.radius_px(0.5),
-                             "radius90_px": self.radius_px(0.9), "model": self.model, "residual": self.residual,
-                             "images": self.images})
+        _, h, w = self.maps.shape
+        side = float(np.sqrt(h * w))
+        frame = pd.DataFrame({"layer": self.layers, "radius50_px": self.radius_px(0.5),
+                              "radius90_px": self.radius_px(0.9), "model": self.model, "residual": self.residual,
+                              "images": self.images})
+        if self.radius_samples is not None:  # 95 % intervals over batches of images
+            from .evidence import percentile_interval
+
+            lo, hi = percentile_interval(self.radius_samples)
+            frame["radius50_lo"], frame["radius50_hi"] = lo[0], hi[0]
+            frame["radius90_lo"], frame["radius90_hi"] = lo[1], hi[1]
+        for col in [c for c in frame.columns if c.startswith("radius")]:  # fractions of the input side
+            frame[col.replace("_px", "") + "_frac" if col.endswith("_px") else col + "_frac"] = frame[col] / side
+        return frame
 
 
 class GradientSums:
@@ -221,8 +241,9 @@ class ReceptiveOptions(DataOptions):
     images: int | None = option(32, "number of images (first N, or shuffled)", short="-n")
     batch_size: int = option(8, "images per batch", short="-b")
     layers: tuple[str, ...] | None = option(None, "comma-separated blocks or taps (default: every block)", kind="strs")
-    residual: str = option("post", "block output after the residual sum, the branch alone before it, or both",
-                           choices=("post", "pre", "both"))
+    residual: str = option("post", "block output after the residual sum; the branch alone before it (pre: the ViT "
+                           "attention sublayer, as in the paper's App. C; pre-mlp: the ViT/Mixer MLP branch); both: "
+                           "post and pre", choices=("post", "pre", "pre-mlp", "both"))
 
 
 def receptive_fields(loaded: LoadedModel, source: ImageSource, opts: ReceptiveOptions = ReceptiveOptions(),
@@ -234,14 +255,15 @@ def receptive_fields(loaded: LoadedModel, source: ImageSource, opts: ReceptiveOp
     """
     run = run or Run()
     store, info, progress, residual = run.store, run.info, run.progress, opts.residual
-    if residual not in ("post", "pre"):
-        raise VitlabError(f"residual must be 'post' or 'pre' for one result, not '{residual}'")
+    if residual not in RESIDUALS:
+        raise VitlabError(f"residual must be one of {', '.join(RESIDUALS)} for one result, not '{residual}'")
     layers = list(opts.layers) if opts.layers else block_names(loaded)
     points = [layer_point(loaded, layer, residual) for layer in layers]
     prefix, grid = taps_mod.num_prefix_tokens(loaded.model), taps_mod.grid_size(loaded.model)
     batches = plan_batches(source, select(source, opts.images, opts.shuffle), opts.batch_size)
     batches = batches[run.shard[0]::run.shard[1]]
     acc = GradientSums(len(layers), tuple(loaded.data_config["input_size"][1:]))
+    kept: list[tuple[np.ndarray, int]] = []  # per batch: gradient sums (L, H, W) and images, for the intervals
     steps = len(batches) * len(layers)
     for b, batch in enumerate(batches):
         sums, x, ran = [], None, False
@@ -268,12 +290,21 @@ def receptive_fields(loaded: LoadedModel, source: ImageSource, opts: ReceptiveOp
         info.batches_from_cache += not ran
         if int(sums[0]["n"]) > 0:
             acc.update(np.stack([s["sum"] for s in sums]), int(sums[0]["n"]))
+            kept.append((np.stack([s["sum"] for s in sums]), int(sums[0]["n"])))
     if progress:
         progress(steps, steps, "done")
     run.reduce_accumulators(acc)
     if acc.images == 0:
         raise VitlabError(f"no readable image in the first {opts.images} of '{source.name}'")
-    return ReceptiveFieldResult(loaded.label, layers, residual, acc.sum / acc.images, acc.images)
+    result = ReceptiveFieldResult(loaded.label, layers, residual, acc.sum / acc.images, acc.images)
+    if run.bootstrap and run.shard[1] == 1 and len(kept) > 1:  # the radii's interval: resample the batches' sums
+        from .evidence import radius_fraction, ratio_replicates, resample_indices
+
+        maps = ratio_replicates(np.stack([k[0] for k in kept]), np.array([k[1] for k in kept]),
+                                resample_indices(len(kept), run.bootstrap, run.seed))  # (B, L, H, W)
+        side = np.sqrt(maps.shape[-2] * maps.shape[-1])
+        result.radius_samples = np.stack([radius_fraction(maps, q) * side for q in (0.5, 0.9)], axis=1)
+    return result
 
 
 @dataclass

@@ -223,14 +223,19 @@ class CKAReport:
 
 def _transpose(r: cka_mod.CKAResult) -> cka_mod.CKAResult:
     return cka_mod.CKAResult(r.model_b, r.model_a, r.layers_b, r.layers_a, r.cka.T,
-                             None if r.std is None else r.std.T, r.images, r.batches, r.warnings)
+                             None if r.std is None else r.std.T, r.images, r.batches, r.warnings,
+                             None if r.evidence is None else r.evidence.transposed())
 
 
-def cka_accumulators(models: Sequence[LoadedModel], statistics: Sequence[GramStatistic], estimator: str
-                     ) -> dict[tuple[int, int], cka_mod.MinibatchCKA]:
+def cka_accumulators(models: Sequence[LoadedModel], statistics: Sequence[GramStatistic], estimator: str,
+                     permutations: int = 0, seed: int = 0) -> dict[tuple[int, int], cka_mod.MinibatchCKA]:
+    """One accumulator per unordered pair (with itself); they keep per-batch terms for the intervals (evidence)."""
+    from .evidence import BootstrapCKA
+
     layers = [s.taps(m) for m, s in zip(models, statistics)]
     k = len(models)
-    return {(i, j): cka_mod.MinibatchCKA(layers[i], layers[j], estimator) for i in range(k) for j in range(i, k)}
+    return {(i, j): BootstrapCKA(layers[i], layers[j], estimator, permutations, seed)
+            for i in range(k) for j in range(i, k)}
 
 
 def fold_cka(accs: dict, found: list[dict], estimator: str, device: str = "cpu") -> None:
@@ -260,6 +265,8 @@ class CKAOptions(DataOptions):
                                           kind="strs")
     repeats: int = option(1, "average over R reshuffled image subsets")
     verify: bool = option(False, "float64 Grams (slower; for checking precision)")
+    permutations: int = option(0, "random pairings of the permutation null (p_null, null_lo, null_hi), e.g. 100; "
+                               "costs P small products per batch and model pair (docs/evidence.md); 0: none")
 
 
 def gram_statistics(models: Sequence[LoadedModel], opts: CKAOptions) -> list[GramStatistic]:
@@ -276,7 +283,9 @@ def cka(models: Sequence[LoadedModel], source: ImageSource, opts: CKAOptions = C
 
     Repeat r > 0 (or every repeat when ``opts.shuffle`` is set) uses the seeded permutation ``shuffle + r``.
     ``run.reduce`` (torch.distributed) sums accumulator states across ranks before computing. ``statistic``
-    overrides the Gram statistics built from ``opts`` (one for all models, or one per model).
+    overrides the Gram statistics built from ``opts`` (one for all models, or one per model). ``run.bootstrap``
+    > 0 adds a 95 % interval over batches to every cell and ``opts.permutations`` > 0 a permutation null
+    (``vitlab.evidence``), pooled over the repeats' batches; both need every batch's terms in one process.
     """
     if not models:
         raise VitlabError("give at least one model")
@@ -287,19 +296,24 @@ def cka(models: Sequence[LoadedModel], source: ImageSource, opts: CKAOptions = C
         stats = list(statistic) if isinstance(statistic, (list, tuple)) else [statistic] * len(models)
     repeats, shuffle = max(1, opts.repeats), opts.shuffle
     per_repeat = []
+    pooled = None  # every repeat's per-batch terms, for the intervals
+    evidence = run.bootstrap > 0 and run.shard[1] == 1
     for r in range(repeats):
         seed = None if (repeats <= 1 and shuffle is None) else (shuffle or 0) + r
         indices = select(source, opts.images, seed)
-        accs = cka_accumulators(models, stats, opts.estimator)
+        accs = cka_accumulators(models, stats, opts.estimator, opts.permutations if evidence else 0, run.seed + r)
         part = run.with_progress(scaled(run.progress, r, repeats, "repeat"))
         for _, found in stream(models, source, indices, opts.batch_size, [[s] for s in stats], part):
             fold_cka(accs, found, opts.estimator, models[0].device)
         run.reduce_accumulators(accs)
         per_repeat.append({p: a.compute(models[p[0]].label, models[p[1]].label) for p, a in accs.items()})
+        pooled = accs if pooled is None else {p: pooled[p].merge(a) for p, a in accs.items()}
     results = {}
     for p in per_repeat[0]:
         stack = np.stack([rep[p].cka for rep in per_repeat])
         res = per_repeat[0][p]
+        if evidence:
+            res.evidence = pooled[p].evidence(run.bootstrap, run.seed)
         res.cka = stack.mean(axis=0)
         res.std = stack.std(axis=0, ddof=1) if len(per_repeat) > 1 else None
         res.batches = sum(rep[p].batches for rep in per_repeat)

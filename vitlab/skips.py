@@ -160,6 +160,8 @@ class SkipResult:
     images: int
     identity_err: np.ndarray  # (S,) max relative error of sum = z + f(z); NaN for CNNs (f(z) is defined as the difference)
     warnings: list[str] = field(default_factory=list)
+    ratio_lo: np.ndarray | None = None  # (S, N) 95 % interval of the mean ratio, bootstrap over batches
+    ratio_hi: np.ndarray | None = None
 
     def to_frame(self):
         """One row per (sublayer, token): model, layer, block, sublayer, depth in (0, 1], token, kind, ratio, cosine.
@@ -178,7 +180,9 @@ class SkipResult:
                              "sublayer": "block" if cnn else layer.rsplit(".", 1)[1],
                              "depth": (blocks.index(block) + 1) / len(blocks), "token": -1 if cnn else t,
                              "kind": "cls" if t < self.prefix and not cnn else "spatial",
-                             "ratio": float(self.ratio[s, t]), "cosine": float(self.cosine[s, t])})
+                             "ratio": float(self.ratio[s, t]), "cosine": float(self.cosine[s, t]),
+                             **({"ratio_lo": float(self.ratio_lo[s, t]), "ratio_hi": float(self.ratio_hi[s, t])}
+                                if self.ratio_lo is not None else {})})
         return pd.DataFrame(rows)
 
     def summary(self):
@@ -231,17 +235,39 @@ class SkipOptions(DataOptions):
 
 def skip_ratios(models: Sequence[LoadedModel], source: ImageSource, opts: SkipOptions = SkipOptions(),
                 run: Run | None = None) -> SkipReport:
-    """Skip/long-branch norm ratios and cosines of every model over the images (one cached pass)."""
+    """Skip/long-branch norm ratios and cosines of every model over the images (one cached pass).
+
+    ``run.bootstrap`` resamples of the batches (``run.seed``) give every ratio a 95 % interval (single process)."""
     if not models:
         raise VitlabError("give at least one model")
     run = run or Run()
     stat = SkipStatistic()
     accs = [SkipAccumulator(stat.params(m)["sublayers"]) for m in models]
-    for _, found in stream(models, source, select(source, opts.images, opts.shuffle), opts.batch_size,
-                           [[stat]] * len(models), run):
-        for acc, per_model in zip(accs, found):
+    kept: list[list] = [[] for _ in models]  # per model, per batch: (index, ratio sums, images), for intervals
+    for batch, found in stream(models, source, select(source, opts.images, opts.shuffle), opts.batch_size,
+                               [[stat]] * len(models), run):
+        for k, (acc, per_model) in enumerate(zip(accs, found)):
             acc.update(per_model[stat.name])
+            kept[k].append((batch.index, per_model[stat.name]["ratio_sum"],
+                            float(np.sum(per_model[stat.name]["count"]))))
     run.reduce_accumulators(accs)
     results = [acc.compute(m.label, taps_mod.num_prefix_tokens(m.model), taps_mod.family(m.model))
                for acc, m in zip(accs, models)]
+    if run.bootstrap:
+        _intervals(results, run.gather_objects(kept) if run.shard[1] > 1 else [kept], run)
     return SkipReport(results, run.info)
+
+
+def _intervals(results: list[SkipResult], ranks: list[list[list]], run: Run) -> None:
+    """Every ratio's 95 % interval: the batches of all ranks, in batch order (so torchrun equals one process),
+    resampled ``run.bootstrap`` times."""
+    from . import evidence as ev
+
+    for k, res in enumerate(results):
+        batches = sorted((b for kept in ranks for b in kept[k]), key=lambda b: b[0])
+        if not batches:
+            continue
+        idx = ev.resample_indices(len(batches), run.bootstrap, run.seed)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            reps = ev.ratio_replicates(np.stack([b[1] for b in batches]), np.array([b[2] for b in batches]), idx)
+        res.ratio_lo, res.ratio_hi = ev.percentile_interval(reps)

@@ -1,37 +1,72 @@
 """Localization (Raghu et al. 2021, Sec. 5, Figs 9-10): how well each token of a layer keeps the information of
 its own input patch (linear CKA over images between the token and the patch at every position), CLS vs GAP
-models, and, for one token, its localization map beside its attention on an image of your own."""
+models; and, for one token on an image of your own, which pixels it carries (its gradient map) and where it
+attends, beside its CKA map from a reference set (vitlab.token_localization)."""
 
 import lab
 import streamlit as st
 
 import vitlab
-from vitlab import activations, attention, localization
+from vitlab import activations, localization
+from vitlab import token_localization as tl
 from vitlab.charts import attention as att_charts
 from vitlab.charts import localization as charts
+
+OVERLAY = 224  # px: small inputs (28 px Fashion-MNIST) are enlarged so the overlays are legible
+
+
+def reference_ui() -> tl.ReferenceOptions:
+    """The reference set: a dataset or folder, and how many of its images."""
+    with st.expander(f"Reference set (used when fewer than {tl.MIN_IMAGES} images are given)", expanded=False):
+        c1, c2 = st.columns([2, 1])
+        choice = c1.selectbox("Reference set", list(tl.REFERENCES) + ["folder"], key="loc.ref",
+                              format_func=lambda k: lab.SOURCES.get(k, "A folder of images…"))
+        if choice == "folder":
+            choice = st.text_input("Reference folder", key="loc.ref.folder", placeholder="/path/to/images").strip()
+        n = c2.number_input("Reference images", tl.MIN_IMAGES, 100_000, 256, step=64, key="loc.ref.images")
+    return tl.ReferenceOptions(choice, int(n))
+
+
+def your_images_ui(s, src):
+    """(images, count given, name) for the one-token view: a page upload, else the sidebar's images."""
+    ups = st.file_uploader("Your images (or the sidebar's images)", key="loc.upload", accept_multiple_files=True,
+                           type=[x.lstrip(".") for x in vitlab.data.IMAGE_SUFFIXES])
+    if ups:
+        return [(u.name, u.getvalue()) for u in ups], len(ups), "your uploads"
+    return src, min(s.images, len(src)), src.name
+
 
 st.title("Localization")
 st.caption("ViT tokens, especially in higher layers, keep much more of their own position's input than ResNet "
            "positions do; a ViT trained with global average pooling (GAP) localizes worse in its last layers than "
-           "one trained with a CLS token (Figs 9-10).")
+           "one trained with a CLS token (Figs 9-10). Localization is measured over a data set; on one image, a "
+           "token's gradient map and attention map say which pixels it carries.")
 s = lab.settings()
+ref = reference_ui()
 st.button("Compare CLS vs GAP: zoo:vit-cls and zoo:vit-gap", key="loc.clsgap", on_click=lab.set_models,
           args=("zoo:vit-cls", "zoo:vit-gap"))
+st.caption(f"CLS vs GAP in the zoo: {vitlab.tour.GAP_CAVEAT}. Chance level of a token's best match is 1/positions: "
+           "compare grids of different sizes by the chance-corrected rate (Paper tour, Figs 9-10).")
 report = None
 with lab.guard():
     a, b = lab.models(s)
     src = lab.source(s)
-    opts = localization.LocalizationOptions(images=s.images, batch_size=s.batch_size)
-    report = lab.compute(("loc", s.key), lambda run: localization.localization([a, b], src, opts, run),
-                         "Localization")
+    data_name, data_images, note = tl.images_for_dataset(min(s.images, len(src)), src.name, ref)
+    if note:
+        st.info(note)
+    data = src if note is None else lab.named_source(ref.source)
+    opts = localization.LocalizationOptions(images=data_images, batch_size=s.batch_size)
+    report = lab.compute(("loc", s.key, data_name, data_images),
+                         lambda run: localization.localization([a, b], data, opts, run), "Localization")
 
 if report is not None:
     for w in report.warnings:
         st.warning(w)
     summary = report.summary()
-    rate = charts.localization_rate_chart(summary)
+    rates = report.rates()  # per layer: rate, its 95 % interval, chance level, chance-corrected rate
+    rate = charts.localization_rate_chart(rates)
     lab.chart(rate, key="loc.rate")
-    lab.export(rate, summary, "localization_rate", "loc.rate")
+    lab.export(rate, rates, "localization_rate", "loc.rate")
 
     st.subheader("One token")
     c1, c2 = st.columns([1, 1])
@@ -62,22 +97,40 @@ if report is not None:
         lab.chart(maps, key="loc.maps")
         lab.export(maps, frame[frame["token"].isin(shown)], f"localization_{m.label}_{layer}_token{token}", "loc.maps")
 
-    st.subheader("Its attention on an image")
-    upload = st.file_uploader("Your image (or the first of the sidebar's images)", key="loc.upload",
-                              type=[x.lstrip(".") for x in vitlab.data.IMAGE_SUFFIXES])
+    st.subheader("This token on your image")
     with lab.guard():
-        images = [(upload.name, upload.getvalue())] if upload else src
-        block = int(layer.split(".")[1])  # "blocks.{i}.resid_post"
-        attention.require_vit(m, "attention maps")
-        picture = activations.as_source(images).load(0)
-        view = activations.model_view(m, picture)
-        cols = st.columns(3)
-        with cols[0]:
-            lab.image(view, None, f"model_view_{m.label}", "loc.view", caption=f"what {m.label} sees")
-        for c, head in zip(cols[1:], ("mean", "rollout")):
-            amap = attention.attention_map(m, images, 0, block, head, (row, col), store=lab.store())
-            with c:
-                lab.image(att_charts.overlay(view, amap.grid, min_side=224), amap.to_frame(),
-                          f"attention_{m.label}_block{block}_{head}_token{row}_{col}", f"loc.overlay.{head}",
-                          caption=f"block {block}, token ({row},{col}): "
-                                  f"{'mean over heads' if head == 'mean' else head}")
+        images, given, given_name = your_images_ui(s, src)
+        names = activations.as_source(images)
+        pick = st.selectbox("Image", range(min(len(names), 50)), key="loc.image", format_func=names.item_id)
+        block = tl.block_of_tap(m, layer)
+        view = lab.compute(("loc.token", s.key, m.label, block, row, col, pick, given_name, given, ref),
+                           lambda run: tl.token_view(m, images, pick, block, row, col, ref, run, given,
+                                                     given_name, lab.named_source(ref.source)),
+                           "Token view")
+        if view is not None:
+            if view.note:
+                st.info(view.note)
+            picture = activations.model_view(m, names.load(pick))
+            info = view.summary()
+            cols = st.columns(3)
+            with cols[0]:
+                lab.image(att_charts.overlay(picture, view.cka_grid(), min_side=OVERLAY), view.reference.to_frame(),
+                          f"reference_cka_{m.label}_{block}_token{row}_{col}", "loc.refcka",
+                          caption=f"CKA with each patch over {view.reference.images} images of the reference set "
+                                  f"({view.reference.batches} batches): own patch {info['own_cka']:.2f} "
+                                  f"[{info['own_cka_lo']:.2f}, {info['own_cka_hi']:.2f}] (95 % bootstrap)")
+            with cols[1]:
+                lab.image(att_charts.overlay(picture, view.gradient.map, min_side=OVERLAY), view.gradient.to_frame(),
+                          f"gradient_{m.label}_{block}_token{row}_{col}", "loc.grad",
+                          caption=f"gradient |∂h/∂x| of token ({row},{col}) at {block}: {info['own_share']:.0%} in its "
+                                  f"own patch (uniform {info['own_chance']:.0%}), {info['neighbourhood_share']:.0%} "
+                                  f"in its 3×3 neighbourhood (uniform {info['neighbourhood_chance']:.0%})")
+            with cols[2]:
+                if view.attention is None:
+                    st.info(view.attention_note)
+                else:
+                    lab.image(att_charts.overlay(picture, view.attention.grid, min_side=OVERLAY),
+                              view.attention.to_frame(), f"attention_{m.label}_{block}_token{row}_{col}",
+                              "loc.attn", caption=f"attention of token ({row},{col}) at {block}, mean over heads")
+            for w in view.gradient.warnings:
+                st.warning(w)

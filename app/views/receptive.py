@@ -15,7 +15,7 @@ s = lab.settings()
 spec = lab.model_slot("rf.model", s)
 c1, c2 = st.columns([1, 3])
 residual = c1.radio("Measured", receptive.RESIDUALS, horizontal=True, key="rf.residual",
-                    format_func={"post": "after the residual", "pre": "before (branch only)"}.get)
+                    format_func=receptive.RESIDUAL_LABELS.get)
 # gradients cost a forward and a backward per layer: a few images give a stable picture
 images = min(s.images, 32)
 result = None

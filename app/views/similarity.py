@@ -1,6 +1,8 @@
 """Representation similarity: CKA within model A, within model B and between them (Raghu et al. 2021, Figs 1-2).
 
-Click a cell of a heatmap (or pick the layers below it) to see that layer pair.
+Click a cell of a heatmap (or pick the layers below it) to see that layer pair and how its CKA moves under the
+sensitivity checks. Another measure (Procrustes, SVCCA, PWCCA, mutual k-NN) can replace CKA, and the agreement
+view puts every measure side by side.
 """
 
 import lab
@@ -8,20 +10,25 @@ import streamlit as st
 
 import vitlab
 from vitlab import charts
+from vitlab.charts import similarity as sim_charts
 from vitlab.charts.cka import cka_profile
 
 VIEWS = {"A vs B": (0, 1), "within A": (0, 0), "within B": (1, 1)}
 VIEW_IDS = {"A vs B": "ab", "within A": "aa", "within B": "bb"}
 
 
-def options_ui() -> tuple[str, str]:
-    c1, c2, _ = st.columns([1, 1, 3])
+def options_ui() -> tuple[str, str, str]:
+    c1, c2, c3, _ = st.columns([1, 1, 1.4, 1.6])
     tokens = c1.selectbox("Representation", vitlab.taps.TOKEN_MODES, key="sim.tokens",
                           format_func={"all": "all tokens", "cls": "CLS token", "gap": "mean of tokens (GAP)"}.get,
                           help="What a layer's representation of an image is: every token flattened (the paper), "
                                "the CLS token, or the mean over spatial tokens")
     kernel = c2.selectbox("Kernel", ("linear", "rbf"), key="sim.kernel")
-    return tokens, kernel
+    measure = c3.selectbox("Measure", list(vitlab.measures.MEASURES), key="sim.measure",
+                           format_func=lambda m: vitlab.measures.MEASURES[m].title,
+                           help="CKA (the paper's; kernel as chosen) or another measure: " + "; ".join(
+                               f"{i.title}: {i.definition}" for i in vitlab.measures.MEASURES.values()))
+    return tokens, kernel, measure
 
 
 def pair_ui(frame, view: str, clicked: dict | None) -> tuple[str, str]:
@@ -57,18 +64,97 @@ def detail(frame, la: str, lb: str) -> None:
         fixed = la if along == "layer_b" else lb
         lab.export(bars, part, f"cka_profile_{ma if along == 'layer_b' else mb}_{fixed}", f"sim.profile.{key}")
 
+def sensitivity_ui(a, b, src, s, tokens: str, la: str, lb: str) -> None:
+    """How the clicked cell's linear CKA moves: top PCs removed, a batch or an image left out, Gram energy."""
+    st.markdown("**Sensitivity of this CKA value**")
+    opts = vitlab.sensitivity.SensitivityOptions(images=s.images, batch_size=s.batch_size, layer_a=la, layer_b=lb,
+                                                 tokens=tokens)
+    res = lab.compute(("sens", s.key, tokens, la, lb), lambda run: vitlab.sensitivity.sensitivity(
+        a, b, src, opts, run), "Sensitivity")
+    if res is None:
+        return
+    frame = res.to_frame()
+    st.dataframe(frame[["check", "side", "k", "value", "change", "detail"]], hide_index=True,
+                 column_config={"value": st.column_config.NumberColumn(format="%.4f"),
+                                "change": st.column_config.NumberColumn(format="%+.4f")})
+    chart = sim_charts.sensitivity_chart(frame, width=300, height=200)
+    lab.chart(chart, key="sim.sensitivity")
+    lab.export(chart, frame, f"cka_sensitivity_{la}_{lb}", "sim.sensitivity")
+    st.caption(res.summary() + ". PCs are each batch's; the energy share is λ1²/Σλ² of the centred Gram.")
+
+
+def other_measure(a, b, src, s, tokens: str, measure: str) -> None:
+    """One non-CKA measure's maps, with the clicked cell's value."""
+    opts = vitlab.similarity.SimilarityOptions(measures=(measure,), images=s.images, batch_size=s.batch_size, tokens=tokens)
+    rep = lab.compute(("simm", s.key, tokens, measure), lambda run: vitlab.similarity.similarity(
+        [a, b], src, opts, run), measure)
+    if rep is None:
+        return
+    info = vitlab.measures.MEASURES[measure]
+    st.caption(f"{info.title} ({info.reference}): {info.definition}; {opts.settings(measure)}. "
+               f"{rep.images} images in {rep.batches} batches.")
+    for w in rep.warnings:
+        st.warning(w)
+    view = st.radio("Heatmap", list(VIEWS), horizontal=True, key="sim.view")
+    frame = rep.pair_frame(measure, *VIEWS[view])
+    vid = VIEW_IDS[view]
+    chart = sim_charts.measure_heatmap(frame, select="cell", size=420)
+    left, right = st.columns([3, 2])
+    with left:
+        event = lab.chart(chart, on_select="rerun", key=f"sim.mchart.{vid}")
+        lab.export(chart, frame, f"{measure}_{frame['model_a'].iloc[0]}_vs_{frame['model_b'].iloc[0]}", f"simm.{vid}")
+    with right, lab.guard():
+        la, lb = pair_ui(frame, vid, clicked_cell(event))
+        row = frame[(frame["layer_a"] == la) & (frame["layer_b"] == lb)].iloc[0]
+        st.metric(f"{info.title} of `{la}` and `{lb}`", f"{row['value']:.4f}")
+
+
+def agreement_ui(a, b, src, s, tokens: str) -> None:
+    """Every measure side by side, their rank correlations, and the paper's Figs 1-2 under each."""
+    opts = vitlab.similarity.SimilarityOptions(images=s.images, batch_size=s.batch_size, tokens=tokens)
+    rep = lab.compute(("agree", s.key, tokens), lambda run: vitlab.similarity.similarity(
+        [a, b], src, opts, run), "Agreement")
+    if rep is None:
+        return
+    ag = vitlab.agreement.agreement(rep, 0, 1)
+    view = st.radio("Layer pairs", list(vitlab.agreement.VIEWS), horizontal=True, key="sim.agree.view")
+    vid = vitlab.agreement.VIEWS[view]
+    for line in ag.summary(vid):
+        st.markdown(f"- {line}")
+    st.caption(f"Spearman ρ over the layer pairs of '{view}' (a layer with itself left out): ρ ≥ "
+               f"{vitlab.agreement.AGREE} agree, ≥ {vitlab.agreement.PARTLY} partly agree, below that disagree. "
+               "Procrustes enters as cos θ.")
+    grid = sim_charts.measure_grid([ag.maps[(m, vid)] for m in ag.measures])
+    lab.chart(grid, key="sim.agree.grid")
+    maps = rep.to_frame()
+    lab.export(grid, maps, f"measures_{ag.model_a}_vs_{ag.model_b}_{vid}", "sim.agree.grid")
+    corr = ag.correlation_frame(vid)
+    heat = sim_charts.correlation_heatmap(corr)
+    c1, c2 = st.columns([2, 3])
+    with c1:
+        lab.chart(heat, key="sim.agree.corr")
+        lab.export(heat, corr, f"measure_agreement_{vid}", "sim.agree.corr")
+    with c2:
+        st.dataframe(ag.claims_frame(), hide_index=True)
+
+
 st.title("Representation similarity")
 st.caption("Centered kernel alignment (Kornblith et al. 2019) between every pair of layers, by minibatch CKA "
            "(Nguyen et al. 2021), as in Figs 1-2 of Raghu et al. 2021: ViTs have more uniform representations "
            "across layers than ResNets, and their lower half resembles a much larger part of the ResNet.")
 s = lab.settings()
-tokens, kernel = options_ui()
+tokens, kernel, measure = options_ui()
 report = None
 with lab.guard():
     a, b = lab.models(s)
     src = lab.source(s)
-    opts = vitlab.run.CKAOptions(images=s.images, batch_size=s.batch_size, tokens=tokens, kernel=kernel)
-    report = lab.compute(("cka", s.key, tokens, kernel), lambda run: vitlab.run.cka([a, b], src, opts, run), "CKA")
+    if measure not in ("cka", "cka-rbf"):
+        other_measure(a, b, src, s, tokens, measure)
+    else:
+        kernel = "rbf" if measure == "cka-rbf" else kernel
+        opts = vitlab.run.CKAOptions(images=s.images, batch_size=s.batch_size, tokens=tokens, kernel=kernel)
+        report = lab.compute(("cka", s.key, tokens, kernel), lambda run: vitlab.run.cka([a, b], src, opts, run),
+                             "CKA")
 
 if report is not None:
     st.caption(lab.run_caption(report.info, report.images))
@@ -87,3 +173,13 @@ if report is not None:
         with lab.guard():
             la, lb = pair_ui(frame, vid, clicked_cell(event))
             detail(frame, la, lb)
+    if kernel == "linear":
+        pa, pb = {"ab": (a, b), "aa": (a, a), "bb": (b, b)}[vid]
+        with lab.guard():
+            sensitivity_ui(pa, pb, src, s, tokens, la, lb)
+
+st.divider()
+if st.toggle("Agreement between measures (every measure side by side; SVCCA/PWCCA need one more pass)",
+             key="sim.agree"):
+    with lab.guard():
+        agreement_ui(lab.models(s)[0], lab.models(s)[1], lab.source(s), s, tokens)

@@ -50,7 +50,8 @@ def _facet_model(chart, frame: pd.DataFrame):
 def attention_distance_chart(frame: pd.DataFrame, units: str = "px", title: str | None = None):
     """One dot per head per layer: x = block, y = mean attention distance (Raghu et al. Figs 3-4; ViT paper Fig 7).
 
-    The dashed line is the distance uniform attention over all patches would give.
+    The dashed line is the distance uniform attention over all keys would give, in the frame's own convention
+    (prefix keys dropped with or without renormalising); bars: the mean's 95 % interval over images.
     """
     col, std, label = ("distance_px", "std_px", "pixels") if units == "px" else ("distance_frac", "std_frac",
                                                                                "fraction of image side")
@@ -60,9 +61,15 @@ def attention_distance_chart(frame: pd.DataFrame, units: str = "px", title: str 
         y=alt.Y(f"{col}:Q", title=f"mean attention distance ({label})", scale=alt.Scale(zero=True)),
         color=alt.Color("head:N", title="head", legend=legend),
         tooltip=["model", "layer", "head", alt.Tooltip(f"{col}:Q", format=".3f"),
-                 alt.Tooltip(f"{std}:Q", format=".3f", title="std over images"), "images"],
+                 alt.Tooltip(f"{std}:Q", format=".3f", title="std over images"), "images",
+                 *([alt.Tooltip("distance_lo:Q", format=".3f", title="95 % lo (px)"),
+                    alt.Tooltip("distance_hi:Q", format=".3f", title="95 % hi (px)")] if "distance_lo" in frame
+                   else [])],
     )
     layers = [dots]
+    if units == "px" and "distance_lo" in frame:  # the mean's 95 % interval over images
+        layers.append(alt.Chart().mark_rule(opacity=0.6).encode(x="layer:O", y="distance_lo:Q", y2="distance_hi:Q",
+                                                                color=alt.Color("head:N", legend=None)))
     uniform = "uniform_px" if units == "px" else "uniform_frac"
     if uniform in frame and frame[uniform].notna().any():
         layers.append(alt.Chart().mark_rule(strokeDash=[4, 3], color="grey").encode(

@@ -20,6 +20,10 @@ def cka_heatmap(frame: pd.DataFrame, title: str | None = None, size: int = 360, 
     tooltip = ["model_a", "layer_a", "model_b", "layer_b", alt.Tooltip("cka:Q", format=".4f")]
     if "cka_std" in frame:
         tooltip.append(alt.Tooltip("cka_std:Q", format=".4f"))
+    for col, name in (("cka_lo", "95 % lo"), ("cka_hi", "95 % hi"), ("p_null", "p (permutation null)"),
+                      ("null_hi", "null 97.5 %")):
+        if col in frame:
+            tooltip.append(alt.Tooltip(f"{col}:Q", format=".4f", title=name))
     chart = alt.Chart(frame).mark_rect().encode(
         x=alt.X("layer_b:N", sort=order_b, title=f"{mb} layer", axis=alt.Axis(labelAngle=-60, labelLimit=140)),
         y=alt.Y("layer_a:N", sort=list(reversed(order_a)), title=f"{ma} layer", axis=alt.Axis(labelLimit=140)),

@@ -72,10 +72,22 @@ def localization_summary_chart(summary: pd.DataFrame, cell: int = 150, title: st
 
 def localization_rate_chart(rate: pd.DataFrame, title: str | None = None, width: int = 360):
     """Fraction of spatial tokens whose best-matching input patch is their own, per layer and model
-    (``LocalizationReport.rates()``)."""
-    return alt.Chart(rate).mark_bar().encode(
-        x=alt.X("layer:N", sort=list(dict.fromkeys(rate["layer"])), title=None),
-        xOffset="model:N", color="model:N",
+    (``LocalizationReport.rates()``), with its 95 % interval over batches (error bars) and chance level 1/positions
+    (a tick) when the frame has them."""
+    x = alt.X("layer:N", sort=list(dict.fromkeys(rate["layer"])), title=None)
+    extra = [c for c in ("rate_lo", "rate_hi", "chance", "corrected") if c in rate]
+    tooltip = ["model", "layer", alt.Tooltip("localized:Q", format=".2f"), alt.Tooltip("own_cka:Q", format=".3f")]
+    tooltip += [alt.Tooltip(f"{c}:Q", format=".2f") for c in extra]
+    bars = alt.Chart(rate).mark_bar().encode(
+        x=x, xOffset="model:N", color="model:N",
         y=alt.Y("localized:Q", scale=alt.Scale(domain=[0, 1]), title="tokens whose own patch is the best match"),
-        tooltip=["model", "layer", alt.Tooltip("localized:Q", format=".2f"), alt.Tooltip("own_cka:Q", format=".3f")],
-    ).properties(width=width, height=220, title=title or "How well tokens localize")
+        tooltip=tooltip)
+    layers = [bars]
+    if {"rate_lo", "rate_hi"} <= set(extra) and rate["rate_lo"].notna().any():
+        layers.append(alt.Chart(rate).mark_rule(color="black").encode(x=x, xOffset="model:N", y="rate_lo:Q",
+                                                                      y2="rate_hi:Q", tooltip=tooltip))
+    if "chance" in extra:
+        layers.append(alt.Chart(rate).mark_tick(color="grey", thickness=2, size=14).encode(
+            x=x, xOffset="model:N", y="chance:Q", tooltip=[alt.Tooltip("chance:Q", format=".3f", title="chance")]))
+    return alt.layer(*layers).properties(width=width, height=220,
+                                         title=title or "How well tokens localize (tick: chance level)")

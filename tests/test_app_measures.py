@@ -1,0 +1,72 @@
+"""AppTest of the measures on the Representation similarity page (measure choice, sensitivity, agreement view) and
+of the Many models page: what they draw equals the engine's numbers, and every chart has its downloads."""
+
+from __future__ import annotations
+
+import pytest
+
+import vitlab
+
+from .test_app import SETTINGS, assert_every_chart_exported, cache_dir, chart_values, charts, start  # noqa: F401
+
+
+def engine_models():
+    return [vitlab.load(SETTINGS[k], "cpu") for k in ("lab.model_a", "lab.model_b")]
+
+
+def test_measure_choice_draws_that_measure():
+    at = start("similarity")
+    at.selectbox(key="sim.measure").set_value("procrustes").run()
+    assert not at.error and not at.exception, [e.value for e in at.error]
+    rows = chart_values(charts(at)[0])
+    opts = vitlab.similarity.SimilarityOptions(measures=("procrustes",), images=SETTINGS["lab.images"],
+                                               batch_size=SETTINGS["lab.batch_size"])
+    rep = vitlab.similarity.similarity(engine_models(), vitlab.open_source(SETTINGS["lab.source"]), opts)
+    want = rep.pair_frame("procrustes", 0, 1)
+    got = {(r["layer_a"], r["layer_b"]): r["value"] for r in rows}
+    assert len(got) == len(want)
+    for r in want.itertuples():
+        assert got[(r.layer_a, r.layer_b)] == pytest.approx(r.value, abs=1e-6)
+    assert "Procrustes" in at.metric[0].label
+    assert_every_chart_exported(at, "similarity")
+
+
+def test_sensitivity_under_the_clicked_cell():
+    at = start("similarity")
+    frames = [d.value for d in at.dataframe]
+    sens = next(f for f in frames if "check" in f.columns)
+    assert {"baseline", "remove top PCs", "leave one batch out", "leave one image out",
+            "top-direction energy share"} <= set(sens["check"])
+    base = float(sens.loc[sens["check"] == "baseline", "value"].iloc[0])
+    assert base == pytest.approx(float(at.metric[0].value), abs=1e-4)  # the clicked cell's CKA
+    assert len(charts(at)) >= 2
+    assert_every_chart_exported(at, "similarity")
+
+
+def test_agreement_view_says_agree_or_disagree_with_numbers():
+    at = start("similarity")
+    at.toggle(key="sim.agree").set_value(True).run()
+    assert not at.error and not at.exception, [e.value for e in at.error]
+    text = " ".join(m.value for m in at.markdown)
+    assert ("agree" in text or "disagree" in text) and "ρ = " in text and "Fig 1" in text
+    claims = next(d.value for d in at.dataframe if "claim" in d.value.columns)
+    assert set(claims["measure"]) == set(vitlab.measures.MEASURES)
+    assert_every_chart_exported(at, "similarity")
+
+
+def test_many_models_page_matches_the_engine():
+    at = start("models")
+    assert not at.error and not at.exception, [e.value for e in at.error]
+    specs = at.multiselect(key="mm.models").value
+    rows = chart_values(charts(at)[0])
+    depth = rows[0]["depth"]
+    models = [vitlab.load(m, "cpu") for m in specs]
+    opts = vitlab.manymodels.CompareOptions(images=SETTINGS["lab.images"], batch_size=SETTINGS["lab.batch_size"],
+                                            depths=(depth,), measure="cka")
+    res = vitlab.manymodels.compare_models(models, vitlab.open_source(SETTINGS["lab.source"]), opts)
+    want = res.to_frame()
+    got = {(r["model_a"], r["model_b"]): r["value"] for r in rows}
+    for r in want.itertuples():
+        assert got[(r.model_a, r.model_b)] == pytest.approx(r.value, abs=1e-6)
+    assert "forward passes" in " ".join(c.value for c in at.caption)
+    assert_every_chart_exported(at, "models")

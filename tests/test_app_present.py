@@ -1,0 +1,67 @@
+"""AppTest of the presentation layout of the Paper tour: one figure per screen with its claim, verdict and numbers;
+Previous / Next (← / →) walk every figure and wrap; the report download is offered."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+APP = ROOT / "app"
+sys.path.insert(0, str(APP))
+
+pytest.importorskip("streamlit")
+from streamlit.testing.v1 import AppTest
+
+import vitlab.tour
+
+SETTINGS = {"lab.model_a": "zoo:vit-cls", "lab.model_b": "zoo:resnet", "lab.source": "fashion-mnist:test",
+            "lab.images": 16, "lab.batch_size": 8}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def cache_dir(tmp_path_factory):
+    d = tmp_path_factory.mktemp("vitlab-cache")
+    old = os.environ.get("VITLAB_CACHE_DIR")
+    os.environ["VITLAB_CACHE_DIR"] = str(d)
+    import lab
+
+    lab.store.clear()
+    yield d
+    lab.store.clear()
+    if old is None:
+        os.environ.pop("VITLAB_CACHE_DIR", None)
+    else:
+        os.environ["VITLAB_CACHE_DIR"] = old
+
+
+def html_text(at) -> str:
+    return " ".join(h.proto.body for h in at.get("html"))
+
+
+def test_presentation_walks_every_figure_with_claim_verdict_numbers_and_offers_the_report():
+    at = AppTest.from_file(str(APP / "Home.py"), default_timeout=600)
+    for k, v in SETTINGS.items():
+        at.session_state[k] = v
+    at.run()
+    at.switch_page("views/present.py").run()
+    assert not at.exception and not at.error, [e.value for e in at.error]
+    claims = list(vitlab.tour.CLAIMS.values())
+    seen = []
+    for k, claim in enumerate(claims):
+        text = html_text(at)
+        assert f"{k + 1} / {len(claims)}" in text and claim.title in text
+        assert "present-verdict" in text and "statistic" in text and "control" in text
+        verdict = next(v for v in ("can't tell", "not shown", "shown") if f">{v}<" in text.replace("&#x27;", "'"))
+        seen.append(verdict)
+        assert at.get("vega_lite_chart") or any("No figure" in i.value for i in at.info)
+        at.button(key="present.next").click().run()
+        assert not at.exception, [e.message for e in at.exception]
+    assert claims[0].title in html_text(at)  # Next wraps around
+    at.button(key="present.prev").click().run()
+    assert claims[-1].title in html_text(at)
+    assert "Download report (HTML)" in [d.label for d in at.get("download_button")]
+    assert len(seen) == len(claims)

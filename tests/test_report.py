@@ -1,0 +1,122 @@
+"""vitlab report: one self-contained HTML file (every figure an inline SVG, every verdict, the provenance block, nothing
+fetched), its provenance, and the CLI."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from html.parser import HTMLParser
+
+import altair as alt
+import pandas as pd
+import pytest
+
+import vitlab
+from vitlab import report as R
+from vitlab import tour as T
+from vitlab.cli import main
+from vitlab.context import Run, RunInfo
+
+
+class Page(HTMLParser):
+    """Collects tags, attributes and the text inside elements with an id or a data-verdict."""
+
+    def __init__(self):
+        super().__init__()
+        self.tags: list[tuple[str, dict]] = []
+        self.text: list[str] = []
+
+    def handle_starttag(self, tag, attrs):
+        self.tags.append((tag, dict(attrs)))
+
+    def handle_data(self, data):
+        self.text.append(data)
+
+
+def parse(text: str) -> Page:
+    p = Page()
+    p.feed(text)
+    return p
+
+
+def assert_self_contained(text: str) -> None:
+    page = parse(text)
+    tags = {t for t, _ in page.tags}
+    assert not tags & {"script", "link", "img", "iframe", "object", "embed"}, tags
+    for tag, attrs in page.tags:
+        for k in ("src", "href", "xlink:href"):
+            if k in attrs:
+                assert attrs[k].startswith("#"), (tag, k, attrs[k])  # in-page anchors only
+    assert not re.search(r"url\(\s*['\"]?(https?:|//)", text) and "@import" not in text
+
+
+def fake_tour() -> T.TourReport:
+    rows = [T.Check("Fig 1", "One", "claim one <b>", "shown", 0.5, 0.4, 0.6, 0.1, "twin", "ev 1"),
+            T.Check("Fig 2", "Two", "claim two", "not shown", 0.1, 0.0, 0.2, 0.3, "control", "ev 2"),
+            T.Check("Fig 3", "Three", "claim three", "can't tell", float("nan"), float("nan"), float("nan"),
+                    float("nan"), "none", "no ViT among the models")]
+    frames, charts = {}, {}
+    for r in rows[:2]:
+        frames[r.figure] = pd.DataFrame({"label": ["a", "b"], "role": ["statistic", "control"], "value": [1.0, 2.0],
+                                         "lo": [0.5, 1.5], "hi": [1.5, 2.5]})
+        charts[r.figure] = alt.Chart(frames[r.figure]).mark_point().encode(x="value:Q", y="label:N")
+    frames["Fig 3"] = pd.DataFrame(columns=["label", "role", "value", "lo", "hi"])
+    charts["Fig 3"] = alt.Chart(frames["Fig 3"]).mark_point()
+    return T.TourReport(rows, charts, ["m1", "m2"], RunInfo(), frames)
+
+
+def test_html_has_every_figure_verdict_and_provenance_and_nothing_external():
+    vit = vitlab.load("zoo:vit-cls", "cpu")
+    src = vitlab.open_source("fashion-mnist:test")
+    opts = T.TourOptions(images=40)
+    prov = R.provenance([vit], src, opts, 1.5, Run(bootstrap=77, seed=3))
+    text = R.render_html(fake_tour(), prov, "A <title>")
+    assert_self_contained(text)
+    page = parse(text)
+    sections = [a for t, a in page.tags if t == "section"]
+    assert [s.get("data-figure") for s in sections if "data-figure" in s] == ["Fig 1", "Fig 2", "Fig 3"]
+    assert text.count("<svg") == 2 and "No figure" in text  # Fig 3 could not be measured: said, not drawn
+    verdicts = [a["data-verdict"] for t, a in page.tags if "data-verdict" in a]
+    assert verdicts == ["shown", "not shown", "can't tell"]
+    body = "".join(page.text)
+    assert "[0.400, 0.600]" in body and "0.100 (twin)" in body and "n/a" in body
+    assert "claim one <b>" in body and "<b>" not in text.split("<body>")[1].replace("&lt;b&gt;", "")  # escaped
+    assert any(a.get("id") == "provenance" for _, a in page.tags)
+    ckpt = vitlab.zoo.checkpoint_path("vit-cls")
+    assert hashlib.sha256(ckpt.read_bytes()).hexdigest()[:16] in body
+    assert vit.fingerprint in body and "zoo:vit-cls" in body
+    keys = "".join(src.item_key(i) + "\0" for i in range(40)).encode()
+    assert hashlib.sha256(keys).hexdigest() in body and "fashion-mnist:test" in body
+    for lib in ("vitlab", "torch", "timm", "altair", "vl-convert-python"):
+        assert lib in body
+    assert "UTC" in body and "77" in body
+
+
+def test_weights_source_and_image_hash_change_with_their_inputs():
+    src = vitlab.open_source("fashion-mnist:test")
+    assert R.images_hash(src, [0, 1]) != R.images_hash(src, [1, 0]) != R.images_hash(src, [0, 2])
+    assert R.weights_source(vitlab.load("test_vit@random:5", "cpu")) == "random init, seed 5"
+    assert "untrained twin" in R.weights_source(vitlab.load("zoo:vit-cls@random:1", "cpu"))
+
+
+def test_cli_report_on_the_zoo_writes_one_self_contained_file(tmp_path, capsys):
+    out = tmp_path / "r" / "report.html"
+    rc = main(["report", "-m", "zoo:vit-cls", "-m", "zoo:resnet", "--data", "fashion-mnist:test", "-n", "32",
+               "-b", "8", "--only", "skips,localization", "--bootstrap", "50", "--control", "none",
+               "--out", str(out)])
+    assert rc == 0
+    text = out.read_text()
+    assert_self_contained(text)
+    assert text.count("<svg") == 2 and text.count('data-verdict="') == 2
+    assert "Fig 7" in text and "Fig 9" in text and 'id="provenance"' in text
+    assert "report:" in capsys.readouterr().out
+
+
+def test_cli_report_wants_an_html_path(tmp_path, capsys):
+    assert main(["report", "-m", "zoo:vit-cls", "--out", str(tmp_path / "r")]) == 2
+    assert "ending in .html" in capsys.readouterr().err
+
+
+def test_report_needs_models():
+    with pytest.raises(vitlab.VitlabError, match="needs models"):
+        R.report([], vitlab.open_source("samples"), R.ReportOptions(), Run())

@@ -1,0 +1,212 @@
+"""The streamed measures, the agreement view, CKA sensitivity and compare-models on tiny real models.
+
+References recompute each number from the captured activations with the float64 formulas of test_measures.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+import vitlab
+from vitlab import measures as ms
+from vitlab.agreement import agreement, lower_half_reach, uniformity, verdict
+from vitlab.context import Run
+from vitlab.manymodels import CompareOptions, compare_models, parse_depths, tap_at
+from vitlab.sensitivity import SensitivityOptions, sensitivity
+from vitlab.similarity import SimilarityOptions, similarity
+
+from .reference import hsic1_song, linear_gram64
+from .test_measures import ref_mutual_knn, ref_procrustes, ref_svcca_pwcca
+
+N, B = 24, 12
+
+
+@pytest.fixture(autouse=True)
+def _one_blas_thread():
+    with ms.blas_single_thread():
+        yield
+
+
+def batch_features(model, source, n=N, b=B, tokens="all"):
+    """{tap: [per batch (n_b, F) float64]} captured directly, as the reference's input."""
+    from vitlab.data import decode, plan_batches, select
+    from vitlab.run import _forward
+
+    taps = vitlab.taps.default_taps(model.model)
+    out = {t: [] for t in taps}
+    for batch in plan_batches(source, select(source, n), b):
+        decode(source, batch)
+        acts = _forward(model, batch.images, taps, False)
+        for t in taps:
+            out[t].append(vitlab.taps.features(acts[t], model.model, tokens).double().numpy())
+    return out
+
+
+@pytest.fixture(scope="module")
+def report_and_feats(tiny_vit, tiny_resnet, fmnist_source):
+    opts = SimilarityOptions(images=N, batch_size=B, knn_k=3, svd_dims=4, sketch_dims=64, pca_dims=256)
+    rep = similarity([tiny_vit, tiny_resnet], fmnist_source, opts, Run())
+    return rep, batch_features(tiny_vit, fmnist_source), batch_features(tiny_resnet, fmnist_source)
+
+
+def test_streamed_gram_measures_equal_per_batch_references(report_and_feats):
+    rep, fa, fb = report_and_feats
+    ta, tb = list(fa), list(fb)
+    for i, j in ((0, 3), (len(ta) - 1, 1), (2, len(tb) - 1)):
+        xs, ys = fa[ta[i]], fb[tb[j]]
+        hsic = np.sum([[hsic1_song(linear_gram64(x), linear_gram64(y)), hsic1_song(linear_gram64(x), linear_gram64(x)),
+                        hsic1_song(linear_gram64(y), linear_gram64(y))] for x, y in zip(xs, ys)], axis=0)
+        assert rep.maps[("cka", 0, 1)][i, j] == pytest.approx(hsic[0] / np.sqrt(hsic[1] * hsic[2]), rel=1e-4)
+        proc = np.mean([ref_procrustes(x, y, B - 1) for x, y in zip(xs, ys)])
+        assert rep.maps[("procrustes", 0, 1)][i, j] == pytest.approx(proc, rel=1e-3, abs=1e-4)
+        knn = np.mean([ref_mutual_knn(x, y, 3) for x, y in zip(xs, ys)])
+        assert rep.maps[("mutual-knn", 0, 1)][i, j] == pytest.approx(knn, abs=1e-9)
+    assert rep.maps[("cka", 1, 0)] == pytest.approx(rep.maps[("cka", 0, 1)].T)
+    assert np.allclose(np.diag(rep.maps[("cka", 0, 0)]), 1, atol=1e-5)
+
+
+def test_cca_measures_equal_reference_on_the_cached_sketches(report_and_feats, tiny_vit, tiny_resnet, fmnist_source):
+    """SVCCA / PWCCA are the published formulas on the sketched features of all images (the sketch is linear,
+    so sketching each batch equals sketching the stacked features)."""
+    import torch
+
+    rep, fa, fb = report_and_feats
+    ta, tb = list(fa), list(fb)
+    for i, j in ((1, 2), (len(ta) - 1, len(tb) - 1)):
+        x = ms.count_sketch(torch.from_numpy(np.concatenate(fa[ta[i]])).float(), 64).double().numpy()
+        y = ms.count_sketch(torch.from_numpy(np.concatenate(fb[tb[j]])).float(), 64).double().numpy()
+        sv, pw = ref_svcca_pwcca(x, y, 4)
+        assert rep.maps[("svcca", 0, 1)][i, j] == pytest.approx(sv, rel=1e-4)
+        assert rep.maps[("pwcca", 0, 1)][i, j] == pytest.approx(pw, rel=1e-4)
+
+
+def test_rbf_cka_from_cached_linear_grams_equals_rbf_statistic(tiny_vit, fmnist_source):
+    rep = similarity([tiny_vit], fmnist_source, SimilarityOptions(measures=("cka-rbf",), images=N, batch_size=B), Run())
+    direct = vitlab.run.cka([tiny_vit], fmnist_source, vitlab.CKAOptions(images=N, batch_size=B),
+                            statistic=vitlab.GramStatistic(kernel="rbf", precision="float64"))
+    np.testing.assert_allclose(rep.maps[("cka-rbf", 0, 0)], direct.pair(0, 0).cka, atol=2e-5)
+
+
+def test_rerun_reads_the_cache_and_each_model_runs_once(tiny_vit, tiny_resnet, fmnist_source, store):
+    run = Run(store=store)
+    first = similarity([tiny_vit, tiny_resnet], fmnist_source, SimilarityOptions(images=N, batch_size=B), run)
+    assert run.info.forward_passes == {tiny_vit.label: 2, tiny_resnet.label: 2}
+    again = Run(store=store)
+    second = similarity([tiny_vit, tiny_resnet], fmnist_source, SimilarityOptions(images=N, batch_size=B), again)
+    assert again.info.forward_passes == {} and again.info.batches_computed == 0
+    for key, v in first.maps.items():
+        np.testing.assert_array_equal(v, second.maps[key])
+
+
+def test_agreement_view_and_claims(report_and_feats):
+    rep, _, _ = report_and_feats
+    ag = agreement(rep)
+    rho = ag.correlations["ab"]
+    assert rho.shape == (6, 6) and np.allclose(np.diag(rho), 1) and np.allclose(rho, rho.T)
+    cka_, proc = rep.maps[("cka", 0, 1)], rep.maps[("procrustes", 0, 1)]
+    i, j = ag.measures.index("cka"), ag.measures.index("procrustes")
+    assert rho[i, j] == pytest.approx(ms.rank_correlation(cka_, np.cos(proc)))
+    claims = ag.claims_frame()
+    assert len(claims) == 12 and set(claims["measure"]) == set(ms.MEASURES)
+    text = " ".join(ag.summary())
+    assert "Fig 1" in text and "Fig 2" in text and ("agree" in text or "disagree" in text)
+
+
+def test_claim_statistics_on_constructed_maps():
+    assert uniformity(np.array([[1, 0.5], [0.3, 1]])) == pytest.approx(0.4)
+    cross = np.array([[0.9, 0.8, 0.1], [0.1, 0.2, 0.3], [0.2, 0.1, 0.9], [0, 0, 0.2]])
+    assert lower_half_reach(cross) == pytest.approx(2 / 3)  # columns 0, 1 best in rows 0-1; column 2 in row 2
+    assert [verdict(v) for v in (0.9, 0.6, 0.1, float("nan"))] == ["agree", "partly agree", "disagree", "can't tell"]
+
+
+def test_sensitivity_matches_brute_force(tiny_vit, tiny_resnet, fmnist_source):
+    fa, fb = batch_features(tiny_vit, fmnist_source), batch_features(tiny_resnet, fmnist_source)
+    la, lb = list(fa)[3], list(fb)[2]
+    opts = SensitivityOptions(images=N, batch_size=B, layer_a=la, layer_b=lb, pcs=(1, 2))
+    res = sensitivity(tiny_vit, tiny_resnet, fmnist_source, opts, Run())
+    f = res.to_frame().set_index(["check", "side", "k"])
+    xs, ys = fa[la], fb[lb]
+
+    def cka_of(pairs):
+        t = np.sum([[hsic1_song(linear_gram64(x), linear_gram64(y)), hsic1_song(linear_gram64(x), linear_gram64(x)),
+                     hsic1_song(linear_gram64(y), linear_gram64(y))] for x, y in pairs], axis=0)
+        return t[0] / np.sqrt(t[1] * t[2])
+
+    def drop_pcs(x, k):
+        x = x - x.mean(0)
+        u, s, vt = np.linalg.svd(x, full_matrices=False)
+        return x - (u[:, :k] * s[:k]) @ vt[:k]
+
+    assert res.cka == pytest.approx(cka_of(zip(xs, ys)), rel=1e-4)
+    assert f.loc[("remove top PCs", "A", 2), "value"] == pytest.approx(
+        cka_of([(drop_pcs(x, 2), y) for x, y in zip(xs, ys)]), rel=1e-3, abs=1e-4)
+    lobo = [cka_of([(xs[1 - b], ys[1 - b])]) for b in range(2)]
+    worst = lobo[int(np.argmax(np.abs(np.array(lobo) - res.cka)))]
+    assert f.loc[("leave one batch out", "both", 0), "value"] == pytest.approx(worst, rel=1e-4)
+    loo = [cka_of([(np.delete(xs[b], i, 0), np.delete(ys[b], i, 0)) if c == b else (xs[c], ys[c]) for c in range(2)])
+           for b in range(2) for i in range(B)]
+    assert abs(f.loc[("leave one image out", "both", 0), "change"]) == pytest.approx(
+        np.max(np.abs(np.array(loo) - res.cka)), rel=1e-3)
+    assert 0 < f.loc[("top-direction energy share", "A", 1), "value"] <= 1
+
+
+def test_compare_models_one_pass_each_then_none(tiny_vit, tiny_resnet, fmnist_source, store):
+    other = vitlab.load("test_vit@random:1", "cpu")
+    models = [tiny_vit, tiny_resnet, other]
+    opts = CompareOptions(images=N, batch_size=B, depths=(0.5, 1.0), measure="cka")
+    run = Run(store=store)
+    res = compare_models(models, fmnist_source, opts, run)
+    assert run.info.forward_passes == {m.label: 2 for m in models}
+    again = Run(store=store)
+    res2 = compare_models(models, fmnist_source, opts, again)
+    assert again.info.forward_passes == {} and np.array_equal(res.matrices, res2.matrices)
+    full = similarity(models, fmnist_source, SimilarityOptions(measures=("cka",), images=N, batch_size=B), Run(store=store))
+    for k, d in enumerate(opts.depths):
+        for a in range(3):
+            for b in range(3):
+                ia = full.layers[a].index(tap_at(full.layers[a], d))
+                ib = full.layers[b].index(tap_at(full.layers[b], d))
+                assert res.matrices[k, a, b] == pytest.approx(full.maps[("cka", a, b)][ia, ib], rel=1e-9)
+    dist = ms.as_distance("cka", res.matrices[1])
+    np.fill_diagonal(dist, 0)
+    xy = res.coords[1]
+    if res.explained[1] > 0.999:  # 3 points always embed exactly when the distances are Euclidean
+        np.testing.assert_allclose(np.linalg.norm(xy[:, None] - xy[None], axis=-1), dist, atol=1e-6)
+
+
+def test_depths_are_checked():
+    assert parse_depths("0.25, 1") == (0.25, 1.0)
+    assert tap_at(list("abcd"), 0.25) == "a" and tap_at(list("abcd"), 1.0) == "d" and tap_at(list("abcd"), 0.3) == "b"
+    for bad in ("0", "1.5", "x"):
+        with pytest.raises(vitlab.VitlabError):
+            parse_depths(bad)
+
+
+def test_cli_similarity_and_compare_models(tmp_path, capsys):
+    from vitlab.cli import main
+
+    out = tmp_path / "sim"
+    args = ["-m", "test_vit@random:0", "-m", "test_resnet@random:0", "-d", "fashion-mnist:test", "-n", "24", "-b",
+            "12", "--device", "cpu"]
+    assert main(["similarity", *args, "--measure", "cka,procrustes", "-o", str(out)]) == 0
+    assert {"similarity.csv", "agreement.csv", "claims.csv", "agreement_maps.png", "run.json"} <= {
+        p.name for p in out.iterdir()}
+    assert "agree" in capsys.readouterr().out
+    out2 = tmp_path / "cm"
+    assert main(["compare-models", *args, "--depth", "0.5,1", "-o", str(out2)]) == 0
+    run = json.loads((out2 / "run.json").read_text())
+    assert run["forward_passes"] == {} and run["batches_from_cache"] == 2  # the Grams similarity cached
+    assert {"compare_models.csv", "mds.csv", "mds_cka_depth0.5.svg", "models_cka_depth1.png"} <= {
+        p.name for p in out2.iterdir()}
+    assert main(["similarity", *args, "--measure", "cka,rsa", "-o", str(out)]) == 2
+    assert "unknown measure" in capsys.readouterr().err
+    assert main(["compare-models", *args, "--depth", "2", "-o", str(out2)]) == 2
+    out3 = tmp_path / "sens"
+    pair = ["-m", "test_vit@random:0", "--other", "test_resnet@random:0", "-d", "fashion-mnist:test", "-n", "24",
+            "-b", "12", "--device", "cpu"]
+    layers = ["--layer-a", "blocks.0.resid_post", "--layer-b", "layer1.0"]
+    assert main(["cka-sensitivity", *pair, *layers, "-o", str(out3)]) == 0
+    assert (out3 / "cka_sensitivity.csv").is_file()

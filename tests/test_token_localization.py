@@ -1,0 +1,105 @@
+"""Localization for uploads (vitlab.token_localization): the reference-set CKA map and its bootstrap interval
+against a float64 transcription of Song's HSIC_1 and a numpy bootstrap written here; the too-few-images rule; the
+per-token view (gradient, attention) on uploaded photos."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+import vitlab
+from tests.reference import hsic1_song, linear_gram64
+from vitlab import VitlabError
+from vitlab import token_localization as TL
+from vitlab.context import Run
+from vitlab.data import to_tensor
+
+
+def _uploads(names=("astronaut.jpg", "chelsea.jpg")):
+    return [(n, (vitlab.data.ASSETS / "samples" / n).read_bytes()) for n in names]
+
+
+def test_reference_plan_says_when_the_images_given_are_too_few():
+    src, note = TL.reference_plan(2, "uploads", TL.ReferenceOptions())
+    assert src == TL.DEFAULT_REFERENCE and "2 image(s) given: too few" in note and str(TL.MIN_IMAGES) in note
+    src, note = TL.reference_plan(2, "uploads", TL.ReferenceOptions(source="given"))
+    assert src == TL.DEFAULT_REFERENCE and "instead" in note
+    src, note = TL.reference_plan(TL.MIN_IMAGES, "uploads", TL.ReferenceOptions(source="given"))
+    assert (src, note) == ("uploads", None)
+    assert TL.reference_plan(500, "x", TL.ReferenceOptions(source="samples")) == ("samples", None)
+
+
+def test_reference_set_too_small_is_refused_in_words(tiny_vit):
+    with pytest.raises(VitlabError, match=r"samples' gives 11 images.*at least 64"):
+        TL.reference_localization(tiny_vit, vitlab.open_source("samples"), "blocks.0.resid_post",
+                                  TL.ReferenceOptions(source="samples"), Run())
+
+
+def _tokens_block0(model, x):
+    """Block 0's output tokens, written out without hooks: (B, N, D)."""
+    with torch.no_grad():
+        return model.blocks[0](model.norm_pre(model._pos_embed(model.patch_embed(x)))).double().numpy()
+
+
+def test_reference_cka_and_interval_match_a_float64_bootstrap_over_batches():
+    vit = vitlab.load("zoo:vit-cls", "cpu")
+    src = vitlab.open_source("fashion-mnist:test")
+    run = Run(bootstrap=300, seed=7)
+    ref = TL.reference_localization(vit, src, "blocks.0.resid_post", TL.ReferenceOptions(images=64, batch_size=32),
+                                    run)
+    assert (ref.grid, ref.prefix, ref.images, ref.batches) == ((4, 4), 1, 64, 4)  # batches of 64 // 4 = 16
+    row, col = 1, 2
+    token = 1 + row * 4 + col
+    terms = []
+    for b in range(4):
+        x = to_tensor([src.load(i) for i in range(16 * b, 16 * b + 16)], vit)
+        tok = _tokens_block0(vit.model, x)[:, token]
+        patch = x[:, :, 7 * row:7 * row + 7, 7 * col:7 * col + 7].double().numpy()
+        K, L = linear_gram64(tok), linear_gram64(patch)
+        terms.append((hsic1_song(K, L), hsic1_song(K, K), hsic1_song(L, L)))
+    terms = np.array(terms)  # (T, 3)
+
+    def cka(t):
+        return t[..., 0] / np.sqrt(t[..., 1] * t[..., 2])
+
+    idx = np.random.default_rng(7).integers(0, 4, size=(300, 4))
+    reps = cka(terms[idx].sum(1))
+    value, lo, hi = ref.own(row, col)
+    assert value == pytest.approx(cka(terms.sum(0)), abs=2e-4)
+    assert lo == pytest.approx(np.percentile(reps, 2.5), abs=2e-4)
+    assert hi == pytest.approx(np.percentile(reps, 97.5), abs=2e-4)
+    assert lo < value < hi
+    frame = ref.to_frame()
+    assert len(frame) == 17 * 16 and {"cka_lo", "cka_hi"} <= set(frame.columns)
+    summary = ref.summary()
+    assert len(summary) == 16 and (summary["own_lo"] <= summary["own_hi"]).all()
+
+
+def test_token_view_on_two_uploads_uses_the_reference_set(tiny_vit):
+    ups = _uploads()
+    run = Run(bootstrap=50)
+    view = TL.token_view(tiny_vit, ups, 1, "blocks.1", 3, 4, TL.ReferenceOptions(images=64), run)
+    assert "2 image(s) given" in view.note and view.reference.source.startswith("fashion-mnist:test")
+    assert view.reference.layer == "blocks.1.resid_post" and view.reference.images == 64
+    assert view.gradient.image == "chelsea.jpg" and (view.gradient.row, view.gradient.col) == (3, 4)
+    direct = vitlab.token_gradient.token_gradient(
+        tiny_vit, ups, vitlab.token_gradient.TokenGradientOptions(1, "blocks.1", 3, 4), Run())
+    np.testing.assert_array_equal(view.gradient.map, direct.map)
+    amap = vitlab.attention.attention_map(tiny_vit, ups, 1, 1, "mean", (3, 4))
+    np.testing.assert_allclose(view.attention.grid, amap.grid)
+    assert view.cka_grid().shape == (10, 10)
+    assert view.cka_grid()[3, 4] == pytest.approx(view.summary()["own_cka"])
+    with pytest.raises(VitlabError, match="outside blocks.1's 10x10 grid"):
+        TL.token_view(tiny_vit, ups, 0, "blocks.1", 10, 0, TL.ReferenceOptions(images=64), run)
+    with pytest.raises(VitlabError, match="unknown block"):
+        TL.token_view(tiny_vit, ups, 0, "blocks.1.attn", 0, 0, TL.ReferenceOptions(images=64), run)
+
+
+def test_token_view_of_a_cnn_position_has_no_attention():
+    resnet = vitlab.load("zoo:resnet", "cpu")
+    view = TL.token_view(resnet, _uploads(("coffee.jpg",)), 0, "layer2.0", 1, 2, TL.ReferenceOptions(images=64),
+                         Run(bootstrap=50))
+    assert view.attention is None and "no attention" in view.attention_note
+    assert view.reference.grid == view.gradient.grid == (7, 7)
+    assert view.gradient.shares["own_chance"] == pytest.approx(16 / 784)  # 4x4 px of a 28x28 input
