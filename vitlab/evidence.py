@@ -177,6 +177,14 @@ class BootstrapCKA(cka_mod.MinibatchCKA):
         self.batches += 1
         self.images += ca.shape[-1]
 
+    def add(self, xy: np.ndarray, xx: np.ndarray, yy: np.ndarray, n: int) -> None:
+        """One batch's HSIC estimates formed on the device (vitlab.device_cka); keeps them as this batch's terms.
+        The permutation null needs the centred Grams themselves: with ``permutations`` the runner calls update."""
+        super().add(xy, xx, yy, n)
+        self.terms_xy.append(np.asarray(xy))
+        self.terms_xx.append(np.asarray(xx))
+        self.terms_yy.append(np.asarray(yy))
+
     def _null(self, ca: np.ndarray, cb: np.ndarray, shape: tuple) -> np.ndarray:
         """(P, La, Lb) cross HSIC of B's Grams under P random pairings of this batch (a loop of small GEMMs: on
         these CPUs gathering all P permuted Grams for one GEMM measured ~10x slower)."""

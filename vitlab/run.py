@@ -246,7 +246,12 @@ def fold_cka(accs: dict, found: list[dict], estimator: str, device: str = "cpu")
     mode = device_cka.mode_for(device)
     centred = [device_cka.centred(torch.from_numpy(f["gram"]["grams"]).to(device), estimator, mode) for f in found]
     selfs = [device_cka.hsic_self(c, estimator, mode) for c in centred]
+    host = None
     for (i, j), acc in accs.items():
+        if getattr(acc, "permutations", 0):  # the permutation null (evidence) permutes the centred Grams on the host
+            host = host or [cka_mod.centred(f["gram"]["grams"], estimator) for f in found]
+            acc.update(host[i], None if i == j else host[j])
+            continue
         xy = device_cka.hsic_all_pairs(centred[i], centred[j], estimator, mode)
         acc.add(xy, selfs[i], selfs[j], centred[i].shape[-1])
 
