@@ -19,7 +19,7 @@ from . import device_cka, inflight, pipeline
 from . import taps as taps_mod
 from .cache import make_key
 from .context import Run, RunInfo
-from .data import Batch, ImageSource, plan_batches, select
+from .data import Batch, ImageSource, plan_batches, select, to_tensor
 from .errors import VitlabError
 from .images import needed_side
 from .models import LoadedModel
@@ -106,6 +106,20 @@ class GramStatistic(Statistic):
 
     def compute(self, acts: dict, loaded: LoadedModel, batch: Batch) -> dict[str, np.ndarray]:
         return self.finish({t: self.reduce_tap(t, acts[t], loaded) for t in self.taps(loaded)}, loaded, batch)
+
+
+def _forward(loaded: LoadedModel, images: list, tap_names: list[str], amp: bool) -> dict:
+    """Every tap of one batch held at once (PIL images in): the path before in-capture statistics, kept for
+    references that need the activations themselves; the runner uses vitlab.inflight."""
+    import torch
+
+    x = to_tensor(images, loaded)
+    use_amp = amp and loaded.device.startswith("cuda")
+    with taps_mod.capture(loaded.model, tap_names) as acts, torch.inference_mode():
+        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=use_amp):
+            acts["logits"] = loaded.model(x)
+        acts = {k: (v.float() if v.dtype in (torch.bfloat16, torch.float16) else v) for k, v in acts.items()}
+    return acts
 
 
 def stream(models: Sequence[LoadedModel], source: ImageSource, indices: Sequence[int], batch_size: int,
