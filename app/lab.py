@@ -15,6 +15,7 @@ import os
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import streamlit as st
@@ -48,6 +49,9 @@ DEFAULTS: dict[str, Any] = {
     "device": os.environ.get("VITLAB_DEVICE", "auto"),
 }
 MEMO_SIZE = 24  # results kept per browser session, so that a click re-draws without re-reading the cache
+# not "pages/": Streamlit would also discover that folder as a v1 multipage app and could run a page
+# without the entrypoint (and without the sidebar)
+VIEWS = Path(__file__).resolve().parent / "views"
 
 
 @dataclass(frozen=True)
@@ -74,6 +78,11 @@ class Settings:
 
 
 # ------------------------------------------------------------------------------------------- sidebar
+
+
+def page(file: str, title: str, icon: str, url: str | None = None, default: bool = False) -> st.Page:
+    """A navigation page: ``views/<file>.py`` at ``url`` (the generic analysis page serves several urls)."""
+    return st.Page(VIEWS / f"{file}.py", title=title, icon=icon, url_path=url or file, default=default)
 
 
 def _plain(name: str) -> Any:
@@ -376,6 +385,8 @@ def guard():
 
 
 def _unexpected(e: Exception) -> None:
+    if os.environ.get("VITLAB_STRICT") == "1":  # tests: a crash must fail them, not read as an error in words
+        raise e
     st.error(f"Unexpected error ({type(e).__name__}): {e}")
     with st.expander("Details"):
         st.code(traceback.format_exc())
