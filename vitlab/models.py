@@ -13,7 +13,6 @@ bytes, the seed, or the pretrained tag (hub weights are immutable per tag) plus 
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import os
