@@ -1,8 +1,9 @@
 """UI glue shared by the pages: the sidebar pickers, cached models and sources, progress with Cancel, errors
-in place, export buttons. No numerics here (STYLE.md #11): every number on screen comes from `vitlab`.
+in place, export buttons. No numerics here (a page is widgets, one engine call, charts): every number on screen
+comes from `vitlab`.
 
 Widget values are copied into plain session-state keys (``lab.*``) on every run, because Streamlit deletes a
-keyed widget's state after a run in which it is not drawn (FACTS.md); pages read only :func:`settings`.
+keyed widget's state after a run in which it is not drawn (Streamlit 1.67); pages read only :func:`settings`.
 """
 
 from __future__ import annotations
@@ -149,7 +150,8 @@ def source_picker() -> str:
     choice_default = source if source in SOURCES else FOLDER
     choice = st.selectbox("Images", list(SOURCES), key=_seed("w.source", choice_default), format_func=SOURCES.get)
     if choice == FOLDER:
-        folder = st.text_input("Folder", key=_seed("w.folder", _plain("folder") or ("" if source in SOURCES else source)),
+        seed = _plain("folder") or ("" if source in SOURCES else source)
+        folder = st.text_input("Folder", key=_seed("w.folder", seed),
                                placeholder="/path/to/images (sub-folders = classes)")
         st.session_state["lab.folder"] = folder.strip()
         source = folder.strip()

@@ -1,4 +1,4 @@
-"""One accumulator contract, checked on every accumulator of the engine (STYLE.md #13):
+"""One accumulator contract, checked on every accumulator of the engine:
 
 - streaming equals an independent one-shot computation over all batches (written here, in float64);
 - batch order does not matter;

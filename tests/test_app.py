@@ -80,7 +80,7 @@ def chart_values(chart) -> list[dict]:
 
 
 def test_app_imports_no_torch_and_no_numpy():
-    """STYLE.md #11: pages and glue hold no numerics; the engine does them."""
+    """Pages and glue hold no numerics; the engine does them."""
     banned = {"torch", "numpy", "scipy"}
     found = []
     for path in APP.rglob("*.py"):

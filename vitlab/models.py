@@ -335,7 +335,7 @@ def load(spec: ModelSpec | str, device: str | None = None) -> LoadedModel:
         model = _create(spec)
     model.eval().requires_grad_(False).to(device)
     data_config = timm.data.resolve_model_data_config(model)
-    if spec.img_size is not None:  # timm keeps reporting the default size (FACTS.md)
+    if spec.img_size is not None:  # timm 1.0 reports the default size even then
         data_config["input_size"] = (data_config["input_size"][0], spec.img_size, spec.img_size)
     transform = timm.data.create_transform(**data_config, is_training=False)
     return LoadedModel(spec, model, transform, dict(data_config), fingerprint_of(spec, data_config), device)
