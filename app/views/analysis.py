@@ -8,6 +8,7 @@ import dataclasses
 import lab
 import streamlit as st
 
+import vitlab
 from vitlab import analyses, options
 
 SIDEBAR_FIELDS = {"images", "batch_size", "shuffle"}  # the sidebar's choices, not the page's
@@ -37,9 +38,12 @@ def widget(a: analyses.Analysis, f: dataclasses.Field):
         return options.parse_ints(text, label)
     if meta.get("kind") == "strs":
         return options.parse_strs(text)
-    if base in ("int", "float"):
-        return None if not text.strip() else (int if base == "int" else float)(text)
-    return text
+    if base in ("int", "float") and text.strip():
+        try:
+            return (int if base == "int" else float)(text)
+        except ValueError:
+            raise vitlab.VitlabError(f"{label} must be a number or empty, not '{text}'") from None
+    return text if text or default is not None else None
 
 
 def engine_models(a: analyses.Analysis, s):
