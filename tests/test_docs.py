@@ -16,10 +16,10 @@ START, END = "<!-- analyses:start -->\n", "<!-- analyses:end -->"
 
 
 def front_doors() -> list[Path]:
-    """README.md once it holds the generated table; the draft beside the docs until it is swapped in."""
-    found = [p for p in (ROOT / "README.md", DOCS / "README.draft.md") if p.is_file() and START in p.read_text()]
-    assert found, "neither README.md nor docs/README.draft.md holds the table of analyses"
-    return found
+    """README.md, which holds the generated table."""
+    readme = ROOT / "README.md"
+    assert START in readme.read_text(), "README.md does not hold the table of analyses"
+    return [readme]
 
 
 def test_the_table_of_analyses_is_the_generated_one():
@@ -42,10 +42,10 @@ def test_every_row_links_a_docs_page_that_exists_and_names_its_command():
 
 
 def test_relative_links_and_images_in_the_docs_resolve():
-    pages = sorted(DOCS.glob("*.md"))
+    pages = [ROOT / "README.md", *sorted(DOCS.glob("*.md"))]
     shown = set()
     for page in pages:
-        base = ROOT if page.name == "README.draft.md" else DOCS  # the draft is written for the repository root
+        base = ROOT if page.name == "README.md" else DOCS
         for target in re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", page.read_text()):
             if "://" in target:
                 continue
