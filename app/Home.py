@@ -17,39 +17,18 @@ for p in (str(APP.parent), str(APP)):
 
 import lab
 
-# not "pages/": Streamlit would also discover that folder as a v1 multipage app and could run a page
-# without this entrypoint (and without the sidebar)
-PAGES = APP / "views"
+from vitlab import analyses
 
 st.set_page_config(page_title="vitlab", page_icon=":material/biotech:", layout="wide")
+page = lab.page
 
-
-def page(file: str, title: str, icon: str, default: bool = False) -> st.Page:
-    return st.Page(PAGES / file, title=title, icon=icon, url_path=file.removesuffix(".py"), default=default)
-
-
-NAV = {
-    "vitlab": [page("home.py", "Home", ":material/home:", default=True)],
-    "Analyses": [
-        page("similarity.py", "Representation similarity", ":material/grid_on:"),
-        page("attention.py", "Attention", ":material/visibility:"),
-        page("heads.py", "Head subsets", ":material/call_split:"),
-        page("receptive.py", "Receptive fields", ":material/filter_center_focus:"),
-        page("skips.py", "Skip connections", ":material/alt_route:"),
-        page("localization.py", "Localization", ":material/my_location:"),
-        page("probes.py", "Linear probes", ":material/linear_scale:"),
-        page("checkpoints.py", "Checkpoints", ":material/compare_arrows:"),
-        page("models.py", "Many models", ":material/scatter_plot:"),
-    ],
-    "Cause": [
-        page("ablation.py", "Head ablation", ":material/content_cut:"),
-        page("attribution.py", "Attribution", ":material/ads_click:"),
-        page("token_norms.py", "Token norms", ":material/warning:"),
-    ],
-    "Presentation": [page("tour.py", "Paper tour", ":material/slideshow:"),
-                     page("present.py", "Present the tour", ":material/co_present:")],
-}
+# every analysis page comes from the table of analyses (vitlab.analyses); home and the presenter are the app's own
+NAV: dict[str, list] = {"vitlab": [page("home", "Home", ":material/home:", default=True)]}
+for p in analyses.pages():
+    NAV.setdefault(p.section, []).append(page(p.file, p.title, p.icon, p.url))
+NAV.setdefault("Presentation", []).append(page("present", "Present the tour", ":material/co_present:"))
 
 nav = st.navigation(NAV)
+st.session_state["lab.page"] = nav.url_path  # the generic analysis page draws the row of this url
 lab.sidebar()
 nav.run()

@@ -1,8 +1,9 @@
 """UI glue shared by the pages: the sidebar pickers, cached models and sources, progress with Cancel, errors
-in place, export buttons. No numerics here (STYLE.md #11): every number on screen comes from `vitlab`.
+in place, export buttons. No numerics here (a page is widgets, one engine call, charts): every number on screen
+comes from `vitlab`.
 
 Widget values are copied into plain session-state keys (``lab.*``) on every run, because Streamlit deletes a
-keyed widget's state after a run in which it is not drawn (FACTS.md); pages read only :func:`settings`.
+keyed widget's state after a run in which it is not drawn (Streamlit 1.67); pages read only :func:`settings`.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import os
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import streamlit as st
@@ -48,6 +50,9 @@ DEFAULTS: dict[str, Any] = {
     "device": os.environ.get("VITLAB_DEVICE", "auto"),
 }
 MEMO_SIZE = 24  # results kept per browser session, so that a click re-draws without re-reading the cache
+# not "pages/": Streamlit would also discover that folder as a v1 multipage app and could run a page
+# without the entrypoint (and without the sidebar)
+VIEWS = Path(__file__).resolve().parent / "views"
 
 
 @dataclass(frozen=True)
@@ -74,6 +79,11 @@ class Settings:
 
 
 # ------------------------------------------------------------------------------------------- sidebar
+
+
+def page(file: str, title: str, icon: str, url: str | None = None, default: bool = False) -> st.Page:
+    """A navigation page: ``views/<file>.py`` at ``url`` (the generic analysis page serves several urls)."""
+    return st.Page(VIEWS / f"{file}.py", title=title, icon=icon, url_path=url or file, default=default)
 
 
 def _plain(name: str) -> Any:
@@ -140,7 +150,8 @@ def source_picker() -> str:
     choice_default = source if source in SOURCES else FOLDER
     choice = st.selectbox("Images", list(SOURCES), key=_seed("w.source", choice_default), format_func=SOURCES.get)
     if choice == FOLDER:
-        folder = st.text_input("Folder", key=_seed("w.folder", _plain("folder") or ("" if source in SOURCES else source)),
+        seed = _plain("folder") or ("" if source in SOURCES else source)
+        folder = st.text_input("Folder", key=_seed("w.folder", seed),
                                placeholder="/path/to/images (sub-folders = classes)")
         st.session_state["lab.folder"] = folder.strip()
         source = folder.strip()
@@ -201,73 +212,16 @@ def settings() -> Settings:
 
 
 def weights_status(spec: str) -> str:
-    """Where a spec's weights come from, in words; 'download' when the hub must be asked (before loading)."""
-    try:
-        ms = vitlab.parse_spec(spec)
-    except vitlab.VitlabError as e:
-        return f"invalid: {e}"
-    if ms.weights == "zoo":
-        from vitlab import zoo
-
-        try:
-            return "zoo checkpoint" if zoo.checkpoint_path(ms.name).is_file() else "zoo checkpoint missing"
-        except vitlab.VitlabError as e:
-            return f"invalid: {e}"
-    if ms.weights.startswith("random"):
-        return "random weights"
-    if ms.weights != "pretrained":
-        return "local checkpoint"
-    hub = _hub_file(ms.name)
-    if hub is None:
-        return "timm download (not from the Hugging Face hub)"
-    return "in the local hub cache" if _hub_cached(*hub) else "download needed"
-
-
-def _hub_file(name: str) -> tuple[str, list[str]] | None:
-    """(repo id, candidate file names) of a timm model's pretrained weights on the Hugging Face hub."""
-    import timm.models
-
-    try:
-        cfg = timm.models.get_pretrained_cfg(name)
-    except Exception:  # noqa: BLE001 - unknown name: loading reports it, with suggestions
-        return None
-    if cfg is None or not getattr(cfg, "hf_hub_id", None):
-        return None
-    named = getattr(cfg, "hf_hub_filename", None)
-    return cfg.hf_hub_id, [named] if named else ["model.safetensors", "pytorch_model.bin"]
-
-
-def _hub_cached(repo: str, files: list[str]) -> bool:
-    from huggingface_hub import try_to_load_from_cache
-
-    repo_id, _, revision = repo.partition("@")
-    return any(isinstance(try_to_load_from_cache(repo_id, f, revision=revision or None), str) for f in files)
+    """Where a spec's weights come from, in words (``vitlab.models.weights_status``)."""
+    return vitlab.models.weights_status(spec)
 
 
 def download_weights(spec: str, bar) -> None:
-    """Fetch a pretrained spec's weights into the hub cache with a Streamlit progress bar (bytes)."""
-    from huggingface_hub import hf_hub_download
-    from tqdm.auto import tqdm
+    """Fetch a pretrained spec's weights into the hub cache, drawing the bytes on a Streamlit progress bar."""
+    def progress(done: int, total: int, text: str) -> None:
+        bar.progress(min(1.0, done / total) if total else 0.0, text=text)
 
-    ms = vitlab.parse_spec(spec)
-    repo, files = _hub_file(ms.name) or (None, [])
-    if repo is None or not vitlab.hub.hub_reachable():
-        return  # loading reports the offline case in words
-
-    class _Bar(tqdm):
-        def update(self, n=1):
-            super().update(n)
-            if self.total:
-                bar.progress(min(1.0, self.n / self.total), text=f"downloading {spec}: {self.n / 2**20:.0f} of "
-                                                                   f"{self.total / 2**20:.0f} MiB")
-
-    repo_id, _, revision = repo.partition("@")
-    for f in files:
-        try:
-            hf_hub_download(repo_id, f, revision=revision or None, tqdm_class=_Bar)
-            return
-        except Exception:  # noqa: BLE001, S112 - try the next candidate file; loading reports a final failure
-            continue
+    vitlab.models.download_weights(spec, progress)
 
 
 def status_ui() -> None:
@@ -378,6 +332,8 @@ def guard():
 
 
 def _unexpected(e: Exception) -> None:
+    if os.environ.get("VITLAB_STRICT") == "1":  # tests: a crash must fail them, not read as an error in words
+        raise e
     st.error(f"Unexpected error ({type(e).__name__}): {e}")
     with st.expander("Details"):
         st.code(traceback.format_exc())

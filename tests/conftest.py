@@ -8,6 +8,8 @@ import pytest
 
 # never touch the network or the user's cache from tests
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+# the app's lab.guard shows an unexpected exception as an error in words; under test it must surface as one
+os.environ.setdefault("VITLAB_STRICT", "1")
 
 
 @pytest.fixture(autouse=True)

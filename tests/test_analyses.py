@@ -35,6 +35,14 @@ def test_every_row_is_complete(name):
         assert (ROOT / "app" / "views" / f"{a.page}.py").is_file()
 
 
+def test_the_tour_steps_are_the_rows_claims_and_cover_every_claim_once():
+    from vitlab import tour
+
+    steps = analyses.tour_steps()
+    assert sorted(steps) == sorted(tour.CLAIMS) and len(steps) == len(set(steps))
+    assert analyses.ANALYSES["cka"].claims == ("cka",) and not analyses.ANALYSES["attention-parity"].claims
+
+
 def test_every_row_is_a_command_with_its_option_flags():
     parser = build_parser()
     sub = next(x for x in parser._actions if x.dest == "command")
@@ -76,13 +84,19 @@ def brightness(loaded, source, opts: BrightnessOptions, run: vitlab.Run) -> Brig
     return BrightnessResult(loaded.label, np.array(values), opts.gamma)
 
 
+def brightness_chart(result, opts) -> dict:
+    import altair as alt
+
+    return {"brightness": alt.Chart(result.to_frame()).mark_bar().encode(x="image:O", y="brightness:Q")}
+
+
 @pytest.fixture
 def toy():
     row = analyses.register(analyses.Analysis(
-        "brightness", "Input brightness", "none", "one", BrightnessOptions, brightness,
+        "brightness", "Input brightness", "-", "one", BrightnessOptions, brightness,
         "mean input brightness per image (a toy)", tables=lambda r: {"brightness": r.to_frame()},
-        record=lambda r, o: {"mean": float(r.values.mean())}, shards=False, page="similarity",
-        page_title="Brightness", docs="similarity"))
+        charts=brightness_chart, record=lambda r, o: {"mean": float(r.values.mean())}, shards=False,
+        docs="similarity"))
     yield row
     del analyses.ANALYSES["brightness"]
 
@@ -128,3 +142,34 @@ def test_every_command_prints_its_help(capsys):
             cli.main([name, "--help"] if name else ["--help"])
         assert done.value.code == 0, name
         assert "usage: vitlab" in capsys.readouterr().out
+
+
+def test_a_new_row_gets_an_app_page_that_draws_it_and_no_tour_step(toy):
+    import sys
+
+    sys.path.insert(0, str(ROOT / "app"))
+    from streamlit.testing.v1 import AppTest
+
+    entry = next(p for p in analyses.pages() if p.url == "brightness")
+    assert (entry.file, entry.title, entry.rows) == (analyses.GENERIC_PAGE, "Input brightness", ("brightness",))
+    assert "brightness" not in analyses.tour_steps()
+    at = AppTest.from_file(str(ROOT / "app" / "Home.py"), default_timeout=180)
+    for k, v in {"lab.model_a": "test_vit@random", "lab.model_b": "test_resnet@random", "lab.source": "samples",
+                 "lab.images": 4, "lab.batch_size": 4}.items():
+        at.session_state[k] = v
+    at.run()
+    urls = {info.get("url_pathname"): h for h, info in at._registered_pages.items()}
+    assert "brightness" in urls, sorted(u for u in urls if u)  # the navigation has its page
+    at._page_hash = urls["brightness"]  # open it as its navigation link would
+    at.run()
+    assert not at.exception and not at.error, ([e.message for e in at.exception], [e.value for e in at.error])
+    assert at.title[0].value == "Input brightness"
+    assert {w.label for w in at.number_input} >= {"channel", "gamma"}
+    chart = list(at.get("vega_lite_chart"))
+    before = [c.value for c in at.caption if "mean brightness" in c.value]
+    assert len(chart) == 1 and len(before) == 1
+    at.number_input(key="brightness.gamma").set_value(2.0).run()
+    after = [c.value for c in at.caption if "mean brightness" in c.value]
+    assert len(after) == 1 and after != before  # the widget drove the engine
+    assert not at.exception and [t.value for t in at.title] == ["Input brightness"], [t.value for t in at.title]
+    assert any("over 4 images" in c.value for c in at.caption), "|".join(c.value for c in at.caption)

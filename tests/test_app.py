@@ -80,7 +80,7 @@ def chart_values(chart) -> list[dict]:
 
 
 def test_app_imports_no_torch_and_no_numpy():
-    """STYLE.md #11: pages and glue hold no numerics; the engine does them."""
+    """Pages and glue hold no numerics; the engine does them."""
     banned = {"torch", "numpy", "scipy"}
     found = []
     for path in APP.rglob("*.py"):
@@ -346,6 +346,8 @@ def test_paper_tour_walks_every_figure_with_a_verdict_or_an_error_in_words():
         assert not at.exception, (step, [e.message for e in at.exception])
         assert verdicts or errors, step
         assert not any("Unexpected error" in e for e in errors), (step, errors)
+        if ZOO_READY:  # the app's default models (a ViT and a ResNet of the zoo): every step must reach a verdict
+            assert verdicts and not errors, (step, errors)
         if verdicts:
             assert charts(at), step
         at.button(key="tour.next").click().run()
@@ -358,6 +360,20 @@ def test_paper_tour_walks_every_figure_with_a_verdict_or_an_error_in_words():
 def test_paper_tour_needs_a_vit_and_a_resnet():
     at = start("tour", **VIT_PAIR)
     assert any("ViT with a ResNet" in e.value for e in at.error), [e.value for e in at.error]
+
+
+# ------------------------------------------------------------------------------- nothing fails on the defaults
+
+ANALYSIS_PAGES = sorted({p.file for p in vitlab.analyses.pages()})
+
+
+@pytest.mark.skipif(not ZOO_READY, reason="the app's default models are the zoo's")
+@pytest.mark.parametrize("page", sorted(set(ANALYSIS_PAGES) | {"tour"}))
+def test_every_page_draws_its_charts_without_an_error_on_the_default_models(page):
+    at = start(page)
+    assert not at.exception, [e.message for e in at.exception]
+    assert not at.error, (page, [e.value for e in at.error])
+    assert charts(at), page
 
 
 # ------------------------------------------------------------------------------------------- exports

@@ -18,7 +18,6 @@ import vitlab
 from vitlab import VitlabError, taps
 from vitlab import attention as A
 from vitlab.activations import activations, model_view
-from vitlab.cache import pack, unpack
 from vitlab.models import LoadedModel, ModelSpec
 
 
@@ -153,42 +152,16 @@ def test_statistic_on_a_real_model_matches_float64_loops(samples, store):
     assert np.allclose(frame["distance_px"] - frame["distance_lo"], half)
 
 
-# ---------------------------------------------------------------- accumulator contract
+# ---------------------------------------------------------------- accumulator (its contract: test_accumulators.py)
 
 
-def _values(rng, b):
-    return {"raw": rng.random((3, 4, b)) * 50, "renorm": rng.random((3, 4, b)) * 60}
-
-
-def test_accumulator_contract():
-    rng = np.random.default_rng(0)
-    batches = [_values(rng, b) for b in (5, 3, 7)]
-    one_shot = A.AttentionDistanceAccumulator([0, 1, 2], 4)
-    one_shot.update({k: np.concatenate([v[k] for v in batches], -1) for k in ("raw", "renorm")})
-    streamed = A.AttentionDistanceAccumulator([0, 1, 2], 4)
-    for v in batches:
-        streamed.update(v)
-    reverse = A.AttentionDistanceAccumulator([0, 1, 2], 4)
-    for v in batches[::-1]:
-        reverse.update(v)
-    left, right = A.AttentionDistanceAccumulator([0, 1, 2], 4), A.AttentionDistanceAccumulator([0, 1, 2], 4)
-    left.update(batches[0])
-    for v in batches[1:]:
-        right.update(v)
-    merged = left.merge(right)
-    restored = A.AttentionDistanceAccumulator([0, 1, 2], 4).load_state(unpack(pack(streamed.state())))
-    ref = one_shot.compute("m", 160.0)
-    for acc in (streamed, reverse, merged, restored):
-        for renorm in (False, True):
-            got, want = acc.compute("m", 160.0, renorm), one_shot.compute("m", 160.0, renorm)
-            assert np.allclose(got.distance_px, want.distance_px, rtol=1e-12)
-            assert np.allclose(got.std_px, want.std_px, rtol=1e-9)
-    allv = np.concatenate([v["raw"] for v in batches], -1)
-    assert np.allclose(ref.distance_px, allv.mean(-1)) and np.allclose(ref.std_px, allv.std(-1))
+def test_accumulator_refuses_other_layers_and_an_empty_compute():
     with pytest.raises(VitlabError, match="different layers"):
-        streamed.merge(A.AttentionDistanceAccumulator([0, 1], 4))
+        A.AttentionDistanceAccumulator([0, 1, 2], 4).merge(A.AttentionDistanceAccumulator([0, 1], 4))
     with pytest.raises(VitlabError, match="no image"):
         A.AttentionDistanceAccumulator([0], 4).compute("m", 1.0)
+    with pytest.raises(VitlabError, match="distances of shape"):
+        A.AttentionDistanceAccumulator([0], 4).update({"raw": np.zeros((2, 4, 1)), "renorm": np.zeros((2, 4, 1))})
 
 
 def test_distance_is_cached_per_batch(tiny_vit, samples, store):

@@ -1,13 +1,15 @@
 """End-to-end: `streamlit run app/Home.py` on a local port, driven in headless Chromium by Playwright.
 
 Opens each page, clicks through its views, uploads an image, checks what is shown, and saves the screenshots
-used in the README (docs/img/app_*.png when VITLAB_SCREENSHOTS=docs). Marked `browser`: skipped by the quick run (`-m "not browser"`).
+used in the README (docs/img/app_*.png when VITLAB_SCREENSHOTS=docs). Marked `browser`: skipped by the quick run
+(`-m "not browser"`).
 """
 
 from __future__ import annotations
 
 import importlib.util
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -116,8 +118,11 @@ def _settle(page) -> None:
 
 
 def _no_exception(page) -> None:
+    """No traceback on the page, and no crash shown in words (lab.guard's 'Unexpected error')."""
     assert page.locator('[data-testid="stException"]').count() == 0, page.locator(
         '[data-testid="stException"]').first.inner_text()
+    unexpected = page.locator('[data-testid="stAlert"]').filter(has_text="Unexpected error")
+    assert unexpected.count() == 0, unexpected.first.inner_text()
 
 
 def _shot(page, name: str) -> None:
@@ -230,16 +235,20 @@ def test_attention_click_a_head_shows_its_maps(page, server):
     assert after != before and any("head" in c for c in after), after
     page.get_by_text("patch", exact=True).first.click()
     _settle(page)
-    page.get_by_text("query 0,0").first.wait_for()
+    # wait for the element to be clicked, not for time: the rollout overlay of the new query, then its own buttons
+    # (by their widget keys: the last PNG button on the page may still be another map's while the page renders)
+    page.get_by_text(re.compile(r"rollout, blocks 0-\d+, query 0,0")).first.wait_for()
+    _settle(page)
     _no_exception(page)
     _shot(page, "attention")
-    # the last overlay (the rollout) downloads as an image and as its attention grid
+    png, csv = (page.locator(f".st-key-dl-att-overlay-rollout-{fmt} button:visible") for fmt in ("png", "csv"))
+    png.wait_for()
     with page.expect_download() as dl:
-        page.get_by_role("button", name="PNG").last.click()
+        png.click()
     assert Path(dl.value.path()).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "rollout" in dl.value.suggested_filename
     with page.expect_download() as dl:
-        page.get_by_role("button", name="CSV").last.click()
+        csv.click()
     header = Path(dl.value.path()).read_text().splitlines()[0].split(",")
     assert header[:3] == ["row", "col", "weight"] and "rollout" in dl.value.suggested_filename
 

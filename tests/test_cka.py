@@ -7,7 +7,6 @@ import pytest
 import torch
 
 from vitlab import VitlabError, cka
-from vitlab.cache import pack, unpack
 
 from .reference import hsic1_song, linear_gram64
 
@@ -157,37 +156,7 @@ def test_too_small_batch_is_refused_with_a_message():
         cka.u_center(np.ones((1, 3, 3)))
 
 
-# ---------------------------------------------------------------- the accumulator contract
-def _grams(rng, n, layers=3):
-    return np.stack([cka.gram(torch.as_tensor(rng.normal(size=(n, 7)).astype(np.float32))).numpy()
-                     for _ in range(layers)])
-
-
-def _acc(batches):
-    acc = cka.MinibatchCKA(["a0", "a1", "a2"], ["b0", "b1", "b2"])
-    for ga, gb in batches:
-        acc.update(cka.centred(ga), cka.centred(gb))
-    return acc
-
-
-def test_accumulator_contract():
-    rng = np.random.default_rng(7)
-    batches = [(_grams(rng, n), _grams(rng, n)) for n in (8, 11, 6, 9)]
-    streamed = _acc(batches).compute().cka
-    # one-shot: the float64 sums computed directly
-    xy = sum(cka.hsic_all_pairs(cka.centred(a), cka.centred(b)) for a, b in batches)
-    xx = sum(cka.hsic_self(cka.centred(a)) for a, _ in batches)
-    yy = sum(cka.hsic_self(cka.centred(b)) for _, b in batches)
-    np.testing.assert_allclose(streamed, xy / np.sqrt(np.outer(xx, yy)), rtol=1e-12)
-    # merge == update over both
-    merged = _acc(batches[:2]).merge(_acc(batches[2:])).compute().cka
-    np.testing.assert_allclose(merged, streamed, rtol=1e-12)
-    # order does not matter
-    np.testing.assert_allclose(_acc(batches[::-1]).compute().cka, streamed, rtol=1e-12)
-    # state survives a round trip through the cache's serialisation
-    restored = cka.MinibatchCKA(["a0", "a1", "a2"], ["b0", "b1", "b2"]).load_state(unpack(pack(_acc(batches).state())))
-    np.testing.assert_array_equal(restored.compute().cka, streamed)
-    assert restored.batches == 4 and restored.images == 34
+# ---------------------------------------------------------------- accumulator (its contract: test_accumulators.py)
 
 
 def test_merge_refuses_different_layers():

@@ -163,7 +163,8 @@ def test_compare_models_one_pass_each_then_none(tiny_vit, tiny_resnet, fmnist_so
     again = Run(store=store)
     res2 = compare_models(models, fmnist_source, opts, again)
     assert again.info.forward_passes == {} and np.array_equal(res.matrices, res2.matrices)
-    full = similarity(models, fmnist_source, SimilarityOptions(measures=("cka",), images=N, batch_size=B), Run(store=store))
+    full = similarity(models, fmnist_source, SimilarityOptions(measures=("cka",), images=N, batch_size=B),
+                      Run(store=store))
     for k, d in enumerate(opts.depths):
         for a in range(3):
             for b in range(3):

@@ -64,6 +64,7 @@ class Analysis:
     docs: str | None = None  # docs/<docs>.md
     section: str = "Analyses"  # navigation section
     out: str | None = None  # default --out (None: results/<name>)
+    claims: tuple[str, ...] = ()  # the paper tour's steps (keys of vitlab.tour.CLAIMS) this analysis checks
 
     @property
     def default_out(self) -> str:
@@ -218,13 +219,13 @@ ANALYSES: dict[str, Analysis] = {a.name: a for a in [
         tables=lambda r: {"cka": r.to_frame()}, charts=_cka_charts, amp=True,
         record=lambda r, o: {"images": r.images, "repeats": r.repeats, "tokens": o.tokens, "kernel": o.kernel,
                              "estimator": o.estimator},
-        page="similarity", icon=":material/grid_on:", docs="similarity"),
+        page="similarity", icon=":material/grid_on:", docs="similarity", claims=("cka",)),
     Analysis(
         "attention-distance", "Attention distance", "Figs 3-4", "many", attention.AttentionDistanceOptions,
         attention.attention_distances, "mean attention distance of every head of every block (Figs 3-4)",
         tables=lambda r: {"attention_distance": r.to_frame()}, charts=_distance_charts, record=_distance_record,
         amp=True, page="attention", page_title="Attention", icon=":material/visibility:", docs="attention",
-        out="results/attention_distance"),
+        out="results/attention_distance", claims=("distance",)),
     Analysis(
         "attention-map", "Attention maps", "App. C", "one", attention_views.AttentionMapOptions,
         attention_views.attention_map_view, "one image's attention map: a head, the head mean, or rollout",
@@ -240,7 +241,8 @@ ANALYSES: dict[str, Analysis] = {a.name: a for a in [
         other_help="the model to compare with, e.g. a ResNet spec",
         record=lambda r, o: {"blocks": ",".join(map(str, o.blocks)), "size": r.size, "tokens": o.tokens,
                              "other_taps": r.layers_b},
-        page="heads", icon=":material/call_split:", docs="attention", out="results/head_subsets"),
+        page="heads", icon=":material/call_split:", docs="attention", out="results/head_subsets",
+        claims=("heads",)),
     Analysis(
         "receptive-field", "Receptive fields", "Fig 6", "one", receptive.ReceptiveOptions,
         receptive.receptive_report, "effective receptive fields of blocks (Fig 6, App. C)",
@@ -249,24 +251,26 @@ ANALYSES: dict[str, Analysis] = {a.name: a for a in [
         record=lambda r, o: {"residual": o.residual, "layers": r.results[-1].layers,
                              "images_used": r.results[-1].images},
         page="receptive", icon=":material/filter_center_focus:", docs="attention",
-        out="results/receptive_field"),
+        out="results/receptive_field", claims=("receptive",)),
     Analysis(
         "skip-ratio", "Skip connections", "Fig 7", "many", skips.SkipOptions, skips.skip_ratios,
         "skip vs long-branch norm ratio ‖z‖/‖f(z)‖ per block and token (Fig 7)",
         tables=lambda r: {"skip_ratio": r.to_frame(), "skip_ratio_summary": r.summary()},
         charts=lambda r, o: _skip_charts(r), record=_skip_record,
-        page="skips", icon=":material/alt_route:", docs="skips"),
+        page="skips", icon=":material/alt_route:", docs="skips", claims=("skips",)),
     Analysis(
         "remove-skip", "Skip removal", "Fig 8", "one", interventions.RemoveSkipOptions, interventions.skip_ablation,
         "post-hoc ablation: remove block i's skip connection(s); CKA maps and accuracy before and after (Fig 8)",
-        tables=_removal_tables, charts=_removal_charts, record=_removal_record, page="skips", docs="skips"),
+        tables=_removal_tables, charts=_removal_charts, record=_removal_record, page="skips", docs="skips",
+        claims=("removal",)),
     Analysis(
         "localization", "Localization", "Figs 9-10", "many", localization.LocalizationOptions,
         localization.localization, "CKA of each token of a layer with the input patch at every grid position "
         "(Figs 9-10)",
         tables=lambda r: {"localization": r.to_frame(), "localization_summary": r.summary()},
         charts=_localization_charts, record=_localization_record,
-        page="localization", icon=":material/my_location:", docs="localization"),
+        page="localization", icon=":material/my_location:", docs="localization",
+        claims=("localization", "gap")),
     Analysis(
         "probe", "Linear probes", "Figs 11, 13", "many", probes.ProbeOptions, probes.probes,
         "few-shot linear probes per layer and representation (Figs 11, 13)",
@@ -275,20 +279,21 @@ ANALYSES: dict[str, Analysis] = {a.name: a for a in [
         data="fashion-mnist:test",
         data_help="labelled data: fashion-mnist[:train|test] | cifar10[:split] | cifar100[:split] | FOLDER with one "
                   "sub-folder per class",
-        page="probes", icon=":material/linear_scale:", docs="localization"),
+        page="probes", icon=":material/linear_scale:", docs="localization", claims=("probes",)),
     Analysis(
         "compare-checkpoints", "Checkpoints", "Fig 12", "pairs", checkpoints.CheckpointOptions,
         checkpoints.compare_checkpoints, "block-by-block CKA between two checkpoints of one architecture (Fig 12)",
         tables=lambda r: {"checkpoints": r.to_frame()}, charts=_checkpoint_charts, amp=True,
         record=lambda r, o: {"pairs": [list(p) for p in r.pairs], "tokens": o.tokens, "images_used": r.images},
-        page="checkpoints", icon=":material/compare_arrows:", docs="similarity"),
+        page="checkpoints", icon=":material/compare_arrows:", docs="similarity", claims=("scale",)),
     Analysis(
         "attention-parity", "Attention capture check", "-", "one", attention_views.ParityOptions,
         attention_views.parity, "check attention capture: block outputs with capture on vs the fused forward",
         tables=lambda r: {"attention_parity": r.to_frame()},
         charts=_attention_chart("parity_chart", "attention_parity"),
         record=lambda r, o: {"ok": r.ok(), "logits_max_abs_diff": r.logits_diff},
-        status=lambda r: 0 if r.ok() else 1, shards=False, cache=False, docs="attention",
+        status=lambda r: 0 if r.ok() else 1, shards=False, cache=False, docs="attention", icon=":material/rule:",
+        section="Checks",
         out="results/attention_parity"),
     Analysis(
         "tour", "Paper tour", "Figs 1-12", "many", tour.TourOptions, tour.run_tour,
@@ -486,13 +491,37 @@ def register(analysis: Analysis) -> Analysis:
     return analysis
 
 
-def pages() -> list[tuple[str, str, str]]:
-    """(page file stem, title, icon) of every app page that shows an analysis, in table order."""
-    seen: dict[str, tuple[str, str, str]] = {}
+@dataclass(frozen=True)
+class Page:
+    """An app page: a handwritten one (``app/views/<file>.py``) or the generic page drawing one row."""
+
+    url: str  # url path; a row without a handwritten page gets its name
+    file: str  # app/views/<file>.py
+    title: str
+    icon: str
+    section: str
+    rows: tuple[str, ...]  # the analyses it shows
+
+
+GENERIC_PAGE = "analysis"  # app/views/analysis.py: widgets from the options, the engine call, the row's charts
+
+
+def pages() -> list[Page]:
+    """Every app page that shows an analysis, in table order: one per handwritten page, one per other row."""
+    found: dict[str, Page] = {}
     for a in ANALYSES.values():
-        if a.page and a.page not in seen:
-            seen[a.page] = (a.page, a.page_title or a.title, a.icon)
-    return list(seen.values())
+        url = a.page or a.name
+        if url in found:
+            p = found[url]
+            found[url] = Page(p.url, p.file, p.title, p.icon, p.section, p.rows + (a.name,))
+        else:
+            found[url] = Page(url, a.page or GENERIC_PAGE, a.page_title or a.title, a.icon, a.section, (a.name,))
+    return list(found.values())
+
+
+def tour_steps() -> list[str]:
+    """The paper tour's steps in table order (keys of ``vitlab.tour.CLAIMS``)."""
+    return [c for a in ANALYSES.values() for c in a.claims]
 
 
 def markdown() -> str:
@@ -500,7 +529,7 @@ def markdown() -> str:
     lines = ["| command | analysis | paper | app page | docs |", "|---|---|---|---|---|"]
     for a in ANALYSES.values():
         docs = f"[{a.docs}](docs/{a.docs}.md)" if a.docs else ""
-        page = next((t for p, t, _ in pages() if p == a.page), "") if a.page else ""
+        page = next(p.title for p in pages() if a.name in p.rows)
         lines.append(f"| `vitlab {a.name}` | {a.help.split(' (')[0]} | {a.figure} | {page} | {docs} |")
     return "\n".join(lines) + "\n"
 

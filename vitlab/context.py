@@ -29,13 +29,11 @@ class RunInfo:
     seconds: float = 0.0
     forward_passes: dict[str, int] = field(default_factory=dict)  # per model label: batches it had to run
     notices: list[tuple[str, str]] = field(default_factory=list)  # (image, what was done to it: first frame, ...)
-    notices: list[tuple[str, str]] = field(default_factory=list)  # (image, what was done to it: first frame, ...)
 
     def merge(self, other: "RunInfo") -> None:
         self.batches_computed += other.batches_computed
         self.batches_from_cache += other.batches_from_cache
         self.skipped_images += [s for s in other.skipped_images if s not in self.skipped_images]
-        self.notices += [s for s in other.notices if s not in self.notices]
         self.notices += [s for s in other.notices if s not in self.notices]
         self.dropped_batches += other.dropped_batches
         self.seconds += other.seconds

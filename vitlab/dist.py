@@ -1,6 +1,6 @@
 """Scale-out with torch.distributed: the same runs over several processes, GPUs and machines.
 
-Every statistic in vitlab is a sum over batches (DESIGN.md, "Scale"), so the work splits cleanly. Under
+Every statistic in vitlab is a sum over batches (accumulators merge), so the work splits cleanly. Under
 ``torchrun --nproc_per_node=K [--nnodes=M ...] -m vitlab <command> ...`` each rank
 
 - processes every WORLD_SIZE-th batch (``run.stream(..., shard=(rank, world))``) on its own device

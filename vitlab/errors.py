@@ -1,4 +1,4 @@
-"""The one exception type a user can cause. Messages name the input and say what to do (STYLE.md #9)."""
+"""The one exception type a user can cause. Messages name the input and its shape and say what to do."""
 
 
 class VitlabError(Exception):

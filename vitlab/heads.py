@@ -83,7 +83,8 @@ class HeadGramStatistic(Statistic):
         grams = []
         with torch.no_grad():
             for b in self.blocks:
-                out = head_outputs(loaded.model.blocks[b], acts[f"blocks.{b}.resid_pre"], acts[f"blocks.{b}.attn_probs"])
+                out = head_outputs(loaded.model.blocks[b], acts[f"blocks.{b}.resid_pre"],
+                                   acts[f"blocks.{b}.attn_probs"])
                 grams += [cka_mod.gram(f) for f in head_features(out, prefix, self.tokens)]
         return {"grams": torch.stack(grams).cpu().numpy()}
 
@@ -105,7 +106,9 @@ class HeadSubsetResult:
     warnings: list[str] = field(default_factory=list)
 
     def subset_label(self, s: int) -> str:
-        return "all heads" if s == len(self.subsets) - 1 else f"{s + 1}: " + "+".join(self.heads[i] for i in self.subsets[s])
+        if s == len(self.subsets) - 1:
+            return "all heads"
+        return f"{s + 1}: " + "+".join(self.heads[i] for i in self.subsets[s])
 
     def to_frame(self):
         import pandas as pd

@@ -7,6 +7,7 @@ import contextlib
 import os
 
 
+
 def set_offline_if_needed() -> None:
     """Fail in a tenth of a second rather than after ~48 s of retries when the hub cannot be reached.
 
@@ -36,3 +37,26 @@ def hub_reachable(timeout: float = 1.5) -> bool:
         except OSError:
             _REACHABLE = False
     return _REACHABLE
+
+
+def hub_file(name: str) -> tuple[str, list[str]] | None:
+    """(repo id, candidate file names) of a timm model's pretrained weights on the Hugging Face hub."""
+    import timm.models
+
+    try:
+        cfg = timm.models.get_pretrained_cfg(name)
+    except Exception:  # noqa: BLE001 - unknown name: loading reports it, with suggestions
+        return None
+    if cfg is None or not getattr(cfg, "hf_hub_id", None):
+        return None
+    named = getattr(cfg, "hf_hub_filename", None)
+    return cfg.hf_hub_id, [named] if named else ["model.safetensors", "pytorch_model.bin"]
+
+
+def hub_cached(repo: str, files: list[str]) -> bool:
+    """Whether one of ``files`` of ``repo`` (``id[@revision]``) is in the local hub cache."""
+    from huggingface_hub import try_to_load_from_cache
+
+    repo_id, _, revision = repo.partition("@")
+    return any(isinstance(try_to_load_from_cache(repo_id, f, revision=revision or None), str) for f in files)
+

@@ -32,6 +32,7 @@ from .data import Batch, ImageSource, select
 from .errors import VitlabError
 from .models import LoadedModel, load
 from .options import DataOptions, option
+from .progress import Progress
 from .run import CKAOptions, CKAReport, GramStatistic, Statistic, cka, stream
 
 WHICH = ("attn", "mlp", "both")

@@ -91,7 +91,8 @@ class ManyModelsResult:
 
         rows = [{"depth": d, "measure": self.measure, "model_a": a, "tap_a": self.taps[i][k], "model_b": b,
                  "tap_b": self.taps[j][k], "value": float(self.matrices[k, i, j])}
-                for k, d in enumerate(self.depths) for i, a in enumerate(self.labels) for j, b in enumerate(self.labels)]
+                for k, d in enumerate(self.depths) for i, a in enumerate(self.labels)
+                for j, b in enumerate(self.labels)]
         return pd.DataFrame(rows)
 
     def coords_frame(self):

@@ -13,7 +13,6 @@ bytes, the seed, or the pretrained tag (hub weights are immutable per tag) plus 
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import os
@@ -23,7 +22,9 @@ from pathlib import Path
 from typing import Any
 
 from .errors import VitlabError
+from . import hub
 from .hub import hub_reachable, set_offline_if_needed  # noqa: F401 - hub_reachable re-exported
+from .progress import Progress
 
 CHECKPOINT_SUFFIXES = (".safetensors", ".pth", ".pt", ".bin")
 
@@ -336,7 +337,63 @@ def load(spec: ModelSpec | str, device: str | None = None) -> LoadedModel:
         model = _create(spec)
     model.eval().requires_grad_(False).to(device)
     data_config = timm.data.resolve_model_data_config(model)
-    if spec.img_size is not None:  # timm keeps reporting the default size (FACTS.md)
+    if spec.img_size is not None:  # timm 1.0 reports the default size even then
         data_config["input_size"] = (data_config["input_size"][0], spec.img_size, spec.img_size)
     transform = timm.data.create_transform(**data_config, is_training=False)
     return LoadedModel(spec, model, transform, dict(data_config), fingerprint_of(spec, data_config), device)
+
+
+# ---------------------------------------------------------------- pretrained weights from the hub, before loading
+
+
+def weights_status(spec: str) -> str:
+    """Where a spec's weights come from, in words; 'download needed' when the hub must be asked (before loading)."""
+    try:
+        ms = parse_spec(spec)
+    except VitlabError as e:
+        return f"invalid: {e}"
+    if ms.weights == "zoo":
+        from . import zoo
+
+        try:
+            return "zoo checkpoint" if zoo.checkpoint_path(ms.name).is_file() else "zoo checkpoint missing"
+        except VitlabError as e:
+            return f"invalid: {e}"
+    if ms.weights.startswith("random"):
+        return "random weights"
+    if ms.weights != "pretrained":
+        return "local checkpoint"
+    found = hub.hub_file(ms.name)
+    if found is None:
+        return "timm download (not from the Hugging Face hub)"
+    return "in the local hub cache" if hub.hub_cached(*found) else "download needed"
+
+
+def download_weights(spec: str, progress: Progress | None = None) -> bool:
+    """Fetch a pretrained spec's weights into the hub cache, reporting bytes as ``progress(done, total, text)``.
+
+    Returns whether a file was fetched; offline, or for weights not on the hub, it returns False and loading
+    then reports the case in words.
+    """
+    from huggingface_hub import hf_hub_download
+    from tqdm.auto import tqdm
+
+    repo, files = hub.hub_file(parse_spec(spec).name) or (None, [])
+    if repo is None or not hub.hub_reachable():
+        return False
+
+    class _Bar(tqdm):
+        def update(self, n=1):
+            super().update(n)
+            if self.total and progress is not None:
+                progress(self.n, self.total, f"downloading {spec}: {self.n / 2**20:.0f} of "
+                                             f"{self.total / 2**20:.0f} MiB")
+
+    repo_id, _, revision = repo.partition("@")
+    for f in files:
+        try:
+            hf_hub_download(repo_id, f, revision=revision or None, tqdm_class=_Bar)
+            return True
+        except Exception:  # noqa: BLE001, S112 - try the next candidate file; loading reports a final failure
+            continue
+    return False

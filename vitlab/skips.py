@@ -158,7 +158,8 @@ class SkipResult:
     cosine: np.ndarray  # (S, N)
     prefix: int  # prefix (CLS) tokens before the spatial ones
     images: int
-    identity_err: np.ndarray  # (S,) max relative error of sum = z + f(z); NaN for CNNs (f(z) is defined as the difference)
+    # (S,) max relative error of sum = z + f(z); NaN for CNNs (there f(z) is defined as the difference)
+    identity_err: np.ndarray
     warnings: list[str] = field(default_factory=list)
     ratio_lo: np.ndarray | None = None  # (S, N) 95 % interval of the mean ratio, bootstrap over batches
     ratio_hi: np.ndarray | None = None

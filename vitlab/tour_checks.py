@@ -64,7 +64,7 @@ CLAIMS: dict[str, Claim] = {
 }
 
 # timm's global_pool="avg" also moves the final LayerNorm after pooling (norm=Identity, fc_norm=LayerNorm): stated
-# wherever the CLS-vs-GAP comparison is shown (FACTS.md; the zoo models are not retrained for it).
+# wherever the CLS-vs-GAP comparison is shown (timm 1.0's VisionTransformer; the zoo models are not retrained for it).
 GAP_CAVEAT = ("the GAP model also differs in where its final LayerNorm sits (timm's global_pool='avg': norm=Identity, "
               "fc_norm=LayerNorm after pooling), not in pooling alone")
 

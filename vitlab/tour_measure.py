@@ -1,5 +1,6 @@
-"""Measuring the tour's checks on models (``vitlab.tour.run_tour`` calls one ``measure_*`` per claim): streams of cached per-batch statistics, kept per batch (or per image) so
-that every statistic is bootstrapped with the same resamples as its control (paired intervals).
+"""Measuring the tour's checks on models (``vitlab.tour.run_tour`` calls one ``measure_*`` per claim): streams
+of cached per-batch statistics, kept per batch (or per image) so that every statistic is bootstrapped with the
+same resamples as its control (paired intervals).
 
 Every measurement returns ``(Check, frame)``; a user error (a missing model, data the model cannot read) turns
 into a "can't tell" row that says why, so one check never stops the tour.

@@ -14,7 +14,8 @@ PRESETS = {
     "hub-ft": "Fine-tuning, hub: ViT-B/16 ImageNet-21k vs fine-tuned on ImageNet-1k",
 }
 PAIRS = {
-    "zoo": [("zoo:vit-cls-3pct", "zoo:vit-cls"), ("zoo:vit-cls-10pct", "zoo:vit-cls"), ("zoo:resnet-3pct", "zoo:resnet")],
+    "zoo": [("zoo:vit-cls-3pct", "zoo:vit-cls"), ("zoo:vit-cls-10pct", "zoo:vit-cls"),
+            ("zoo:resnet-3pct", "zoo:resnet")],
     "hub-scale": [("vit_base_patch32_224.augreg_in1k", "vit_base_patch32_224.augreg_in21k")],
     "hub-ft": [("vit_base_patch16_224.augreg_in21k", "vit_base_patch16_224.augreg2_in21k_ft_in1k")],
 }

@@ -4,6 +4,7 @@ import lab
 import streamlit as st
 
 import vitlab
+from vitlab import analyses
 
 st.title("vitlab: do vision transformers see like CNNs?")
 st.markdown(
@@ -42,19 +43,12 @@ with right:
             st.caption(f"skipped: {why}")
 
 st.subheader("Pages")
-LINKS = [
-    ("similarity", "Representation similarity: CKA within and across models (Figs 1-2)", ":material/grid_on:"),
-    ("attention", "Attention: distance per head, per-head maps, rollout (Figs 3-4)", ":material/visibility:"),
-    ("heads", "Head subsets, local to global, vs the other model (Fig 5)", ":material/call_split:"),
-    ("receptive", "Receptive fields (Fig 6)", ":material/filter_center_focus:"),
-    ("skips", "Skip connections: norm ratios, removing a skip (Figs 7-8)", ":material/alt_route:"),
-    ("localization", "Localization: tokens and their input patches, CLS vs GAP (Figs 9-10)", ":material/my_location:"),
-    ("probes", "Linear probes per layer (Fig 11)", ":material/linear_scale:"),
-    ("checkpoints", "Checkpoints: data scale, fine-tuning (Fig 12)", ":material/compare_arrows:"),
-    ("tour", "Paper tour: every figure, its claim, and whether these models show it", ":material/slideshow:"),
-]
-for file, label, icon in LINKS:
-    st.page_link(f"views/{file}.py", label=label, icon=icon)
+for p in analyses.pages():
+    rows = [analyses.ANALYSES[name] for name in p.rows]
+    what = "; ".join(f"{a.help.split(' (')[0]}" + (f" ({a.figure})" if a.figure != "-" else "") for a in rows)
+    st.page_link(lab.page(p.file, p.title, p.icon, p.url), label=f"{p.title}: {what}", icon=p.icon)
+st.page_link("views/tour.py", label="Paper tour: every figure, its claim, and whether these models show it",
+             icon=":material/slideshow:")
 
 st.subheader("Cache")
 info = lab.store().info()

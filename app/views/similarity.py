@@ -85,7 +85,8 @@ def sensitivity_ui(a, b, src, s, tokens: str, la: str, lb: str) -> None:
 
 def other_measure(a, b, src, s, tokens: str, measure: str) -> None:
     """One non-CKA measure's maps, with the clicked cell's value."""
-    opts = vitlab.similarity.SimilarityOptions(measures=(measure,), images=s.images, batch_size=s.batch_size, tokens=tokens)
+    opts = vitlab.similarity.SimilarityOptions(measures=(measure,), images=s.images, batch_size=s.batch_size,
+                                               tokens=tokens)
     rep = lab.compute(("simm", s.key, tokens, measure), lambda run: vitlab.similarity.similarity(
         [a, b], src, opts, run), measure)
     if rep is None:

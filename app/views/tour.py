@@ -8,9 +8,9 @@ import lab
 import streamlit as st
 
 import vitlab
-from vitlab import tour
+from vitlab import analyses, tour
 
-STEPS = list(tour.CLAIMS)
+STEPS = analyses.tour_steps()  # in table order: each row names the paper's claims its results bear on
 VERDICT_BOX = {"shown": st.success, "not shown": st.warning, "can't tell": st.info}
 
 
@@ -61,7 +61,7 @@ if report is not None:
     nav[2].button("Next ▶", key="tour.next", on_click=move, args=(1,))
     step = nav[1].radio("Figure", STEPS, horizontal=True, key="tour.step", label_visibility="collapsed",
                         format_func=lambda k: tour.CLAIMS[k].figure)
-    row = report.rows[STEPS.index(step)]
+    row = report.rows[list(tour.CLAIMS).index(step)]  # the report keeps the checks in CLAIMS order
     st.subheader(f"{row.figure}: {row.title}")
     left, right = st.columns([3, 2])
     with right:

@@ -14,7 +14,8 @@ def spread_tokens(frame: pd.DataFrame, count: int = 6) -> list[int]:
     if spatial.empty:
         return sorted(frame["token"].unique())[:count]
     rows, cols = spatial["token_row"].max() + 1, spatial["token_col"].max() + 1
-    wanted = [(0, 0), (0, cols - 1), (rows // 2, cols // 2), (rows - 1, 0), (rows - 1, cols - 1), (rows // 4, cols // 4),
+    wanted = [(0, 0), (0, cols - 1), (rows // 2, cols // 2), (rows - 1, 0), (rows - 1, cols - 1),
+              (rows // 4, cols // 4),
               (rows // 2, 0), (0, cols // 2)]
     picks = []
     for r, c in wanted:
