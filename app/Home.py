@@ -28,7 +28,7 @@ for p in analyses.pages():
     NAV.setdefault(p.section, []).append(page(p.file, p.title, p.icon, p.url))
 NAV.setdefault("Presentation", []).append(page("present", "Present the tour", ":material/co_present:"))
 
-nav = st.navigation(NAV)
+nav = st.navigation(NAV, expanded=True)  # every page listed: collapsed, the sidebar hides all past the tenth
 st.session_state["lab.page"] = nav.url_path  # the generic analysis page draws the row of this url
 lab.sidebar()
 nav.run()

@@ -43,3 +43,21 @@ def store(tmp_path):
     import vitlab
 
     return vitlab.Store(tmp_path / "store")
+
+
+@pytest.fixture(scope="module")
+def app_cache(tmp_path_factory):
+    """A fresh disk cache for one AppTest module (the app's Store is created once per process by
+    st.cache_resource, so it is cleared on the way in and out)."""
+    d = tmp_path_factory.mktemp("vitlab-cache")
+    old = os.environ.get("VITLAB_CACHE_DIR")
+    os.environ["VITLAB_CACHE_DIR"] = str(d)
+    import lab
+
+    lab.store.clear()
+    yield d
+    lab.store.clear()
+    if old is None:
+        os.environ.pop("VITLAB_CACHE_DIR", None)
+    else:
+        os.environ["VITLAB_CACHE_DIR"] = old

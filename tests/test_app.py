@@ -7,7 +7,6 @@ random models on the bundled photographs, so the suite runs on a fresh checkout 
 from __future__ import annotations
 
 import ast
-import os
 import sys
 from pathlib import Path
 
@@ -33,21 +32,7 @@ else:
 TIMEOUT = 180
 
 
-@pytest.fixture(scope="module", autouse=True)
-def cache_dir(tmp_path_factory):
-    """A fresh disk cache for this module (the Store is created once per process by st.cache_resource)."""
-    d = tmp_path_factory.mktemp("vitlab-cache")
-    old = os.environ.get("VITLAB_CACHE_DIR")
-    os.environ["VITLAB_CACHE_DIR"] = str(d)
-    import lab
-
-    lab.store.clear()
-    yield d
-    lab.store.clear()
-    if old is None:
-        os.environ.pop("VITLAB_CACHE_DIR", None)
-    else:
-        os.environ["VITLAB_CACHE_DIR"] = old
+pytestmark = pytest.mark.usefixtures("app_cache")  # a fresh disk cache for this module (conftest)
 
 
 def start(page: str | None = None, **overrides) -> AppTest:

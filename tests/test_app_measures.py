@@ -7,7 +7,9 @@ import pytest
 
 import vitlab
 
-from .test_app import SETTINGS, assert_every_chart_exported, cache_dir, chart_values, charts, start  # noqa: F401
+from .test_app import SETTINGS, assert_every_chart_exported, chart_values, charts, start
+
+pytestmark = pytest.mark.usefixtures("app_cache")
 
 
 def engine_models():

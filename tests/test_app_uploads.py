@@ -3,7 +3,6 @@ gradient map and the attention map drawn, no error; with 2 uploads the page says
 
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 
@@ -23,20 +22,7 @@ SETTINGS = {"lab.model_a": "zoo:vit-cls", "lab.model_b": "zoo:resnet", "lab.imag
 PHOTOS = ("astronaut.jpg", "chelsea.jpg")
 
 
-@pytest.fixture(scope="module", autouse=True)
-def cache_dir(tmp_path_factory):
-    d = tmp_path_factory.mktemp("vitlab-cache")
-    old = os.environ.get("VITLAB_CACHE_DIR")
-    os.environ["VITLAB_CACHE_DIR"] = str(d)
-    import lab
-
-    lab.store.clear()
-    yield d
-    lab.store.clear()
-    if old is None:
-        os.environ.pop("VITLAB_CACHE_DIR", None)
-    else:
-        os.environ["VITLAB_CACHE_DIR"] = old
+pytestmark = pytest.mark.usefixtures("app_cache")  # a fresh disk cache for this module (conftest)
 
 
 def photos():

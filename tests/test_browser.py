@@ -132,7 +132,8 @@ def _shot(page, name: str) -> None:
 
 def _choose(page, label: str, option: str) -> None:
     """Pick ``option`` in the selectbox labelled ``label``."""
-    box = page.locator('[data-testid="stSelectbox"]').filter(has_text=label).first
+    exact = page.locator('[data-testid="stWidgetLabel"]').get_by_text(label, exact=True)
+    box = page.locator('[data-testid="stSelectbox"]').filter(has=exact).first  # "Images", not "Reference images"
     box.click()
     page.get_by_role("option", name=option).first.click()
     _settle(page)
@@ -186,7 +187,8 @@ def test_similarity_heatmap_click_selects_the_layer_pair(page, server):
     _settle(page)
     after = metric.inner_text()
     assert after != before
-    assert page.locator('[data-testid="stVegaLiteChart"]').count() == 1 + 2  # the heatmap and the two profiles
+    # the heatmap, the two profiles and the sensitivity of the clicked cell
+    assert page.locator('[data-testid="stVegaLiteChart"]').count() == 1 + 2 + 1
     _no_exception(page)
     _shot(page, "similarity")
     with page.expect_download() as dl:
@@ -305,7 +307,7 @@ def test_paper_tour_steps_through_figures(page, server):
     _shot(page, "tour")
     page.get_by_role("button", name="Next ▶").click()
     _settle(page)
-    page.get_by_text("Figs 3-4: Local and global attention").wait_for()
+    page.get_by_text("Figs 3-4: Local and global attention", exact=True).wait_for()  # the heading, not the chart title
     _no_exception(page)
 
 
