@@ -254,7 +254,8 @@ def report_model(model: str, args) -> None:
     for k in MEMORY:
         rows[k] = [spawn(k, model, args, 2 * b, b) for b in (small, large)]
         print(f"  done: memory {k}", file=sys.stderr, flush=True)
-    print(f"  peak memory: Δpeak MiB over the loaded model at batch {small} / {large} (2 batches each), growth per image")
+    print(f"  peak memory: Δpeak MiB over the loaded model at batch {small} / {large} (2 batches each), "
+          "growth per image")
     plain = None
     for k, (a, b) in rows.items():
         if "error" in a or "error" in b:

@@ -13,7 +13,7 @@ import sys
 
 import pytest
 
-from tests.test_browser import (ARGS, CHROMIUM, ROOT, SHOTS, ZOO_READY, _choose, _goto, _nav, _no_exception,
+from tests.test_browser import (ROOT, SHOTS, ZOO_READY, _choose, _goto, _nav, _no_exception,
                                 _settle, _shot, page, server)  # noqa: F401 (fixtures)
 
 pytestmark = [pytest.mark.browser, pytest.mark.skipif(not ZOO_READY, reason="needs the zoo checkpoints")]

@@ -62,11 +62,11 @@ def centre_value(y, prefix: int = 0, grid: tuple[int, int] | None = None):
     raise VitlabError(f"cannot find the centre of a layer output of shape {tuple(y.shape)}")
 
 
-def centre_gradient(model, module: str, x, where: str = "out", prefix: int = 0,
-                    grid: tuple[int, int] | None = None):
-    """|d centre(module output) / d x| averaged over input channels: (B, C, H, W) input -> (B, H, W), float64.
+def input_gradient(model, module: str, x, where: str, value):
+    """|d value(module output) / d x| averaged over input channels: (B, C, H, W) input -> (B, H, W), float64.
 
-    Images are independent in eval mode, so the gradient of the batch sum gives every image's own gradient.
+    ``value(y)`` reduces the module's input (``where='in'``) or output to a scalar; the forward stops at the module.
+    Also returns what ``value`` returned besides the scalar, when it returns a tuple ``(scalar, extra)``.
     """
     import torch
 
@@ -77,7 +77,7 @@ def centre_gradient(model, module: str, x, where: str = "out", prefix: int = 0,
 
     def hook(m, args, out=None):
         kept["y"] = args[0] if where == "in" else out
-        raise _Stop
+        raise _Stop  # the rest of the network is not needed
 
     mod = modules[module]
     x = x.detach().clone().requires_grad_(True)
@@ -91,10 +91,21 @@ def centre_gradient(model, module: str, x, where: str = "out", prefix: int = 0,
                     pass
                 if "y" not in kept:
                     raise VitlabError(f"module '{module}' was not called in the forward pass")
-                (g,) = torch.autograd.grad(centre_value(kept["y"], prefix, grid), x)
+                v = value(kept["y"])
+                scalar, extra = v if isinstance(v, tuple) else (v, None)
+                (g,) = torch.autograd.grad(scalar, x)
         finally:
             handle.remove()
-    return g.abs().to(torch.float64).mean(1)
+    return g.abs().to(torch.float64).mean(1), extra
+
+
+def centre_gradient(model, module: str, x, where: str = "out", prefix: int = 0,
+                    grid: tuple[int, int] | None = None):
+    """|d centre(module output) / d x| averaged over input channels: (B, C, H, W) input -> (B, H, W), float64.
+
+    Images are independent in eval mode, so the gradient of the batch sum gives every image's own gradient.
+    """
+    return input_gradient(model, module, x, where, lambda y: centre_value(y, prefix, grid))[0]
 
 
 def _last_branch_module(model, block: str) -> str:

@@ -31,7 +31,7 @@ from .context import Run
 from .data import to_tensor
 from .errors import VitlabError
 from .models import LoadedModel
-from .receptive import _Stop, block_names, layer_point
+from .receptive import block_names, input_gradient, layer_point
 
 VERSION = 1
 
@@ -113,34 +113,7 @@ def _check_pos(pos: tuple[int, int], grid: tuple[int, int]) -> None:
 def position_gradient(model, module: str, x, where: str, pos: tuple[int, int], prefix: int = 0,
                       grid: tuple[int, int] | None = None):
     """|∂ Σ_c y[pos] / ∂x| averaged over input channels: (B, C, H, W) -> ((B, H, W) float64, layer grid)."""
-    import torch
-
-    modules = dict(model.named_modules())
-    if module not in modules:
-        raise VitlabError(f"module '{module}' not found in {type(model).__name__}")
-    kept = {}
-
-    def hook(m, args, out=None):
-        kept["y"] = args[0] if where == "in" else out
-        raise _Stop  # the rest of the network is not needed
-
-    mod = modules[module]
-    x = x.detach().clone().requires_grad_(True)
-    with taps_mod.model_lock(model):
-        handle = mod.register_forward_pre_hook(hook) if where == "in" else mod.register_forward_hook(hook)
-        try:
-            with torch.enable_grad():
-                try:
-                    model(x)
-                except _Stop:
-                    pass
-                if "y" not in kept:
-                    raise VitlabError(f"module '{module}' was not called in the forward pass")
-                value, g = _position_value(kept["y"], prefix, grid, pos)
-                (grad,) = torch.autograd.grad(value, x)
-        finally:
-            handle.remove()
-    return grad.abs().to(torch.float64).mean(1), g
+    return input_gradient(model, module, x, where, lambda y: _position_value(y, prefix, grid, pos))
 
 
 @dataclass
@@ -186,8 +159,8 @@ class TokenGradient:
     def warnings(self) -> list[str]:
         if np.any(self.map):
             return []
-        return [f"{self.model} {self.layer} ({self.row},{self.col}): the gradient is zero everywhere (a constant "
-                "output, e.g. a zero-initialised norm in a randomly initialised branch)"]
+        return [(f"{self.model} {self.layer} ({self.row},{self.col}): the gradient is zero everywhere (a constant "
+                 "output, e.g. a zero-initialised norm in a randomly initialised branch)")]
 
 
 def token_gradient(loaded: LoadedModel, images, opts: TokenGradientOptions, run: Run) -> TokenGradient:
