@@ -401,6 +401,7 @@ class AttentionMap:
     grid: np.ndarray  # (gh, gw), weights on spatial keys (prefix keys dropped, not renormalised)
     patch: tuple[int, int]
     query_rc: tuple[int, int] | None = None
+    flagged: np.ndarray | None = None  # (gh, gw) bool: keys left out (their weight 0, the row renormalised)
 
     def upsampled(self, size: tuple[int, int] | None = None, smooth: bool = False) -> np.ndarray:
         """The map over the image pixels (H, W): each patch's weight on its pixels, or bilinear if ``smooth``."""
@@ -420,7 +421,8 @@ class AttentionMap:
         r, c = np.meshgrid(np.arange(gh), np.arange(gw), indexing="ij")
         return pd.DataFrame({"row": r.ravel(), "col": c.ravel(), "weight": self.grid.ravel().astype(np.float64),
                              "model": self.model, "image": self.image, "layer": self.layer, "head": self.head,
-                             "query": self.query,
+                             "query": self.query, "tokens": "all" if self.flagged is None else "flagged left out",
+                             "flagged": False if self.flagged is None else self.flagged.ravel(),
                              "query_row": np.nan if self.query_rc is None else self.query_rc[0],
                              "query_col": np.nan if self.query_rc is None else self.query_rc[1]})
 
@@ -431,9 +433,15 @@ def image_attention(loaded: LoadedModel, images, index: int = 0, store: Store | 
 
 
 def attention_map(loaded: LoadedModel, images, index: int = 0, layer: int = 0, head: int | str = "mean",
-                  query="cls", store: Store | None = None, acts: ActivationSet | None = None) -> AttentionMap:
+                  query="cls", store: Store | None = None, acts: ActivationSet | None = None,
+                  leave_out: np.ndarray | None = None) -> AttentionMap:
     """The attention map of image ``index``: one head (int), the head mean ('mean'), or the rollout up to
-    ``layer`` ('rollout'), for ``query`` ('cls', a patch index or (row, col)). Uses cached activations."""
+    ``layer`` ('rollout'), for ``query`` ('cls', a patch index or (row, col)). Uses cached activations.
+
+    ``leave_out``: (N,) bool, keys to leave out (flagged high-norm tokens: ``token_norms.block_input_flags``).
+    Their weight is set to 0 and the query's row renormalised over the remaining keys, prefix keys included
+    (a_k · keep_k / Σ_j a_j · keep_j), so the map says where the attention that does not go to flagged tokens goes;
+    the map marks them (``flagged``). For rollout the final row is masked, not each block's attention."""
     probs_taps(loaded, [layer])
     acts = acts or image_attention(loaded, images, index, store)
     model = loaded.model
@@ -451,19 +459,30 @@ def attention_map(loaded: LoadedModel, images, index: int = 0, layer: int = 0, h
             if not 0 <= int(head) < a.shape[0]:
                 raise VitlabError(f"head {head} out of range: block {layer} has heads 0..{a.shape[0] - 1}")
             row = a[int(head), q]
+    row, flagged = np.asarray(row, dtype=np.float64), None
+    ns = grid[0] * grid[1]
+    if leave_out is not None:
+        keep = ~np.asarray(leave_out, dtype=bool)
+        if keep.shape != row.shape:
+            raise VitlabError(f"leave_out has {keep.size} tokens; block {layer} has {row.size}")
+        if not (row * keep).sum() > 0:
+            raise VitlabError(f"every key the query attends to in block {layer} is flagged: nothing left to map")
+        row, flagged = row * keep / (row * keep).sum(), ~keep[prefix:prefix + ns].reshape(grid)
     rc = None if q < prefix else divmod(q - prefix, grid[1])
     qname = "cls" if rc is None else f"{rc[0]},{rc[1]}"
+    # tokens after the patch grid (none in timm's models) have no place on the map
     return AttentionMap(loaded.label, acts.ids[0], int(layer), str(head), qname,
-                        np.asarray(row[prefix:], dtype=np.float64).reshape(grid), tuple(patch), rc)
+                        row[prefix:prefix + ns].reshape(grid), tuple(patch), rc, flagged)
 
 
 def head_maps(loaded: LoadedModel, images, index: int = 0, layer: int = 0, query="cls",
-              store: Store | None = None):
-    """One frame with the map of every head of ``layer`` plus their mean (the app's per-head grid)."""
+              store: Store | None = None, leave_out: np.ndarray | None = None):
+    """One frame with the map of every head of ``layer`` plus their mean (the app's per-head grid); ``leave_out``
+    as in :func:`attention_map`."""
     import pandas as pd
 
     acts = image_attention(loaded, images, index, store)
     heads = list(range(loaded.heads)) + ["mean"]
-    return pd.concat([attention_map(loaded, images, index, layer, h, query, acts=acts).to_frame() for h in heads],
-                     ignore_index=True)
+    return pd.concat([attention_map(loaded, images, index, layer, h, query, acts=acts, leave_out=leave_out)
+                      .to_frame() for h in heads], ignore_index=True)
 

@@ -270,13 +270,15 @@ def chance_corrected(rate, positions: int):
     return (np.asarray(rate, dtype=np.float64) - c) / (1 - c)
 
 
-def localized_rate(cka: np.ndarray, prefix: int) -> np.ndarray:
-    """(..., T, G) token-by-position CKA -> (...) fraction of spatial tokens whose best position is their own."""
+def localized_rate(cka: np.ndarray, prefix: int, keep: np.ndarray | None = None) -> np.ndarray:
+    """(..., T, G) token-by-position CKA -> (...) fraction of spatial tokens whose best position is their own;
+    ``keep`` (G,) bool: only those spatial tokens count (flagged high-norm tokens left out)."""
     c = np.asarray(cka, dtype=np.float64)[..., prefix:, :]
     if c.shape[-2] != c.shape[-1]:
         raise VitlabError(f"{c.shape[-2]} spatial tokens do not match a grid of {c.shape[-1]} positions")
     best = np.nanargmax(np.where(np.isfinite(c), c, -np.inf), axis=-1)
-    return (best == np.arange(c.shape[-1])).mean(-1)
+    hit = best == np.arange(c.shape[-1])
+    return hit.mean(-1) if keep is None else hit[..., np.asarray(keep, dtype=bool)].mean(-1)
 
 
 def radius_fraction(maps: np.ndarray, mass: float = 0.5) -> np.ndarray:

@@ -7,6 +7,11 @@ from the model's input tensor (after its eval transform: what the model sees). F
 of a block's feature map (all channels) and its patch is the input region that the position covers on the h x w grid
 (region edges at floor(i·H/h)). Prefix tokens (CLS) have no position: their rows show no localization by design.
 
+Flagged tokens left out (``flagged_k``, ViT and Mixer): token positions whose norm exceeds median + k · 1.4826 · MAD
+(:func:`vitlab.token_norms.flagged_positions`, per tap over all images) in at least one image are left out whole:
+their CKA rows are NaN, their summary kind is 'left out', and the localized rate counts the remaining spatial tokens
+only. A token's CKA runs over images, so a token cannot be left out of some images only.
+
 Minibatch CKA (Nguyen et al. 2021, eq. 3) over images: per batch, one Gram per token and one per patch; all
 token x patch HSICs of the batch are one matrix product (``cka.hsic_all_pairs``).
 
@@ -118,6 +123,20 @@ class LocalizationResult:
     images: int
     warnings: list[str] = field(default_factory=list)
     rate_samples: np.ndarray | None = None  # (B,) localized rate of each bootstrap resample of the batches
+    left_out: np.ndarray | None = None  # (T,) bool: flagged high-norm tokens left out (rows of cka are NaN)
+
+    def kinds(self) -> np.ndarray:
+        """(T,) 'cls' (prefix), 'spatial', 'left out' (flagged), 'extra' (after the grid: no position)."""
+        t = np.arange(self.cka.shape[0]) - self.prefix
+        g = self.grid[0] * self.grid[1]
+        k = np.where(t < 0, "cls", np.where(t < g, "spatial", "extra")).astype(object)
+        if self.left_out is not None:
+            k[np.asarray(self.left_out, dtype=bool) & (t >= 0)] = "left out"
+        return k
+
+    def spatial_kept(self) -> np.ndarray:
+        """(G,) bool: the grid positions whose token counts in the localized rate."""
+        return self.kinds()[self.prefix:self.prefix + self.grid[0] * self.grid[1]] == "spatial"
 
     def rate_evidence(self) -> dict[str, float]:
         """Fraction of spatial tokens best matched at their own patch, its 95 % interval over batches, the chance
@@ -125,32 +144,34 @@ class LocalizationResult:
         from . import evidence as ev
 
         g = self.grid[0] * self.grid[1]
-        rate = float(ev.localized_rate(self.cka, self.prefix))
+        keep = self.spatial_kept()
+        rate = float(ev.localized_rate(self.cka[:self.prefix + g], self.prefix, keep))
         lo, hi = ev.percentile_interval(self.rate_samples) if self.rate_samples is not None else (np.nan, np.nan)
         lo, hi = float(lo), float(hi)
         corr = [float(ev.chance_corrected(v, g)) for v in (rate, lo, hi)]
         return {"model": self.model, "layer": self.layer, "positions": g, "rate": rate, "rate_lo": lo,
                 "rate_hi": hi, "chance": ev.chance_level(g), "corrected": corr[0], "corrected_lo": corr[1],
-                "corrected_hi": corr[2], "images": self.images}
+                "corrected_hi": corr[2], "left_out": 0 if self.left_out is None else int(np.sum(self.left_out)), "images": self.images}
 
     def own_position(self, t: int) -> int | None:
-        return None if t < self.prefix else t - self.prefix
+        own = t - self.prefix
+        return own if 0 <= own < self.grid[0] * self.grid[1] else None
 
     def summary(self):
         """Per token: argmax position, CKA at its own position, rank of its own position (1 = best), localized."""
         import pandas as pd
 
-        rows = []
+        rows, kinds = [], self.kinds()
         for t in range(self.cka.shape[0]):
             own, row = self.own_position(t), self.cka[t]
             best = int(np.nanargmax(row)) if np.isfinite(row).any() else -1
-            rows.append({"model": self.model, "layer": self.layer, "token": t, "kind": "cls" if own is None else
-                         "spatial", "token_row": -1 if own is None else own // self.grid[1],
+            rows.append({"model": self.model, "layer": self.layer, "token": t, "kind": kinds[t],
+                         "token_row": -1 if own is None else own // self.grid[1],
                          "token_col": -1 if own is None else own % self.grid[1], "argmax_position": best,
                          "own_cka": np.nan if own is None else float(row[own]),
                          "max_cka": float(np.nanmax(row)) if best >= 0 else np.nan,
                          "own_rank": np.nan if own is None else int((row > row[own]).sum() + 1),
-                         "localized": own is not None and best == own})
+                         "localized": kinds[t] == "spatial" and best == own})
         return pd.DataFrame(rows)
 
     def rate(self) -> float:
@@ -166,8 +187,7 @@ class LocalizationResult:
         t, g = np.meshgrid(np.arange(T), np.arange(G), indexing="ij")
         own = t - self.prefix
         return pd.DataFrame({
-            "model": self.model, "layer": self.layer, "token": t.ravel(),
-            "kind": np.where(own.ravel() < 0, "cls", "spatial"),
+            "model": self.model, "layer": self.layer, "token": t.ravel(), "kind": self.kinds()[t.ravel()],
             "token_row": np.where(own >= 0, own // self.grid[1], -1).ravel(),
             "token_col": np.where(own >= 0, own % self.grid[1], -1).ravel(),
             "position": g.ravel(), "pos_row": (g // self.grid[1]).ravel(), "pos_col": (g % self.grid[1]).ravel(),
@@ -210,6 +230,7 @@ class LocalizationReport:
     def headline(self) -> list[str]:
         lines = [f"{r.model} {r.layer}: {r.localized:.0%} of spatial tokens best match their own input patch "
                  f"(95 % {r.rate_lo:.0%}-{r.rate_hi:.0%}; chance {r.chance:.0%}, chance-corrected {r.corrected:.2f})"
+                 + (f"; {r.left_out} flagged token positions left out" if r.left_out else "")
                  for r in self.rates().itertuples()]
         return lines + [f"localization over {self.images} images"]
 
@@ -234,6 +255,9 @@ class LocalizationOptions(DataOptions):
                                             "outputs)", kind="strs")
     tokens: tuple[int, ...] | None = option(None, "comma-separated token indices to draw (default: a spread)",
                                             kind="ints")
+    flagged_k: float | None = option(None, "leave out token positions whose norm exceeds median + k · 1.4826 · MAD "
+                                     "(vitlab.token_norms) in any image; ViT/Mixer (default: keep every token)",
+                                     metavar="K")
 
 
 def localization(models: Sequence[LoadedModel], source: ImageSource,
@@ -247,14 +271,20 @@ def localization(models: Sequence[LoadedModel], source: ImageSource,
     if not models:
         raise VitlabError("give at least one model")
     run = run or Run()
-    stats = []
+    stats, indices = [], select(source, opts.images, opts.shuffle)
     for m in models:
         ls = tuple(opts.layers) if opts.layers else tuple(default_layers(m.model))
         taps_mod.check_taps(m.model, ls)
         stats.append(LocalizationStatistic(ls))
+    left = [None] * len(models)
+    if opts.flagged_k is not None:
+        from .token_norms import flagged_positions
+
+        left = [flagged_positions(m, source, indices, list(st.layers), float(opts.flagged_k), opts.batch_size, run)
+                for m, st in zip(models, stats)]
     accs: list[list[cka_mod.MinibatchCKA] | None] = [None] * len(models)
     grids: list[list] = [[] for _ in models]
-    for _, found in stream(models, source, select(source, opts.images, opts.shuffle), opts.batch_size,
+    for _, found in stream(models, source, indices, opts.batch_size,
                            [[s] for s in stats], run):
         for k, (stat, per_model) in enumerate(zip(stats, found)):
             arrays = per_model[stat.name]
@@ -269,18 +299,21 @@ def localization(models: Sequence[LoadedModel], source: ImageSource,
                           + (" (on this rank: use fewer processes than batches)" if run.shard[1] > 1 else ""))
     run.reduce_accumulators([acc for acc_list in accs for acc in acc_list])
     results = []
-    for m, stat, acc_list, grid_list in zip(models, stats, accs, grids):
+    for m, stat, acc_list, grid_list, flags in zip(models, stats, accs, grids, left):
         prefix = taps_mod.num_prefix_tokens(m.model)
         for tap, acc, grid in zip(stat.layers, acc_list, grid_list):
             res = acc.compute(m.label, "input")
-            samples = None
+            out = LocalizationResult(m.label, tap, grid, prefix, res.cka, res.images, res.warnings, None,
+                                     None if flags is None else flags[tap])
+            if out.left_out is not None:
+                out.cka = np.where(out.left_out[:, None], np.nan, out.cka)  # left out of the per-token statistic
             if run.shard[1] == 1 and run.bootstrap:  # every batch's terms are here only in a single process
                 from . import evidence as ev
 
                 reps = acc.replicates(ev.resample_indices(acc.batches, run.bootstrap, run.seed))
-                samples = ev.localized_rate(reps, prefix)
-            results.append(LocalizationResult(m.label, tap, grid, prefix, res.cka, res.images, res.warnings,
-                                              samples))
+                g = grid[0] * grid[1]
+                out.rate_samples = ev.localized_rate(reps[..., :prefix + g, :], prefix, out.spatial_kept())
+            results.append(out)
     return LocalizationReport(results, run.info)
 
 

@@ -275,6 +275,40 @@ class TokenNormResult:
         return pd.DataFrame(rows)
 
 
+def flagged_positions(loaded: LoadedModel, source: ImageSource, indices: list[int], taps: list[str], k: float,
+                      batch_size: int, run: Run) -> dict[str, np.ndarray]:
+    """Per tap, (N,) bool: token positions flagged (norm above median + k · 1.4826 · MAD of that tap's spatial
+    tokens over the images ``indices``) in at least one image. Prefix tokens never. For analyses whose per-token
+    statistic runs over images (localization), where a token is left out as a whole or not at all."""
+    if taps_mod.family(loaded.model) not in ("vit", "mixer"):
+        raise VitlabError(f"leaving flagged tokens out needs a token model (ViT or Mixer); '{loaded.label}' is a "
+                          f"{taps_mod.family(loaded.model)} model")
+    if k <= 0:
+        raise VitlabError(f"k must be positive (threshold = median + k · 1.4826 · MAD), not {k}")
+    prefix, stat = taps_mod.num_prefix_tokens(loaded.model), TokenNormStatistic(tuple(taps))
+    norms = [found[0][stat.name]["norms"] for _, found in stream([loaded], source, indices, batch_size, [[stat]],
+                                                                  run.with_progress(None))]
+    if not norms:
+        return {t: np.zeros(0, dtype=bool) for t in taps}
+    norms = np.concatenate(norms, axis=1)  # (L, n, N)
+    out = {}
+    for i, tap in enumerate(taps):
+        flags = norms[i] > robust_threshold(norms[i, :, prefix:], k)[0]
+        flags[:, :prefix] = False
+        out[tap] = flags.any(0)
+    return out
+
+
+def block_input_flags(result: TokenNormResult, layer: int, image: int) -> np.ndarray | None:
+    """(N,) bool: the tokens of image ``image`` flagged at block ``layer``'s input (``blocks.{layer-1}.resid_post``,
+    the keys and queries of its attention), for ``attention.attention_map(leave_out=...)``; None for block 0 (its
+    input is the embedding, which has no flags), as in the attention distance without flagged tokens."""
+    tap = f"blocks.{layer - 1}.resid_post"
+    if layer == 0 or tap not in result.layers:
+        return None
+    return result.flags[result.layers.index(tap), image]
+
+
 def token_taps(loaded: LoadedModel) -> list[str]:
     if taps_mod.family(loaded.model) not in ("vit", "mixer"):
         raise VitlabError(f"token norms need a token model (ViT or Mixer); '{loaded.label}' is a "
