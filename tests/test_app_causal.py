@@ -71,8 +71,9 @@ def test_attribution_page_on_the_dataset_and_on_an_upload():
 def test_token_norms_page_with_and_without_flags():
     at = start("token_norms", **{"tn.k": 1.0})
     assert not at.error, [e.value for e in at.error]
-    assert len(list(at.get("vega_lite_chart"))) == 5  # flags, histogram, two CKA maps, attention distance
-    assert len(at.get("image")) == 1
+    # flags, histogram, two CKA maps, attention distance, localization rates with and without flagged tokens
+    assert len(list(at.get("vega_lite_chart"))) == 6
+    assert len(at.get("image")) == 3  # flagged tokens; the attention map with all keys and with flagged masked
     frame = at.dataframe[-1].value
     assert (frame["flagged_tokens"] > 0).any()  # k = 1 flags some tokens on the zoo ViT
     cnn = start("token_norms", **{"tn.model": "B"})

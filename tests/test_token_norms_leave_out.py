@@ -86,7 +86,7 @@ def test_localization_without_the_injected_token_is_the_clean_computation(tiny_v
     # with every token kept, the injected token has no grid position: it is summarised as 'extra', not a patch
     kept = loc.localization([dirty], source, dataclasses.replace(opts, flagged_k=None)).results[0]
     assert kept.kinds()[101] == "extra" and np.isfinite(kept.cka[101]).all()
-    assert kept.summary()["localized"].iloc[101] == False  # noqa: E712
+    assert not kept.summary()["localized"].iloc[101]
     assert kept.rate() == pytest.approx(res.rate(), abs=1e-12)
 
 
@@ -114,6 +114,11 @@ def test_localization_leaves_flagged_patches_out_of_the_rate(tiny_vit, source):
     assert (summary["kind"] == "left out").sum() == res.left_out.sum()
     assert not summary.loc[summary["kind"] == "left out", "localized"].any()
     assert summary.loc[summary["kind"] == "spatial", "localized"].mean() == pytest.approx(hit[kept].mean())
+    # a tiny k flags every position in some image: the layer stays in the rates, with no rate, and says why
+    every = loc.localization([tiny_vit], source, dataclasses.replace(opts, flagged_k=1e-3))
+    rates = every.rates()
+    assert len(rates) == 1 and np.isnan(rates["localized"].iloc[0]) and np.isnan(rates["rate"].iloc[0])
+    assert rates["left_out"].iloc[0] == 100 and any("every grid position is flagged" in w for w in every.warnings)
 
 
 def test_attention_map_with_the_flagged_key_masked_is_renormalised(tiny_vit, source):

@@ -278,7 +278,10 @@ def localized_rate(cka: np.ndarray, prefix: int, keep: np.ndarray | None = None)
         raise VitlabError(f"{c.shape[-2]} spatial tokens do not match a grid of {c.shape[-1]} positions")
     best = np.nanargmax(np.where(np.isfinite(c), c, -np.inf), axis=-1)
     hit = best == np.arange(c.shape[-1])
-    return hit.mean(-1) if keep is None else hit[..., np.asarray(keep, dtype=bool)].mean(-1)
+    if keep is None:
+        return hit.mean(-1)
+    keep = np.asarray(keep, dtype=bool)
+    return hit[..., keep].mean(-1) if keep.any() else np.full(hit.shape[:-1], np.nan)  # nothing left to count
 
 
 def radius_fraction(maps: np.ndarray, mass: float = 0.5) -> np.ndarray:

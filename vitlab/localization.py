@@ -214,12 +214,14 @@ class LocalizationReport:
         fraction's 95 % interval over batches, the chance level 1/positions and the chance-corrected rate."""
         import pandas as pd
 
-        spatial = self.summary()
-        spatial = spatial[spatial["kind"] == "spatial"]
-        if spatial.empty:
+        summary = self.summary()
+        if not (summary["kind"].isin(["spatial", "left out"])).any():
             raise VitlabError("no spatial tokens to summarise")
-        base = spatial.groupby(["model", "layer"], sort=False, as_index=False).agg(
-            localized=("localized", "mean"), own_cka=("own_cka", "mean"))
+        # layers whose every position is left out (flagged) keep their row, with NaN rates
+        base = summary.assign(localized=summary["localized"].astype(float).where(summary["kind"] == "spatial"),
+                              own_cka=summary["own_cka"].where(summary["kind"] == "spatial")).groupby(
+            ["model", "layer"], sort=False, as_index=False).agg(localized=("localized", "mean"),
+                                                                own_cka=("own_cka", "mean"))
         extra = pd.DataFrame([r.rate_evidence() for r in self.results]).drop(columns=["images"])
         return base.merge(extra, on=["model", "layer"], how="left")
 
@@ -237,6 +239,19 @@ class LocalizationReport:
     @property
     def warnings(self) -> list[str]:
         return [w for r in self.results for w in r.warnings]
+
+
+def rates_with_and_without(all_tokens: LocalizationReport, left_out: LocalizationReport):
+    """Both reports' ``rates()`` in one frame with ``tokens`` = 'all' | 'flagged left out' and ``model`` labelled
+    'model · tokens' (the rate chart colours by model), for the with/without comparison of flagged tokens."""
+    import pandas as pd
+
+    parts = []
+    for tokens, rep in (("all", all_tokens), ("flagged left out", left_out)):
+        r = rep.rates()
+        r["tokens"], r["model"] = tokens, r["model"] + " · " + tokens
+        parts.append(r)
+    return pd.concat(parts, ignore_index=True)
 
 
 def default_layers(model) -> list[str]:
@@ -307,6 +322,9 @@ def localization(models: Sequence[LoadedModel], source: ImageSource,
                                      None if flags is None else flags[tap])
             if out.left_out is not None:
                 out.cka = np.where(out.left_out[:, None], np.nan, out.cka)  # left out of the per-token statistic
+                if not out.spatial_kept().any():
+                    out.warnings.append(f"{m.label} {tap}: every grid position is flagged in some image (k = "
+                                        f"{opts.flagged_k:g}): no localized rate without flagged tokens")
             if run.shard[1] == 1 and run.bootstrap:  # every batch's terms are here only in a single process
                 from . import evidence as ev
 

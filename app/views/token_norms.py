@@ -5,10 +5,48 @@ import lab
 import streamlit as st
 
 import vitlab.activations
-from vitlab import token_norms
+from vitlab import attention, localization, token_norms
 from vitlab.charts import causal as charts
 from vitlab.charts import cka_heatmap
 from vitlab.charts.attention import overlay
+from vitlab.charts.localization import localization_rate_chart
+
+
+def localization_with_and_without(m, src, s, k: float) -> None:
+    """Localization rates of the default layers with every token and with flagged positions left out."""
+    reports = []
+    for tokens, fk in (("all", None), ("flagged left out", k)):
+        opts = localization.LocalizationOptions(images=s.images, batch_size=s.batch_size, flagged_k=fk)
+        rep = lab.compute(("tn-loc", s.key, m.label, opts), lambda run, o=opts: localization.localization(
+            [m], src, o, run), f"Localization, tokens: {tokens}")
+        if rep is None:
+            return
+        reports.append(rep)
+    rate = localization.rates_with_and_without(*reports)
+    chart = localization_rate_chart(rate, title="Localized tokens, with and without flagged positions")
+    lab.chart(chart, key="tn.loc")
+    lab.export(chart, rate, f"token_norms_localization_{m.label}", "tn.loc")
+    st.caption("A position flagged in any image is left out whole (a token's CKA runs over images); "
+               f"left out per layer: {', '.join(f'{r.layer} {r.left_out}' for r in reports[1].rates().itertuples())}.")
+
+
+def maps_with_and_without(m, src, result, image: int) -> None:
+    """The head-mean attention map of one block for the chosen image, with every key and with flagged keys masked."""
+    blocks = [int(t.split(".")[1]) + 1 for t in result.layers if t.endswith(".resid_post")][:-1]
+    block = st.selectbox("Attention block (its input's flags: the previous block's output)", blocks,
+                         index=len(blocks) // 2, key="tn.block")
+    query = "cls" if "cls" in result.prefix else (result.grid[0] // 2, result.grid[1] // 2)
+    view = vitlab.activations.model_view(m, src.load(image))
+    flags = token_norms.block_input_flags(result, block, image)
+    cols = st.columns(2)
+    for col, leave in zip(cols, (None, flags)):
+        amap = attention.attention_map(m, src, image, block, "mean", query, store=lab.store(), leave_out=leave)
+        tokens = "all" if leave is None else "flagged left out"
+        with col:
+            lab.image(overlay(view, amap.grid, min_side=224), amap.to_frame(),
+                      f"attention_{tokens}_{result.model}_block{block}_{result.ids[image]}", f"tn.map.{tokens}",
+                      caption=f"block {block}, mean over heads, query {amap.query}, keys: {tokens}"
+                      + ("" if leave is None else f" ({int(leave.sum())} masked, row renormalised)"))
 
 st.title("Token-norm artefacts")
 st.caption("Some ViTs store global information in a few high-norm tokens of uninformative patches (Darcet et al. "
@@ -58,4 +96,9 @@ if result is not None:
         chart = charts.distance_compare_chart(dist)
         lab.chart(chart, key="tn.dist")
         lab.export(chart, dist, f"token_norms_distance_{result.model}", "tn.dist")
+    with lab.guard():
+        localization_with_and_without(m, src, s, float(k))
+    if result.distance_all is not None:
+        with lab.guard():
+            maps_with_and_without(m, src, result, image)
     st.dataframe(frame, hide_index=True)
