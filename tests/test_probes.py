@@ -22,6 +22,21 @@ def lstsq_weights(x, y, classes, l2):
     return np.linalg.lstsq(a, b, rcond=None)[0]
 
 
+def manual_probe(tr, ytr, va, yva, te, yte, classes=10):
+    """(validation accuracy, λ, test accuracy): λ on the grid by validation accuracy (ties: the larger), lstsq."""
+    best = None
+    for l2 in probes.L2_GRID:
+        w = lstsq_weights(tr, ytr, classes, l2)
+
+        def acc(x, y, w=w):
+            xd = np.hstack([(x - tr.mean(0)) / (tr.std(0) + 1e-5), np.full((len(x), 1), 100.0)])
+            return np.mean((xd @ w).argmax(1) == y)
+        v = acc(va, yva)
+        if best is None or v >= best[0]:
+            best = (v, l2, acc(te, yte))
+    return best
+
+
 @pytest.mark.parametrize("n,d", [(40, 6), (12, 50)])  # primal (N >= D) and dual (N < D) forms
 def test_weights_match_lstsq(n, d):
     rng = np.random.default_rng(n)
@@ -71,10 +86,11 @@ def test_representations(tiny_vit, tiny_resnet):
 def test_end_to_end_against_manual(tiny_vit, fmnist_source, store):
     layers = ["blocks.1.resid_post", "blocks.5.resid_post"]
     opts = probes.ProbeOptions(shots=2, val_shots=2, test=24, seed=0, layers=tuple(layers),
-                               reps=("cls", "gap", "token"), tokens=2, batch_size=32)
+                               reps=("cls", "gap", "token"), tokens=2, batch_size=32, draws=1)
     rep = probes.probes([tiny_vit], fmnist_source, opts, vitlab.Run(store=store))
     frame = rep.to_frame()
     assert len(frame) == 6 and frame["accuracy"].between(0, 1).all() and set(frame["tokens"]) == {1, 2}
+    assert frame["accuracy_lo"].isna().all() and (frame["draws"] == 1).all()  # one draw: no interval
     split = rep.split
     feats, labels = {}, {}
     for part in ("train", "val", "test"):
@@ -87,23 +103,52 @@ def test_end_to_end_against_manual(tiny_vit, fmnist_source, store):
     for tap in layers:
         get = {"cls": lambda a: a[:, 0], "gap": lambda a: a[:, 1:].mean(1)}
         for name, fn in get.items():
-            best = None
-            for l2 in probes.L2_GRID:
-                w = lstsq_weights(fn(feats["train"][tap]), labels["train"], 10, l2)
-                tr = fn(feats["train"][tap])
-
-                def acc(x, y, tr=tr, w=w):
-                    xd = np.hstack([(x - tr.mean(0)) / (tr.std(0) + 1e-5), np.full((len(x), 1), 100.0)])
-                    return np.mean((xd @ w).argmax(1) == y)
-                v = acc(fn(feats["val"][tap]), labels["val"])
-                if best is None or v >= best[0]:
-                    best = (v, l2, acc(fn(feats["test"][tap]), labels["test"]))
+            best = manual_probe(*(v for p in ("train", "val", "test") for v in (fn(feats[p][tap]), labels[p])))
             row = frame[(frame["layer"] == tap) & (frame["representation"] == name)].iloc[0]
             assert row["val_accuracy"] == pytest.approx(best[0]) and row["accuracy"] == pytest.approx(best[2])
     again = probes.probes([tiny_vit], fmnist_source, opts, vitlab.Run(store=store))
     assert again.info.batches_computed == 0
     with pytest.raises(VitlabError, match="no representation"):
         probes.probe_model(tiny_vit, fmnist_source, split, reps=["nope"])
+
+
+def test_draws_give_a_bootstrap_interval_of_the_mean(tiny_vit, fmnist_source, store):
+    """Draw 0 is the seeded split, draws 1.. re-draw its images (a plain stratified draw here); the accuracy is the
+    mean over draws and its interval the percentile interval of a plain bootstrap loop over the draws."""
+    import pandas as pd
+
+    from vitlab.charts.probes import probe_lines
+
+    tap = "blocks.3.resid_post"
+    opts = probes.ProbeOptions(shots=2, val_shots=2, test=30, seed=5, layers=(tap,), reps=("gap",), batch_size=64,
+                               draws=4)
+    rep = probes.probes([tiny_vit], fmnist_source, opts, vitlab.Run(store=store, bootstrap=300, seed=7))
+    row = rep.to_frame().iloc[0]
+    split = rep.split
+    pool_idx = list(split.train) + list(split.val) + list(split.test)
+    batch = decode(fmnist_source, plan_batches(fmnist_source, pool_idx, len(pool_idx))[0])
+    with taps.capture(tiny_vit.model, [tap]) as acts, torch.no_grad():
+        tiny_vit.model(to_tensor(batch.images, tiny_vit))
+    x, y = acts[tap][:, 1:].double().mean(1).numpy(), np.array(batch.labels)
+    n_tr, n_va = len(split.train), len(split.val)
+    draws = [(np.arange(n_tr), np.arange(n_tr, n_tr + n_va), np.arange(n_tr + n_va, len(y)))]
+    for d in (1, 2, 3):
+        order = np.random.default_rng(5 + d).permutation(len(y))
+        rank = np.array([(y[order[:k]] == y[i]).sum() for k, i in enumerate(order)])
+        draws.append((order[rank < 2], order[(rank >= 2) & (rank < 4)], order[rank >= 4][:30]))
+    accs = np.array([manual_probe(x[a], y[a], x[b], y[b], x[c], y[c])[2] for a, b, c in draws])
+    assert row["accuracy"] == pytest.approx(accs.mean()) and row["draws"] == 4
+    r = np.random.default_rng(7)
+    means = [accs[r.integers(0, 4, 4)].mean() for _ in range(300)]
+    assert row["accuracy_lo"] == pytest.approx(np.percentile(means, 2.5))
+    assert row["accuracy_hi"] == pytest.approx(np.percentile(means, 97.5))
+    assert row["accuracy_lo"] < row["accuracy_hi"] or accs.min() == accs.max()
+    spec = probe_lines(pd.DataFrame([row])).to_dict()
+    fields = {e.get("field") for layer in spec["layer"] for e in layer["encoding"].values() if isinstance(e, dict)}
+    tips = {t.get("field") for t in spec["layer"][0]["encoding"]["tooltip"]}
+    assert {"accuracy_lo", "accuracy_hi"} <= fields and {"accuracy_lo", "accuracy_hi"} <= tips
+    with pytest.raises(VitlabError, match="draws"):
+        probes.probes([tiny_vit], fmnist_source, probes.ProbeOptions(draws=0, layers=(tap,)), vitlab.Run(store=store))
 
 
 def test_cli_and_chart(tmp_path):

@@ -143,7 +143,7 @@ def _localization_record(report, opts) -> dict:
 
 def _probe_record(report, opts) -> dict:
     split = report.split
-    return {"shots": opts.shots, "val_shots": opts.val_shots or opts.shots, "seed": opts.seed,
+    return {"shots": opts.shots, "val_shots": opts.val_shots or opts.shots, "seed": opts.seed, "draws": opts.draws,
             "split": {"train": len(split.train), "val": len(split.val), "test": len(split.test),
                       "classes": split.classes},
             "best": report.best(("model", "representation")).to_dict("records")}

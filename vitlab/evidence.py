@@ -61,6 +61,14 @@ def mean_replicates(values: np.ndarray, idx: np.ndarray) -> np.ndarray:
     return np.asarray(values, dtype=np.float64)[idx].mean(axis=1)
 
 
+def mean_estimate(values: np.ndarray, resamples: int, seed: int) -> Estimate:
+    """The mean of per-unit values (n,) (e.g. few-shot draws) with the percentile interval of ``resamples``
+    bootstrap means (``resample_indices(n, resamples, seed)``)."""
+    values = np.asarray(values, dtype=np.float64)
+    idx = resample_indices(len(values), resamples, seed)
+    return Estimate.from_samples(float(values.mean()), mean_replicates(values, idx))
+
+
 def ratio_replicates(sums: np.ndarray, counts: np.ndarray, idx: np.ndarray) -> np.ndarray:
     """(T, ...) per-batch sums, (T,) per-batch counts -> (B, ...) resampled sum / resampled count."""
     s = np.asarray(sums, dtype=np.float64)[idx].sum(axis=1)

@@ -135,6 +135,26 @@ def few_shot_split(source: ImageSource, shots: int = 10, val_shots: int | None =
     return Split(sorted(i for v in train.values() for i in v), sorted(i for v in val.values() for i in v), rest, need)
 
 
+def draw_split(labels: np.ndarray, shots: int, test: int, seed: int, val_shots: int | None = None
+               ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Indices into ``labels`` (n,): ``shots`` training and ``val_shots`` (default = shots) held-out images per
+    class, then up to ``test`` others, from ``default_rng(seed)``'s permutation: one few-shot draw from a pool of
+    extracted features (the draws behind the probes' intervals and the tour's Fig 11)."""
+    val_shots = shots if val_shots is None else val_shots
+    order = np.random.default_rng(seed).permutation(len(labels))
+    train, val, rest = [], [], []
+    seen: dict = {}
+    for i in order:
+        k = seen.get(labels[i], 0)
+        seen[labels[i]] = k + 1
+        (train if k < shots else val if k < shots + val_shots else rest).append(int(i))
+    short = [c for c, k in seen.items() if k < shots + val_shots]
+    if short or not rest:
+        raise VitlabError(f"the probe pool has too few images for {shots}+{val_shots} per class and a test split: "
+                          "raise the number of images or lower the shots")
+    return np.array(train), np.array(val), np.array(rest[:test])
+
+
 def representations(model) -> list[str]:
     """The representations that exist for ``model``'s family."""
     if taps_mod.family(model) in ("resnet", "resnetv2"):
@@ -207,8 +227,9 @@ class ProbeResult:
     warnings: list[str] = field(default_factory=list)
 
     def to_frame(self):
-        """model, layer, layer_index, depth (normalised, (i+1)/L), representation, accuracy, val_accuracy, l2, shots,
-        tokens (individual tokens averaged; 1 otherwise)."""
+        """model, layer, layer_index, depth (normalised, (i+1)/L), representation, accuracy (mean over draws),
+        accuracy_lo, accuracy_hi (its 95 % bootstrap interval; NaN for one draw), val_accuracy, l2 (means over the
+        draws), shots, tokens (individual tokens averaged; 1 otherwise), draws."""
         import pandas as pd
 
         return pd.DataFrame(self.rows)
@@ -244,6 +265,30 @@ def _probe_one(xs: dict[str, np.ndarray], ys: dict[str, np.ndarray], classes: in
     return probe.accuracy(xs["test"], ys["test"], l2), val, l2
 
 
+def _probe_draw(x: np.ndarray, y: np.ndarray, parts: dict[str, np.ndarray], classes: int
+                ) -> tuple[float, float, float, int]:
+    """(test accuracy, validation accuracy, λ, tokens) of one draw ``parts`` (indices into the pool ``x``, ``y``);
+    'token' features (n, K, D) get one probe per token, and the means are reported."""
+    ys = {p: y[ix] for p, ix in parts.items()}
+    if x.ndim == 2:
+        return (*_probe_one({p: x[ix] for p, ix in parts.items()}, ys, classes), 1)
+    per = [_probe_one({p: x[ix, k] for p, ix in parts.items()}, ys, classes) for k in range(x.shape[1])]
+    return (*(float(np.mean([r[j] for r in per])) for j in range(3)), len(per))
+
+
+def _draws(labels: dict[str, np.ndarray], split: Split, draws: int, seed: int) -> list[dict[str, np.ndarray]]:
+    """Index sets into the pool (train, val, test features concatenated): draw 0 is ``split`` itself; draw d ≥ 1
+    re-draws the pool with ``draw_split`` (seed + d), so the features are extracted once."""
+    sizes = [len(labels[p]) for p in ("train", "val", "test")]
+    edges = np.cumsum([0] + sizes)
+    out = [{p: np.arange(edges[i], edges[i + 1]) for i, p in enumerate(("train", "val", "test"))}]
+    pool = np.concatenate([labels[p] for p in ("train", "val", "test")])
+    shots, val_shots = len(split.train) // split.classes, len(split.val) // split.classes
+    for d in range(1, draws):
+        out.append(dict(zip(("train", "val", "test"), draw_split(pool, shots, sizes[2], seed + d, val_shots))))
+    return out
+
+
 def _gather(model: LoadedModel, source: ImageSource, split: Split, stat: ProbeFeatures, batch_size: int, run: Run
             ) -> tuple[dict, dict]:
     """Features {split: {key: (n, ...)}} and labels {split: (n,)} (unreadable images are left out).
@@ -265,13 +310,17 @@ def _gather(model: LoadedModel, source: ImageSource, split: Split, stat: ProbeFe
 
 
 def probe_model(model: LoadedModel, source: ImageSource, split: Split, *, layers: Sequence[str] | None = None,
-                reps: Sequence[str] | None = None, tokens: int = 8, batch_size: int = 64, run: Run | None = None
-                ) -> ProbeResult:
+                reps: Sequence[str] | None = None, tokens: int = 8, batch_size: int = 64, draws: int = 1,
+                seed: int = 0, run: Run | None = None) -> ProbeResult:
     """Few-shot probe accuracy of every layer x representation of one model (Figs 11, 13).
 
-    ``run.shard``/``run.gather`` (``vitlab.dist``): each rank extracts its batches' features; after the gather
-    every rank holds all of them in batch order and fits the same probes.
+    ``draws`` few-shot draws (``split``, then re-draws of its images, seeds ``seed + d``): the accuracy is their
+    mean, with the 95 % percentile interval of ``run.bootstrap`` bootstrap means (``run.seed``; NaN for one draw
+    or no bootstrap), as the tour's Fig 11. ``run.shard``/``run.gather`` (``vitlab.dist``): each rank extracts its
+    batches' features; after the gather every rank holds all of them in batch order and fits the same probes.
     """
+    from . import evidence as ev
+
     layers = tuple(layers or default_layers(model.model))
     taps_mod.check_taps(model.model, layers)
     allowed = representations(model.model)
@@ -279,22 +328,23 @@ def probe_model(model: LoadedModel, source: ImageSource, split: Split, *, layers
     bad = [r for r in reps if r not in allowed]
     if bad:
         raise VitlabError(f"{model.label} has no representation {', '.join(bad)}: choose from {', '.join(allowed)}")
-    stat = ProbeFeatures(layers, reps, tokens)
-    feats, labels = _gather(model, source, split, stat, batch_size, run or Run())
+    if draws < 1:
+        raise VitlabError(f"--draws must be at least 1, not {draws}")
+    run = run or Run()
+    feats, labels = _gather(model, source, split, ProbeFeatures(layers, reps, tokens), batch_size, run)
+    parts = _draws(labels, split, draws, seed)
+    y = np.concatenate([labels[p] for p in ("train", "val", "test")])
     rows = []
     for i, tap in enumerate(layers):
         for rep in reps:
-            key = f"{rep}|{tap}"
-            if rep == "token":  # one probe per sampled token; mean accuracy
-                per = [_probe_one({p: feats[p][key][:, k] for p in feats}, labels, split.classes)
-                       for k in range(feats["train"][key].shape[1])]
-                acc, val, l2 = (float(np.mean([r[j] for r in per])) for j in range(3))
-                n_tok = len(per)
-            else:
-                (acc, val, l2), n_tok = _probe_one({p: feats[p][key] for p in feats}, labels, split.classes), 1
+            x = np.concatenate([feats[p][f"{rep}|{tap}"] for p in ("train", "val", "test")])
+            per = np.array([_probe_draw(x, y, d, split.classes) for d in parts])  # (draws, 4)
+            acc = ev.mean_estimate(per[:, 0], run.bootstrap, run.seed) if draws > 1 and run.bootstrap else None
             rows.append({"model": model.label, "layer": tap, "layer_index": i, "depth": (i + 1) / len(layers),
-                         "representation": rep, "accuracy": acc, "val_accuracy": val, "l2": l2,
-                         "shots": len(split.train) // split.classes, "tokens": n_tok})
+                         "representation": rep, "accuracy": float(per[:, 0].mean()),
+                         "accuracy_lo": acc.lo if acc else np.nan, "accuracy_hi": acc.hi if acc else np.nan,
+                         "val_accuracy": float(per[:, 1].mean()), "l2": float(per[:, 2].mean()),
+                         "shots": len(split.train) // split.classes, "tokens": int(per[0, 3]), "draws": draws})
     return ProbeResult(model.label, rows, len(split.train) // split.classes,
                        {p: len(v) for p, v in labels.items()})
 
@@ -311,6 +361,8 @@ class ProbeOptions:
     reps: tuple[str, ...] | None = option(None, "comma-separated representations: cls, gap, gap_cls, first, token "
                                           "(default: all that the model has)", kind="strs")
     tokens: int = option(8, "individual tokens probed per layer for 'token'")
+    draws: int = option(5, "few-shot draws of the split's images (seeds seed, seed+1, ...): the accuracy is their "
+                        "mean with a 95 % bootstrap interval; 1: no interval")
     batch_size: int = option(64, "images per batch", short="-b")
 
 
@@ -331,5 +383,5 @@ def probes(models: Sequence[LoadedModel], source: ImageSource, opts: ProbeOption
         if reps and not mine:
             raise VitlabError(f"{m.label} has none of the representations {', '.join(reps)}")
         results.append(probe_model(m, source, split, layers=opts.layers, reps=mine, tokens=opts.tokens,
-                                   batch_size=opts.batch_size, run=run))
+                                   batch_size=opts.batch_size, draws=opts.draws, seed=opts.seed, run=run))
     return ProbeReport(results, split, run.info)

@@ -22,6 +22,7 @@ from .evidence import Estimate
 from .heads import HeadGramStatistic, default_lower_taps
 from .localization import LocalizationStatistic, default_layers
 from .models import LoadedModel, load, twin_spec
+from .probes import draw_split
 from .run import GramStatistic, stream
 from .skips import SkipStatistic
 
@@ -298,23 +299,6 @@ def measure_gap(ms: Models, source, opts, run):
                                                          ("GAP model", "control", r[1][0]))
 
 
-def draw_split(labels: np.ndarray, shots: int, test: int, seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Indices into ``labels`` (n,): ``shots`` training and ``shots`` held-out images per class, then up to ``test``
-    others, from ``default_rng(seed)``'s permutation (one few-shot draw from a pool of extracted features)."""
-    order = np.random.default_rng(seed).permutation(len(labels))
-    train, val, rest = [], [], []
-    seen: dict = {}
-    for i in order:
-        k = seen.get(labels[i], 0)
-        seen[labels[i]] = k + 1
-        (train if k < shots else val if k < 2 * shots else rest).append(int(i))
-    short = [c for c, k in seen.items() if k < 2 * shots + 1]
-    if short or not rest:
-        raise VitlabError(f"the probe pool has too few images for {shots}+{shots} per class and a test split: raise "
-                          "--images or lower the probe shots")
-    return np.array(train), np.array(val), np.array(rest[:test])
-
-
 def _probe_margins(m: LoadedModel, source, opts, run) -> tuple[np.ndarray, list[str]]:
     """Per few-shot draw: min(GAP − CLS at the first layer, CLS gain first → last); features extracted once."""
     from . import probes
@@ -353,8 +337,7 @@ def measure_probes(ms: Models, source, opts, run):
     ests, first_text = [], ""
     for m in models:
         margins, texts = _probe_margins(m, source, opts, run)
-        idx = ev.resample_indices(len(margins), run.bootstrap, run.seed)
-        ests.append(Estimate.from_samples(float(margins.mean()), ev.mean_replicates(margins, idx)))
+        ests.append(ev.mean_estimate(margins, run.bootstrap, run.seed))
         first_text = first_text or f"{m.label}, first draw: {texts[0]}"
     detail = (f"margin min(GAP − CLS at the first layer, CLS gain first → last) over {opts.probe_draws} few-shot "
               f"draws ({opts.probe_shots} shots): {ests[0].text()}; {first_text}")

@@ -18,23 +18,26 @@ st.caption("Closed-form few-shot linear probes (big_vision recipe) on each layer
 s = lab.settings()
 
 
-def options_ui() -> tuple[int, int, list[str]]:
-    c1, c2, c3 = st.columns([1, 1, 3])
+def options_ui() -> tuple[int, int, int, list[str]]:
+    c1, c2, c4, c3 = st.columns([1, 1, 1, 3])
     shots = c1.number_input("Shots per class", 1, 100, 5, key="probe.shots")
     test = c2.number_input("Test images", 10, 10_000, max(50, s.images), step=50, key="probe.test")
+    draws = c4.number_input("Few-shot draws", 1, 20, 5, key="probe.draws",
+                            help="re-draws of the split's images: the mean accuracy with its 95 % interval")
     reps = c3.multiselect("Representations", list(REP_NAMES), default=["cls", "gap"], key="probe.reps",
                           format_func=REP_NAMES.get)
-    return int(shots), int(test), reps
+    return int(shots), int(test), int(draws), reps
 
 
-shots, test, reps = options_ui()
+shots, test, draws, reps = options_ui()
 report = None
 with lab.guard():
     a, b = lab.models(s)
     src = lab.source(s)
-    opts = probes.ProbeOptions(shots=shots, test=test, reps=tuple(reps) or None, batch_size=s.batch_size)
-    report = lab.compute(("probes", s.key, shots, test, tuple(reps)), lambda run: probes.probes([a, b], src, opts, run),
-                         "Linear probes")
+    opts = probes.ProbeOptions(shots=shots, test=test, reps=tuple(reps) or None, draws=draws,
+                                batch_size=s.batch_size)
+    report = lab.compute(("probes", s.key, shots, test, draws, tuple(reps)),
+                         lambda run: probes.probes([a, b], src, opts, run), "Linear probes")
 
 if report is not None:
     for r in report.results:
@@ -46,5 +49,6 @@ if report is not None:
     lab.export(chart, frame, f"probes_{shots}shot", "probe.chart")
     sp = report.split
     st.caption(f"{len(sp.train)} training, {len(sp.val)} held-out (to choose λ) and {len(sp.test)} test images, "
-               f"{sp.classes} classes")
+               f"{sp.classes} classes; accuracies are means over {draws} few-shot draws of these images, bars "
+               "their 95 % bootstrap intervals")
     st.dataframe(frame, hide_index=True, height=240)

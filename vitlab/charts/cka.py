@@ -22,7 +22,7 @@ def cka_heatmap(frame: pd.DataFrame, title: str | None = None, size: int = 360, 
         tooltip.append(alt.Tooltip("cka_std:Q", format=".4f"))
     for col, name in (("cka_lo", "95 % lo"), ("cka_hi", "95 % hi"), ("p_null", "p (permutation null)"),
                       ("null_hi", "null 97.5 %")):
-        if col in frame:
+        if col in frame and frame[col].notna().any():  # all NaN: not measured (no --permutations), not "null"
             tooltip.append(alt.Tooltip(f"{col}:Q", format=".4f", title=name))
     chart = alt.Chart(frame).mark_rect().encode(
         x=alt.X("layer_b:N", sort=order_b, title=f"{mb} layer", axis=alt.Axis(labelAngle=-60, labelLimit=140)),

@@ -12,23 +12,30 @@ REP_NAMES = {"cls": "CLS token", "gap": "GAP (spatial mean)", "gap_cls": "GAP in
 
 
 def probe_lines(frame: pd.DataFrame, title: str | None = None, width: int = 420):
-    """Test accuracy against normalised layer depth: one line per model and representation."""
+    """Test accuracy against normalised layer depth: one line per model and representation; where the frame has
+    intervals (``accuracy_lo``/``accuracy_hi``, several few-shot draws) a 95 % error bar at every layer."""
     if frame.empty:
         raise VitlabError("no probe results to draw")
     data = frame.copy()
     data["representation_name"] = data["representation"].map(REP_NAMES).fillna(data["representation"])
     shots = sorted(set(data["shots"]))
+    ranged = {"accuracy_lo", "accuracy_hi"} <= set(data) and data["accuracy_lo"].notna().any()
+    interval = [alt.Tooltip("accuracy_lo:Q", format=".3f", title="95 % lo"),
+                alt.Tooltip("accuracy_hi:Q", format=".3f", title="95 % hi"), "draws"] if ranged else []
     base = alt.Chart(data).encode(
         x=alt.X("depth:Q", title="normalised layer depth", scale=alt.Scale(domain=[0, 1])),
         y=alt.Y("accuracy:Q", title="few-shot test accuracy", scale=alt.Scale(domain=[0, 1])),
         color=alt.Color("model:N", legend=alt.Legend(labelLimit=300)),
         detail="representation_name:N",
         tooltip=["model", "layer", "representation_name", alt.Tooltip("accuracy:Q", format=".3f"),
-                 alt.Tooltip("val_accuracy:Q", format=".3f"), alt.Tooltip("l2:Q", format=".3g"), "tokens"],
+                 *interval, alt.Tooltip("val_accuracy:Q", format=".3f"), alt.Tooltip("l2:Q", format=".3g"), "tokens"],
     )
     # points in a layer of their own: with mark_line(point=True) the dash legend loses its symbols
     lines = base.mark_line().encode(strokeDash=alt.StrokeDash(
         "representation_name:N", title="representation",
         legend=alt.Legend(symbolType="stroke", symbolStrokeColor="#444", symbolStrokeWidth=2, labelLimit=300)))
-    return alt.layer(lines, base.mark_circle(size=28)).properties(
+    layers = [lines, base.mark_circle(size=28)]
+    if ranged:  # 95 % interval of the mean accuracy over the few-shot draws
+        layers.append(base.mark_rule(strokeWidth=1.5, opacity=0.7).encode(y="accuracy_lo:Q", y2="accuracy_hi:Q"))
+    return alt.layer(*layers).properties(
         width=width, height=280, title=title or f"{'/'.join(map(str, shots))}-shot linear probe accuracy by layer")
