@@ -116,8 +116,48 @@ def test_cached_second_run_and_charts(tiny_vit, samples, store):
     charts = skip_charts.skip_charts(first)
     assert set(charts) == {"skip_ratio_lines", "skip_cosine_lines", f"skip_ratio_{tiny_vit.label}",
                            f"skip_cosine_{tiny_vit.label}"}
-    spec = charts["skip_ratio_lines"].to_dict()
-    assert spec["mark"]["type"] == "line"
+    spec = charts["skip_ratio_lines"].to_dict()  # lines, and the intervals' error bars (default bootstrap)
+    assert [layer["mark"]["type"] for layer in spec["layer"]] == ["line", "rule"]
+    assert charts["skip_cosine_lines"].to_dict()["mark"]["type"] == "line"  # no interval for the cosine
+
+
+def _fields(spec: dict) -> set:
+    """Every field an Altair spec encodes, tooltips included, in any layer."""
+    out = set()
+    for layer in spec.get("layer", [spec]):
+        for enc in layer["encoding"].values():
+            for e in enc if isinstance(enc, list) else [enc]:
+                if isinstance(e, dict) and "field" in e:
+                    out.add(e["field"])
+    return out
+
+
+def test_summary_intervals_are_a_bootstrap_of_the_token_mean_and_drawn():
+    """The interval of each line of Fig 7 (the mean over a kind's tokens) against a plain loop over the per-batch
+    sums: resample the batches, re-add, divide, average over the kind's tokens, take percentiles."""
+    src = vitlab.open_source("fashion-mnist:test")
+    m = vitlab.load("zoo:vit-cls", "cpu")
+    rep = skips.skip_ratios([m], src, skips.SkipOptions(images=40, batch_size=8), vitlab.Run(bootstrap=120, seed=4))
+    summary = rep.summary()
+    stat = skips.SkipStatistic()
+    sums = [f[0][stat.name] for _, f in vitlab.stream([m], src, range(40), 8, [[stat]], vitlab.Run())]
+    r = np.random.default_rng(4)
+    reps = []
+    for _ in range(120):
+        i = r.integers(0, 5, 5)
+        ratio = sum(sums[k]["ratio_sum"] for k in i) / sum(float(sums[k]["count"].sum()) for k in i)  # (S, N)
+        reps.append(np.stack([ratio[:, :1].mean(1), ratio[:, 1:].mean(1)], axis=1))  # CLS, spatial
+    lo, hi = np.percentile(np.array(reps), [2.5, 97.5], axis=0)  # (S, 2)
+    layers = rep.results[0].layers
+    for _, row in summary.iterrows():
+        s, k = layers.index(row["layer"]), ["cls", "spatial"].index(row["kind"])
+        assert row["ratio_lo"] == pytest.approx(lo[s, k], rel=1e-9) and row["ratio_hi"] == pytest.approx(hi[s, k])
+        assert row["ratio_lo"] <= row["ratio"] <= row["ratio_hi"]
+    lines, heat = skip_charts.skip_lines(summary, "ratio"), skip_charts.skip_heatmap(rep.to_frame(), "ratio")
+    assert {"ratio_lo", "ratio_hi"} <= _fields(lines.to_dict()) and {"ratio_lo", "ratio_hi"} <= _fields(heat.to_dict())
+    plain = skips.skip_ratios([m], src, skips.SkipOptions(images=16, batch_size=8), vitlab.Run(bootstrap=0))
+    assert "ratio_lo" not in plain.summary() and "ratio_lo" not in _fields(skip_charts.skip_lines(
+        plain.summary()).to_dict())
 
 
 def test_cli_writes_csv_charts_json(tmp_path):

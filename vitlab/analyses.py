@@ -188,7 +188,9 @@ def _map_record(view, opts) -> dict:
 def _receptive_charts(report, opts) -> dict:
     from .charts import attention as ch
 
-    return {f"receptive_field_{r.residual}": ch.receptive_field_chart(r.to_frame()) for r in report.results}
+    out = {f"receptive_field_{r.residual}": ch.receptive_field_chart(r.to_frame()) for r in report.results}
+    out["receptive_field_radius"] = ch.receptive_radius_chart(report.summary_frame())
+    return out
 
 
 def _receptive_files(report, out: Path) -> list:

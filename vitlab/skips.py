@@ -163,6 +163,14 @@ class SkipResult:
     warnings: list[str] = field(default_factory=list)
     ratio_lo: np.ndarray | None = None  # (S, N) 95 % interval of the mean ratio, bootstrap over batches
     ratio_hi: np.ndarray | None = None
+    # kind ('cls' | 'spatial') -> (lo, hi), each (S,): 95 % interval of the mean ratio over that kind's tokens
+    kind_intervals: dict[str, tuple[np.ndarray, np.ndarray]] | None = None
+
+    def kinds(self) -> dict[str, slice]:
+        """The token columns of each kind ('cls': prefix tokens; a CNN's one column is 'spatial')."""
+        if self.family in ("resnet", "resnetv2") or not self.prefix:
+            return {"spatial": slice(None)}
+        return {"cls": slice(0, self.prefix), "spatial": slice(self.prefix, None)}
 
     def to_frame(self):
         """One row per (sublayer, token): model, layer, block, sublayer, depth in (0, 1], token, kind, ratio, cosine.
@@ -187,10 +195,16 @@ class SkipResult:
         return pd.DataFrame(rows)
 
     def summary(self):
-        """Per sublayer: mean ratio and cosine over CLS tokens and over spatial tokens (the lines of Fig 7)."""
+        """Per sublayer: mean ratio and cosine over CLS tokens and over spatial tokens (the lines of Fig 7), with
+        ``ratio_lo``/``ratio_hi``, the 95 % interval of that mean, when the run had intervals."""
         frame = self.to_frame()
-        return frame.groupby(["model", "layer", "block", "sublayer", "depth", "kind"], sort=False,
-                             as_index=False)[["ratio", "cosine"]].mean()
+        out = frame.groupby(["model", "layer", "block", "sublayer", "depth", "kind"], sort=False,
+                            as_index=False)[["ratio", "cosine"]].mean()
+        if self.kind_intervals:
+            s = out["layer"].map({layer: i for i, layer in enumerate(self.layers)}).to_numpy()
+            for j, col in enumerate(("ratio_lo", "ratio_hi")):
+                out[col] = [float(self.kind_intervals[k][j][i]) for k, i in zip(out["kind"], s)]
+        return out
 
 
 @dataclass
@@ -262,6 +276,8 @@ def skip_ratios(models: Sequence[LoadedModel], source: ImageSource, opts: SkipOp
 def _intervals(results: list[SkipResult], ranks: list[list[list]], run: Run) -> None:
     """Every ratio's 95 % interval: the batches of all ranks, in batch order (so torchrun equals one process),
     resampled ``run.bootstrap`` times."""
+    import warnings
+
     from . import evidence as ev
 
     for k, res in enumerate(results):
@@ -272,3 +288,8 @@ def _intervals(results: list[SkipResult], ranks: list[list[list]], run: Run) -> 
         with np.errstate(invalid="ignore", divide="ignore"):
             reps = ev.ratio_replicates(np.stack([b[1] for b in batches]), np.array([b[2] for b in batches]), idx)
         res.ratio_lo, res.ratio_hi = ev.percentile_interval(reps)
+        with np.errstate(invalid="ignore"), warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)  # a sublayer whose ratios are all NaN (zero branch)
+            # the mean over a kind's tokens of each resample, as summary() averages them (NaN left out)
+            res.kind_intervals = {k: ev.percentile_interval(np.nanmean(reps[..., cols], axis=-1))
+                                  for k, cols in res.kinds().items()}

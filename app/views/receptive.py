@@ -33,5 +33,10 @@ if result is not None:
     chart = charts.receptive_field_chart(frame, columns=6, size=110)
     lab.chart(chart, key="rf.chart")
     lab.export(chart, frame, f"receptive_fields_{result.model}_{residual}", "rf.chart")
-    st.caption(f"{result.images} images. Radius of the disc around the centre holding 50 % / 90 % of the gradient:")
-    st.dataframe(result.summary_frame(), hide_index=True, height=240)
+    st.caption(f"{result.images} images. Radius of the disc around the centre holding 50 % / 90 % of the gradient "
+               "(bars: 95 % intervals over the images):")
+    summary = result.summary_frame()
+    radius = charts.receptive_radius_chart(summary)
+    lab.chart(radius, key="rf.radius")
+    lab.export(radius, summary, f"receptive_radius_{result.model}_{residual}", "rf.radius")
+    st.dataframe(summary, hide_index=True, height=240)

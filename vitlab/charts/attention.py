@@ -10,6 +10,8 @@ import altair as alt
 import numpy as np
 import pandas as pd
 
+from ..errors import VitlabError
+
 # anchor colours of "inferno" (dark -> bright), interpolated linearly: enough for an overlay, no matplotlib needed
 _INFERNO = np.array([[0, 0, 4], [40, 11, 84], [101, 21, 110], [159, 42, 99], [212, 72, 66], [245, 125, 21],
                      [250, 193, 39], [252, 255, 164]], dtype=np.float64)
@@ -173,3 +175,30 @@ def receptive_field_chart(frame: pd.DataFrame, columns: int = 6, size: int = 128
     first = frame.iloc[0]
     return chart.facet(facet=alt.Facet("layer:N", sort=order, title=None), columns=columns,
                        title=f"Effective receptive fields ({first['residual']}-residual): {first['model']}")
+
+
+def receptive_radius_chart(summary: pd.DataFrame, width: int = 420):
+    """Radius of the centred disc holding 50 % and 90 % of the gradient, as a fraction of the input side, per layer
+    (``ReceptiveFieldResult.summary_frame()``); the 95 % intervals over images (``radius50_lo_frac`` ...), where
+    present, as error bars with their numbers in the tooltip."""
+    if summary.empty:
+        raise VitlabError("no receptive-field radii to draw")
+    order = list(dict.fromkeys(summary["layer"]))
+    layers = []
+    for mass in (50, 90):
+        col, lo, hi = f"radius{mass}_frac", f"radius{mass}_lo_frac", f"radius{mass}_hi_frac"
+        ranged = {lo, hi} <= set(summary) and summary[lo].notna().any()
+        tooltip = ["model", "residual", "layer", alt.Tooltip(f"radius{mass}_px:Q", format=".1f", title=f"{mass} % px"),
+                   alt.Tooltip(f"{col}:Q", format=".3f", title=f"{mass} % of side")]
+        tooltip += [alt.Tooltip(f"{lo}:Q", format=".3f", title="95 % lo"),
+                    alt.Tooltip(f"{hi}:Q", format=".3f", title="95 % hi")] if ranged else []
+        base = alt.Chart(summary).transform_calculate(mass=f"'{mass} % of the gradient'").encode(
+            x=alt.X("layer:N", sort=order, title="layer", axis=alt.Axis(labelAngle=-45, labelLimit=140)),
+            y=alt.Y(f"{col}:Q", title="radius / input side", scale=alt.Scale(domain=[0, 1])),
+            color=alt.Color("mass:N", title=None), strokeDash=alt.StrokeDash("residual:N", title="residual"),
+            detail="model:N", tooltip=tooltip)
+        layers.append(base.mark_line(point=True))
+        if ranged:
+            layers.append(base.mark_rule(strokeWidth=1.5, opacity=0.7).encode(y=f"{lo}:Q", y2=f"{hi}:Q"))
+    return alt.layer(*layers).properties(
+        width=width, height=240, title=f"Receptive-field radius by layer: {', '.join(dict.fromkeys(summary['model']))}")

@@ -10,6 +10,14 @@ from ..errors import VitlabError
 VALUES = {"ratio": "‖z‖ / ‖f(z)‖", "cosine": "cos(z, f(z))"}
 
 
+def _interval(frame: pd.DataFrame) -> list:
+    """Tooltips of the ratio's 95 % interval, where the frame has one (a run with ``--bootstrap``)."""
+    if {"ratio_lo", "ratio_hi"} <= set(frame) and frame["ratio_lo"].notna().any():
+        return [alt.Tooltip("ratio_lo:Q", format=".3f", title="ratio 95 % lo"),
+                alt.Tooltip("ratio_hi:Q", format=".3f", title="ratio 95 % hi")]
+    return []
+
+
 def _check(frame: pd.DataFrame, value: str) -> None:
     if value not in VALUES:
         raise VitlabError(f"skip chart value must be one of {', '.join(VALUES)}, not '{value}'")
@@ -30,24 +38,30 @@ def skip_heatmap(frame: pd.DataFrame, value: str = "ratio", title: str | None = 
         x=alt.X("token:O", title="token (0 = CLS when present)", axis=alt.Axis(labelOverlap=True)),
         y=alt.Y("layer:N", sort=order, title="sublayer"),
         color=alt.Color(f"{value}:Q", scale=scale, title=VALUES[value], legend=alt.Legend(format=".3~g")),
-        tooltip=["model", "layer", "token", "kind", alt.Tooltip("ratio:Q", format=".3f"),
+        tooltip=["model", "layer", "token", "kind", alt.Tooltip("ratio:Q", format=".3f"), *_interval(part),
                  alt.Tooltip("cosine:Q", format=".3f")],
     ).properties(width=width, height=max(160, 12 * len(order)), title=title or f"{VALUES[value]} per token: {model}")
 
 
 def skip_lines(summary: pd.DataFrame, value: str = "ratio", title: str | None = None, width: int = 420):
     """Mean over CLS tokens and over spatial tokens per sublayer (``SkipReport.summary()``), against depth: one line
-    per model/kind (Fig 7)."""
+    per model/kind (Fig 7); the ratio's 95 % intervals (``ratio_lo``/``ratio_hi``), where present, as error bars."""
     _check(summary, value)
     summary = summary.copy()
     summary["series"] = summary["model"] + " · " + summary["kind"] + " · " + summary["sublayer"]
     y_scale = alt.Scale(type="log") if value == "ratio" else alt.Scale(domain=[-1, 1])
-    return alt.Chart(summary).mark_line(point=True).encode(
+    interval = _interval(summary)
+    base = alt.Chart(summary).encode(
         x=alt.X("depth:Q", title="block (normalised depth)", scale=alt.Scale(domain=[0, 1])),
         y=alt.Y(f"{value}:Q", scale=y_scale, title=VALUES[value]),
         color=alt.Color("series:N", title="model · token · sublayer", legend=alt.Legend(labelLimit=320)),
-        tooltip=["model", "layer", "kind", alt.Tooltip("ratio:Q", format=".3f"), alt.Tooltip("cosine:Q", format=".3f")],
-    ).properties(width=width, height=260, title=title or f"{VALUES[value]}: CLS vs spatial tokens")
+        tooltip=["model", "layer", "kind", alt.Tooltip("ratio:Q", format=".3f"), *interval,
+                 alt.Tooltip("cosine:Q", format=".3f")],
+    )
+    chart = base.mark_line(point=True)
+    if interval and value == "ratio":
+        chart = chart + base.mark_rule(strokeWidth=1.5, opacity=0.6).encode(y="ratio_lo:Q", y2="ratio_hi:Q")
+    return chart.properties(width=width, height=260, title=title or f"{VALUES[value]}: CLS vs spatial tokens")
 
 
 def skip_charts(report) -> dict[str, alt.Chart]:
