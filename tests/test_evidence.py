@@ -299,3 +299,34 @@ def test_receptive_field_radii_carry_intervals_and_fractions_of_the_side():
     from vitlab.evidence import radius_fraction
 
     assert radius_fraction(res.maps)[0] * side == pytest.approx(res.radius_px(0.5)[0])
+    # the radius chart (CLI and app) draws the intervals: error bars from lo to hi, and their numbers in the tooltip
+    from vitlab.analyses import ANALYSES
+    from vitlab.charts.attention import receptive_radius_chart
+
+    lo = np.percentile(res.radius_samples[:, 0, 0], 2.5) / side  # independent: the resampled radii, in numpy
+    assert frame["radius50_lo_frac"].iloc[0] == pytest.approx(lo)
+    spec = receptive_radius_chart(frame).to_dict()
+    rules = [layer for layer in spec["layer"] if layer["mark"]["type"] == "rule"]
+    assert {(r["encoding"]["y"]["field"], r["encoding"]["y2"]["field"]) for r in rules} == {
+        ("radius50_lo_frac", "radius50_hi_frac"), ("radius90_lo_frac", "radius90_hi_frac")}
+    assert {"radius50_lo_frac", "radius50_hi_frac"} <= {t["field"] for t in rules[0]["encoding"]["tooltip"]}
+    report = receptive.ReceptiveFieldReport([res])
+    assert "receptive_field_radius" in ANALYSES["receptive-field"].charts(report, opts)
+    plain = receptive_radius_chart(frame.drop(columns=[c for c in frame if "_lo" in c or "_hi" in c])).to_dict()
+    assert [layer["mark"]["type"] for layer in plain["layer"]] == ["line", "line"]
+
+
+def test_cka_tooltip_leaves_out_a_null_that_was_not_run():
+    """Without --permutations the null columns are all NaN: the heatmap's tooltip must not show them ("null")."""
+    import pandas as pd
+
+    from vitlab.charts.cka import cka_heatmap
+
+    cells = pd.DataFrame({"model_a": "a", "model_b": "b", "layer_a": ["x", "x"], "layer_b": ["u", "v"],
+                          "cka": [0.5, 0.7], "cka_lo": [0.4, 0.6], "cka_hi": [0.6, 0.8], "p_null": np.nan,
+                          "null_lo": np.nan, "null_hi": np.nan})
+    tips = {t["field"] for t in cka_heatmap(cells).to_dict()["encoding"]["tooltip"]}
+    assert {"cka_lo", "cka_hi"} <= tips and not {"p_null", "null_hi"} & tips
+    cells["p_null"], cells["null_hi"] = [0.01, 0.2], [0.1, 0.1]
+    tips = {t["field"] for t in cka_heatmap(cells).to_dict()["encoding"]["tooltip"]}
+    assert {"cka_lo", "p_null", "null_hi"} <= tips
