@@ -263,6 +263,8 @@ def test_receptive_fields_page_for_both_models():
     at = start("receptive")
     assert not at.error, [e.value for e in at.error]
     assert {r["model"] for r in chart_values(charts(at)[0])} == {vitlab.parse_spec(SETTINGS["lab.model_a"]).label}
+    radii = chart_values(charts(at)[1])  # the radius chart, with the 95 % intervals over images
+    assert all(r["radius50_lo_frac"] <= r["radius50_frac"] + 1e-9 <= r["radius50_hi_frac"] + 2e-9 for r in radii)
     at.radio(key="rf.model").set_value("B").run()
     at.radio(key="rf.residual").set_value("pre").run()
     assert not at.exception and charts(at)
@@ -308,6 +310,7 @@ def test_probes_page_needs_labels_then_runs():
     assert not at.error, [e.value for e in at.error]
     rows = chart_values(charts(at)[0])
     assert {r["representation"] for r in rows} <= {"cls", "gap"} and all(0 <= r["accuracy"] <= 1 for r in rows)
+    assert all(r["draws"] == 5 and r["accuracy_lo"] <= r["accuracy"] + 1e-9 <= r["accuracy_hi"] + 2e-9 for r in rows)
 
 
 def test_checkpoints_page_sidebar_pair_and_offline_hub_pair():

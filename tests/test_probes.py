@@ -151,6 +151,15 @@ def test_draws_give_a_bootstrap_interval_of_the_mean(tiny_vit, fmnist_source, st
         probes.probes([tiny_vit], fmnist_source, probes.ProbeOptions(draws=0, layers=(tap,)), vitlab.Run(store=store))
 
 
+def test_a_short_last_batch_is_kept(tiny_vit, fmnist_source, store):
+    """10 training images in batches of 8: the last batch of 2 counts (features are per image, no HSIC), so every
+    class keeps its shots and the re-draws find them."""
+    opts = probes.ProbeOptions(shots=1, val_shots=1, test=22, layers=("blocks.0.resid_post",), reps=("gap",),
+                               batch_size=8, draws=2)
+    rep = probes.probes([tiny_vit], fmnist_source, opts, vitlab.Run(store=store))
+    assert rep.results[0].images == {"train": 10, "val": 10, "test": 22}
+
+
 def test_cli_and_chart(tmp_path):
     from vitlab.charts.probes import probe_lines
     from vitlab.cli import main

@@ -298,13 +298,14 @@ def _gather(model: LoadedModel, source: ImageSource, split: Split, stat: ProbeFe
     """
     mine: dict[str, list] = {}
     for part in ("train", "val", "test"):
-        for batch, found in stream([model], source, getattr(split, part), batch_size, [[stat]], run):
+        # per-image features: a short last batch is kept (the default drops batches under 4, for unbiased HSIC)
+        for batch, found in stream([model], source, getattr(split, part), batch_size, [[stat]], run, min_batch=1):
             mine.setdefault(part, []).append((batch.index, found[0][stat.name], list(batch.labels)))
     everyone = run.gather_objects(mine)
     pieces = {p: sorted((b for d in everyone for b in d.get(p, [])), key=lambda b: b[0])
               for p in ("train", "val", "test")}
     if not all(pieces.values()):
-        raise VitlabError("a split has no batch of 4 or more readable images: raise --shots or the test size")
+        raise VitlabError("a split has no readable image: check the data source")
     feats = {p: {k: np.concatenate([b[1][k] for b in bs]) for k in bs[0][1]} for p, bs in pieces.items()}
     return feats, {p: np.array([y for b in bs for y in b[2]]) for p, bs in pieces.items()}
 
