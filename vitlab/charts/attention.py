@@ -195,9 +195,10 @@ def receptive_radius_chart(summary: pd.DataFrame, width: int = 420):
         base = alt.Chart(summary).transform_calculate(mass=f"'{mass} % of the gradient'").encode(
             x=alt.X("layer:N", sort=order, title="layer", axis=alt.Axis(labelAngle=-45, labelLimit=140)),
             y=alt.Y(f"{col}:Q", title="radius / input side", scale=alt.Scale(domain=[0, 1])),
-            color=alt.Color("mass:N", title=None), strokeDash=alt.StrokeDash("residual:N", title="residual"),
-            detail="model:N", tooltip=tooltip)
-        layers.append(base.mark_line(point=True))
+            color=alt.Color("mass:N", title=None), detail="model:N", tooltip=tooltip)
+        # points in a layer of their own, as in the probe chart: with point=True the dash legend loses its symbols
+        layers += [base.mark_line().encode(strokeDash=alt.StrokeDash("residual:N", title="residual", legend=alt.Legend(
+            symbolType="stroke", symbolStrokeColor="#444", symbolStrokeWidth=2))), base.mark_circle(size=28)]
         if ranged:
             layers.append(base.mark_rule(strokeWidth=1.5, opacity=0.7).encode(y=f"{lo}:Q", y2=f"{hi}:Q"))
     return alt.layer(*layers).properties(
