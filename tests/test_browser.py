@@ -132,10 +132,20 @@ def _shot(page, name: str) -> None:
 
 def _choose(page, label: str, option: str) -> None:
     """Pick ``option`` in the selectbox labelled ``label``."""
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
     exact = page.locator('[data-testid="stWidgetLabel"]').get_by_text(label, exact=True)
     box = page.locator('[data-testid="stSelectbox"]').filter(has=exact).first  # "Images", not "Reference images"
-    box.click()
-    page.get_by_role("option", name=option).first.click()
+    choice = page.get_by_role("option", name=option).first
+    for _ in range(4):  # a rerun that redraws the sidebar can close the list just opened: open it again
+        box.click()
+        try:
+            choice.wait_for(timeout=15_000)
+            break
+        except PlaywrightTimeout:
+            page.keyboard.press("Escape")
+            _settle(page)
+    choice.click()
     _settle(page)
 
 
