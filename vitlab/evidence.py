@@ -166,24 +166,11 @@ class BootstrapCKA(cka_mod.MinibatchCKA):
         self.null_xy: list[np.ndarray] = []
 
     def update(self, ca: np.ndarray, cb: np.ndarray | None = None) -> None:
-        same = cb is None
-        cb = ca if same else cb
-        if ca.shape[0] != len(self.layers_a) or cb.shape[0] != len(self.layers_b):
-            raise VitlabError(f"Grams for {ca.shape[0]}/{cb.shape[0]} layers given to an accumulator of "
-                              f"{len(self.layers_a)}/{len(self.layers_b)} layers")
-        xy = cka_mod.hsic_all_pairs(ca, cb, self.estimator)
-        xx = cka_mod.hsic_self(ca, self.estimator)
-        yy = xx if same else cka_mod.hsic_self(cb, self.estimator)
+        """One batch's centred Grams: the base class's sums (through :meth:`add`, which keeps the batch's terms)
+        and, with ``permutations``, this batch's null."""
         if self.permutations:
-            self.null_xy.append(self._null(ca, cb, xy.shape))
-        self.terms_xy.append(xy)
-        self.terms_xx.append(xx)
-        self.terms_yy.append(yy)
-        self.xy += xy
-        self.xx += xx
-        self.yy += yy
-        self.batches += 1
-        self.images += ca.shape[-1]
+            self.null_xy.append(self._null(ca, ca if cb is None else cb, (len(self.layers_a), len(self.layers_b))))
+        super().update(ca, cb)
 
     def add(self, xy: np.ndarray, xx: np.ndarray, yy: np.ndarray, n: int) -> None:
         """One batch's HSIC estimates formed on the device (vitlab.device_cka); keeps them as this batch's terms.
