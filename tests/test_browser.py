@@ -285,6 +285,8 @@ def test_localization_click_a_token_and_upload_an_image(page, server):
         files=[{"name": "blue.png", "mimeType": "image/png", "buffer": buf.getvalue()}])
     _settle(page)
     page.get_by_text("blue.png").first.wait_for()
+    # the name shows before the three maps of the new image are drawn: wait for them, not for time
+    page.wait_for_function("() => document.querySelectorAll('[data-testid=\"stImage\"]').length >= 3")
     _no_exception(page)
     assert page.locator('[data-testid="stImage"]').count() >= 3
     _shot(page, "localization")
