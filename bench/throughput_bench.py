@@ -5,10 +5,15 @@ Over the same JPEGs (made from assets/samples: 500x375 crops, quality 90, like a
     pipeline        vitlab.pipeline alone: decode + the model's transform in W worker threads, no forward
     forward-serial  decode + transform on the main thread, then the forward, no hooks (cka_bench's floor today)
     forward-loader  a plain timm forward fed by torch.utils.data.DataLoader(num_workers=W): the floor a user writes
-    vitlab          vitlab.run.cka([model]) with every default CKA tap, no cache, W input workers
+    forward-kept    forward-loader inside vitlab.hostmem.keep_freed (VITLAB_KEEP_FREED=1: freed activation memory
+                    reused instead of faulted in afresh)
+    vitlab          vitlab.run.cka([model]) with every default CKA tap, no cache, W input workers (the default)
+    vitlab-kept     vitlab with VITLAB_KEEP_FREED=1 (opt-in: faster on CPU, ~2x the forward's memory growth)
 
-Timed in one subprocess per model, interleaved (round r starts at method r) and the fastest of --repeats runs
-reported: on a shared machine the load moves more than the methods differ (bench/README.md).
+Timing: every run of every method is a fresh process (the model loaded before the clock starts), so no method
+inherits another's heap, thread pools or allocator settings; --repeats rounds, interleaved (round r starts at
+method r). Reported: the fastest run of each method, and per round the ratio to forward-loader of the same
+round (the median and the range over rounds): on a shared machine the load moves more than the methods differ.
 
 Peak memory: each of forward-loader, vitlab and vitlab-held (the previous path: every tap of a batch held, then
 the Grams) runs alone in a fresh subprocess at two batch sizes (--memory-batches, two batches of images each);
@@ -29,6 +34,7 @@ import argparse
 import json
 import os
 import resource
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -37,8 +43,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-TIMED = ("pipeline", "forward-serial", "forward-loader", "vitlab")
-MEMORY = ("forward-loader", "vitlab", "vitlab-held")
+TIMED = ("pipeline", "forward-serial", "forward-loader", "forward-kept", "vitlab", "vitlab-kept")
+MEMORY = ("forward-loader", "forward-kept", "vitlab", "vitlab-kept", "vitlab-held")
 DEFAULT_MODELS = "vit_base_patch16_224@random,resnet50@random"
 
 
@@ -119,11 +125,24 @@ def run_forward_loader(m, source, indices, args):
             m.model(x.to(m.device, non_blocking=cuda))
 
 
+def run_forward_kept(m, source, indices, args):
+    from vitlab import hostmem
+
+    os.environ["VITLAB_KEEP_FREED"] = "1"  # this process runs this one method
+    with hostmem.keep_freed(args.device == "cpu"):
+        run_forward_loader(m, source, indices, args)
+
+
 def run_vitlab(m, source, indices, args):
     import vitlab
 
     vitlab.run.cka([m], source, vitlab.CKAOptions(images=len(indices), batch_size=args.batch_size),
                    vitlab.Run(amp=args.amp, workers=args.workers))
+
+
+def run_vitlab_kept(m, source, indices, args):
+    os.environ["VITLAB_KEEP_FREED"] = "1"  # this process runs this one method
+    run_vitlab(m, source, indices, args)
 
 
 def run_vitlab_held(m, source, indices, args):
@@ -144,7 +163,8 @@ def _autocast(args):
 
 
 RUNNERS = {"pipeline": run_pipeline, "forward-serial": run_forward_serial, "forward-loader": run_forward_loader,
-           "vitlab": run_vitlab, "vitlab-held": run_vitlab_held}
+           "forward-kept": run_forward_kept, "vitlab": run_vitlab, "vitlab-kept": run_vitlab_kept,
+           "vitlab-held": run_vitlab_held}
 
 
 # ---------------------------------------------------------------- workers: one subprocess each
@@ -193,15 +213,11 @@ def memory_worker(args) -> dict:
 
 
 def timing_worker(args) -> dict:
+    """One run of one method (``--methods``) in this fresh process."""
     m, source, indices = setup(args)
-    methods = args.methods.split(",")
-    RUNNERS["pipeline"](m, source, indices[: args.batch_size], args)  # warm: file cache, thread start, allocator
-    times: dict[str, list] = {k: [] for k in methods}
-    for r in range(args.repeats):
-        for k in methods[r % len(methods):] + methods[:r % len(methods)]:
-            times[k].append(timed(lambda k=k: RUNNERS[k](m, source, indices, args), args.device))
-    return {k: {"wall": min(w for w, _ in t), "cpu": min(c for _, c in t), "walls": [w for w, _ in t]}
-            for k, t in times.items()}
+    RUNNERS["pipeline"](m, source, indices[: args.batch_size], args)  # warm: file cache, thread start
+    wall, cpu = timed(lambda: RUNNERS[args.methods](m, source, indices, args), args.device)
+    return {"wall": wall, "cpu": cpu}
 
 
 def scaling_worker(args) -> dict:
@@ -236,19 +252,64 @@ def spawn(kind: str, model: str, args, images: int, batch: int, methods: str = "
         os.unlink(result)
 
 
+def timing_rounds(model: str, args) -> dict:
+    """{method: [(wall, cpu) per round]}: every run its own process, round r starting at method r."""
+    runs: dict[str, list] = {k: [] for k in TIMED}
+    for r in range(args.repeats):
+        for k in TIMED[r % len(TIMED):] + TIMED[:r % len(TIMED)]:
+            t = spawn("timing", model, args, args.images, args.batch_size, k)
+            if "error" in t:
+                raise RuntimeError(f"{k}: {t['error']}")
+            runs[k].append((t["wall"], t["cpu"]))
+            print(f"  done: round {r + 1} {k} {t['wall']:.2f} s", file=sys.stderr, flush=True)
+    return runs
+
+
+def verdict(ratios: list[float], best: float, target: float, below: bool = False) -> str:
+    """'met' when the fastest-run ratio and the median round ratio are both within the target, 'not met' when
+    both are outside, else "can't tell" (the rounds disagree)."""
+    med = statistics.median(ratios)
+    ok = [best < target if below else best <= target, med < target if below else med <= target]
+    return "met" if all(ok) else "not met" if not any(ok) else "can't tell"
+
+
 def report_model(model: str, args) -> None:
     n = args.images
-    t = spawn("timing", model, args, n, args.batch_size, ",".join(TIMED))
-    print(f"\nmodel {model}: {n} JPEGs, batch {args.batch_size}, {args.workers} input worker(s)")
-    if "error" in t:
-        print(f"  timing FAILED: {t['error']}")
-    else:
-        loader = t["forward-loader"]["wall"]
-        print(f"  {'method':<16}{'images/s':>9}{'wall s':>8}{'cpu s':>8}{'/loader':>9}   walls of the rounds")
+    print(f"\nmodel {model}: {n} JPEGs, batch {args.batch_size}, {args.workers} input worker(s), "
+          f"{args.repeats} round(s)")
+    try:
+        runs = timing_rounds(model, args)
+    except RuntimeError as e:
+        print(f"  timing FAILED: {e}")
+        runs = None
+    if runs:
+        best = {k: min(w for w, _ in v) for k, v in runs.items()}
+        loader = runs["forward-loader"]
+        print(f"  {'method':<16}{'images/s':>9}{'wall s':>8}{'cpu s':>8}{'/loader':>9}{'round /loader':>22}"
+              "   walls of the rounds")
+        per_round = {}
         for k in TIMED:
-            r = t[k]
-            print(f"  {k:<16}{n / r['wall']:>9.1f}{r['wall']:>8.2f}{r['cpu']:>8.2f}{r['wall'] / loader:>9.2f}   "
-                  + " ".join(f"{w:.2f}" for w in r["walls"]))
+            ratios = [w / lw for (w, _), (lw, _) in zip(runs[k], loader)]
+            per_round[k] = ratios
+            med = statistics.median(ratios)
+            cpu = min(c for _, c in runs[k])
+            print(f"  {k:<16}{n / best[k]:>9.1f}{best[k]:>8.2f}{cpu:>8.2f}{best[k] / best['forward-loader']:>9.3f}"
+                  f"{med:>10.3f} [{min(ratios):.3f}, {max(ratios):.3f}]   "
+                  + " ".join(f"{w:.2f}" for w, _ in runs[k]))
+        vs_serial = [w / s for (w, _), (s, _) in zip(runs["vitlab"], runs["forward-serial"])]
+        print(f"  vitlab <= 1.05x forward-loader: "
+              f"{verdict(per_round['vitlab'], best['vitlab'] / best['forward-loader'], 1.05)}; "
+              f"vitlab < forward-serial: {verdict(vs_serial, best['vitlab'] / best['forward-serial'], 1.0, True)} "
+              f"(fastest runs {best['vitlab'] / best['forward-serial']:.3f}, median round "
+              f"{statistics.median(vs_serial):.3f})")
+        kept = [w / s for (w, _), (s, _) in zip(runs["vitlab-kept"], runs["forward-serial"])]
+        print(f"  with VITLAB_KEEP_FREED=1: vitlab-kept <= 1.05x forward-loader: "
+              f"{verdict(per_round['vitlab-kept'], best['vitlab-kept'] / best['forward-loader'], 1.05)}; "
+              f"vitlab-kept < forward-serial: "
+              f"{verdict(kept, best['vitlab-kept'] / best['forward-serial'], 1.0, True)}; vitlab-kept over "
+              f"forward-kept (same allocator): {best['vitlab-kept'] / best['forward-kept']:.3f}")
+    if "memory" in args.skip_parts:
+        return
     small, large = args.memory_batches
     rows = {}
     for k in MEMORY:
@@ -291,10 +352,10 @@ def parse(argv=None):
     p.add_argument("--device", default="cpu")
     p.add_argument("--amp", action="store_true", help="bf16 autocast (CUDA)")
     p.add_argument("--threads", type=int, default=0, help="torch threads of the main thread (0: torch's default)")
-    p.add_argument("--repeats", type=int, default=2)
+    p.add_argument("--repeats", type=int, default=3, help="timing rounds (default 3)")
     p.add_argument("--timeout", type=float, default=1200)
     p.add_argument("--data", default=None, help="image folder (default: JPEGs made in a temporary folder)")
-    p.add_argument("--skip", default="", help="comma-separated parts to skip: scaling, models")
+    p.add_argument("--skip", default="", help="comma-separated parts to skip: scaling, models, memory")
     p.add_argument("--worker", help=argparse.SUPPRESS)
     p.add_argument("--model", help=argparse.SUPPRESS)
     p.add_argument("--methods", default="", help=argparse.SUPPRESS)
@@ -322,7 +383,7 @@ def main(argv=None) -> None:
               f"{torch.__version__}, device {args.device}{' (bf16 autocast)' if args.amp else ''}, "
               f"{args.threads or torch.get_num_threads()} torch thread(s) on the main thread, fastest of "
               f"{args.repeats} interleaved run(s)", flush=True)
-        skip = set(args.skip.split(","))
+        skip = args.skip_parts = set(args.skip.split(","))
         if "scaling" not in skip:
             report_scaling(args)
         if "models" not in skip:
