@@ -277,11 +277,11 @@ def report_model(model: str, args) -> None:
     n = args.images
     print(f"\nmodel {model}: {n} JPEGs, batch {args.batch_size}, {args.workers} input worker(s), "
           f"{args.repeats} round(s)")
+    runs = None
     try:
-        runs = timing_rounds(model, args)
+        runs = None if "timing" in args.skip_parts else timing_rounds(model, args)
     except RuntimeError as e:
         print(f"  timing FAILED: {e}")
-        runs = None
     if runs:
         best = {k: min(w for w, _ in v) for k, v in runs.items()}
         loader = runs["forward-loader"]
@@ -355,7 +355,7 @@ def parse(argv=None):
     p.add_argument("--repeats", type=int, default=3, help="timing rounds (default 3)")
     p.add_argument("--timeout", type=float, default=1200)
     p.add_argument("--data", default=None, help="image folder (default: JPEGs made in a temporary folder)")
-    p.add_argument("--skip", default="", help="comma-separated parts to skip: scaling, models, memory")
+    p.add_argument("--skip", default="", help="comma-separated parts to skip: scaling, models, timing, memory")
     p.add_argument("--worker", help=argparse.SUPPRESS)
     p.add_argument("--model", help=argparse.SUPPRESS)
     p.add_argument("--methods", default="", help=argparse.SUPPRESS)
