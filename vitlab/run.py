@@ -158,7 +158,7 @@ def stream(models: Sequence[LoadedModel], source: ImageSource, indices: Sequence
     ahead = pipeline.prefetched(batches, plan, prefetcher, depth=2 if cuda else 1)
     # VITLAB_KEEP_FREED=1: a CPU forward reuses freed activation memory instead of faulting fresh pages in
     # (vitlab.hostmem; faster, but the heap grows to ~2x the forward's live peak)
-    with prefetcher, hostmem.keep_freed(any(torch_device_type(m.device) == "cpu" for m in models)):
+    with prefetcher, hostmem.keep_freed(any(_device_type(m.device) == "cpu" for m in models)):
         yield from _consume(models, statistics, precision, ahead, len(batches), source, run, min_batch)
     info.seconds += time.perf_counter() - t0
     if progress:
@@ -201,7 +201,7 @@ def _consume(models, statistics, precision, planned, total, source, run, min_bat
         yield batch, found
 
 
-def torch_device_type(device) -> str:
+def _device_type(device) -> str:
     """'cpu', 'cuda', 'mps', ... of a device string."""
     return str(device).split(":")[0]
 
