@@ -19,6 +19,7 @@ from vitlab.context import Run
 from vitlab.data import decode, plan_batches, to_tensor
 
 from .reference import hsic1_song, linear_gram64
+from .test_localization import _batches
 from .test_token_norms import injected_model
 
 TAP = "blocks.3.resid_post"
@@ -49,12 +50,7 @@ def visible_sink_model(clean):
 def clean_reference(loaded, source, n, bs):
     """(T, G) minibatch CKA (sum of per-batch Song HSIC_1) of every token of ``TAP`` with every 16 px input patch."""
     per_batch = []
-    for batch in plan_batches(source, list(range(n)), bs):
-        decode(source, batch)
-        x = to_tensor(batch.images, loaded)
-        with taps.capture(loaded.model, [TAP]) as acts, torch.no_grad():
-            loaded.model(x)
-        x, a = x.numpy(), acts[TAP].numpy()
+    for x, a in _batches(loaded, source, TAP, n, bs):
         tok = [linear_gram64(a[:, t]) for t in range(a.shape[1])]
         pat = [linear_gram64(x[:, :, r * 16:(r + 1) * 16, c * 16:(c + 1) * 16]) for r in range(10) for c in range(10)]
         per_batch.append((tok, pat))
