@@ -112,3 +112,12 @@ def test_a_cpu_run_keeps_freed_memory_while_it_runs(tiny_vit, fmnist_source, sto
     assert hostmem.active()
     batches.close()
     assert not hostmem.active()
+
+
+def test_a_value_that_is_neither_on_nor_off_is_named(monkeypatch):
+    from vitlab import VitlabError
+
+    monkeypatch.setenv("VITLAB_KEEP_FREED", "maybe")
+    with pytest.raises(VitlabError, match="VITLAB_KEEP_FREED must be 1 .* not 'maybe'"):
+        with hostmem.keep_freed():
+            pass

@@ -31,6 +31,8 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+from .errors import VitlabError
+
 # mallopt parameters (malloc.h)
 M_TRIM_THRESHOLD, M_TOP_PAD, M_MMAP_THRESHOLD = -1, -2, -3
 KEEP = {M_MMAP_THRESHOLD: 1 << 30, M_TRIM_THRESHOLD: 1 << 30, M_TOP_PAD: 64 << 20}
@@ -44,7 +46,13 @@ _libc = None
 
 def wanted() -> bool:
     """``VITLAB_KEEP_FREED`` is set to 1/true/yes/on (off by default: it trades memory for speed)."""
-    return os.environ.get("VITLAB_KEEP_FREED", "0").strip().lower() in ("1", "true", "yes", "on")
+    value = os.environ.get("VITLAB_KEEP_FREED", "").strip().lower()
+    if value in ("1", "true", "yes", "on"):
+        return True
+    if value in ("", "0", "false", "no", "off"):
+        return False
+    raise VitlabError(f"VITLAB_KEEP_FREED must be 1 (keep freed memory on CPU runs) or 0 (the default), "
+                      f"not '{os.environ['VITLAB_KEEP_FREED']}'")
 
 
 def _glibc():
