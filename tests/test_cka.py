@@ -163,3 +163,46 @@ def test_merge_refuses_different_layers():
     a = cka.MinibatchCKA(["x"], ["y"])
     with pytest.raises(VitlabError):
         a.merge(cka.MinibatchCKA(["x", "z"], ["y"]))
+
+
+@pytest.mark.parametrize("mean", [0.0, 100.0])
+def test_chunked_gram_equals_float64_centred_gram(mean):
+    """Centring block by block is exact per feature; only float32 round-off separates it from float64, also
+    when the common mean is 1e4 times the spread. The CKA it gives stays within 1e-6 of the reference."""
+    rng = np.random.default_rng(8)
+    xs, ys = _batches(rng, [32, 17], d1=20, d2=1000)
+    xs = [x * 0.01 + mean for x in xs]
+    ys = [y * 0.01 + mean for y in ys]
+    def hkh(k):  # double centring: blind to the per-feature shift that float32 rounding of the mean leaves
+        h = np.eye(len(k)) - 1 / len(k)
+        return h @ k.astype(np.float64) @ h
+
+    for y in ys:
+        got = cka.chunked_gram(torch.as_tensor(y), chunk=96).numpy()  # 1000 = 10 blocks of 96 and one of 40
+        ref = linear_gram64(y)
+        assert np.abs(hkh(got) - ref).max() <= 1e-5 * np.abs(ref).max()
+        g64 = cka.chunked_gram(torch.as_tensor(y), chunk=96, dtype=torch.float64).numpy()
+        np.testing.assert_allclose(g64, ref, rtol=1e-9, atol=1e-12 * np.abs(ref).max())
+        # bf16 activations are cast up block by block, as the one-pass form casts them
+        yb = torch.as_tensor(y).bfloat16()
+        np.testing.assert_allclose(cka.chunked_gram(yb, chunk=96).numpy(), cka.gram(yb).numpy(),
+                                   rtol=0, atol=1e-5 * np.abs(ref).max())
+
+    def chunked_cka(xs, ys):
+        acc = cka.MinibatchCKA(["x"], ["y"], "unbiased")
+        for x, y in zip(xs, ys):
+            gx = cka.gram(torch.as_tensor(x), chunk=7).numpy()[None]
+            gy = cka.gram(torch.as_tensor(y), chunk=96).numpy()[None]
+            acc.update(cka.centred(gx, "unbiased"), cka.centred(gy, "unbiased"))
+        return float(acc.compute().cka[0, 0])
+
+    assert chunked_cka(xs, ys) == pytest.approx(minibatch_cka64(xs, ys), abs=1e-6)
+
+
+def test_gram_chunks_only_wider_features_on_the_cpu():
+    x = torch.randn(9, 50)
+    one_pass = (x - x.mean(0, keepdim=True)) @ (x - x.mean(0, keepdim=True)).T
+    assert torch.equal(cka.gram(x, chunk=50), one_pass)  # not wider than a chunk: the one-pass form, bit for bit
+    assert torch.equal(cka.gram(x), one_pass)
+    assert not torch.equal(cka.gram(x, chunk=8), one_pass)  # chunked: the same Gram up to round-off
+    torch.testing.assert_close(cka.gram(x, chunk=8), one_pass, rtol=1e-5, atol=1e-5)

@@ -76,7 +76,7 @@ class _PILSource(ImageSource):
 
 
 def _key(loaded: LoadedModel, item_key: str, tap: str) -> str:
-    return make_key("activations", VERSION, loaded.fingerprint, item_key, tap)
+    return make_key("activations", VERSION, loaded.fingerprint, item_key, tap, *loaded.layout_key)
 
 
 def activations(loaded: LoadedModel, images, taps: Sequence[str], store: Store | None = None,

@@ -281,7 +281,8 @@ def receptive_fields(loaded: LoadedModel, source: ImageSource, opts: ReceptiveOp
         for li, (module, where) in enumerate(points):
             if progress:
                 progress(b * len(layers) + li, steps, f"batch {b + 1}/{len(batches)}, {layers[li]}")
-            key = make_key("receptive-field", VERSION, loaded.fingerprint, batch.key, module, where)
+            key = make_key("receptive-field", VERSION, loaded.fingerprint, batch.key, module, where,
+                           *loaded.layout_key)
             hit = store.get(key)
             if hit is None:
                 if not ran:

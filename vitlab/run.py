@@ -66,10 +66,11 @@ class Statistic(ABC):
 
 
 def forward_precision(loaded: LoadedModel, amp: bool) -> str:
-    """What changes a forward pass's numbers besides weights and images: bf16 autocast (only on CUDA) and the
-    device kind (CUDA convolutions use TF32 by default; CPU and GPU kernels round differently)."""
+    """What changes a forward pass's numbers besides weights and images: bf16 autocast (only on CUDA), the
+    device kind (CUDA convolutions use TF32 by default; CPU and GPU kernels round differently) and a
+    channels-last layout (CNNs: its convolutions sum in another order)."""
     kind = str(loaded.device).split(":")[0]
-    return f"{'bf16' if amp and kind == 'cuda' else 'float32'}/{kind}"
+    return "/".join([f"{'bf16' if amp and kind == 'cuda' else 'float32'}", kind, *loaded.layout_key])
 
 
 @dataclass(frozen=True)
@@ -97,7 +98,12 @@ class GramStatistic(Statistic):
 
         # bf16/fp16 activations are cast up before centring (cka.gram)
         dtype = torch.float64 if self.precision == "float64" else torch.float32
-        return cka_mod.gram(taps_mod.features(act, loaded.model, self.tokens), self.kernel, self.threshold, dtype=dtype)
+        # a channels-last model's numbers already differ from the default layout's by round-off (its own cache
+        # keys): its maps are flattened in memory order and centred in chunks; other models' Grams stay as they were
+        relaid = loaded.memory_format == "channels_last"
+        feats = taps_mod.features(act, loaded.model, self.tokens, any_order=relaid)
+        return cka_mod.gram(feats, self.kernel, self.threshold, dtype=dtype,
+                            chunk=cka_mod.GRAM_CHUNK if relaid else None)
 
     def finish(self, parts: dict, loaded: LoadedModel, batch: Batch) -> dict[str, np.ndarray]:
         import torch

@@ -257,18 +257,26 @@ def capture(model, taps: Sequence[str], detach: bool = True,
                 attn.fused_attn = True
 
 
-def features(x, model, tokens: str = "all"):
+def features(x, model, tokens: str = "all", any_order: bool = False):
     """Flatten one tap's activations to (B, F) for a Gram.
 
     tokens: 'all' (every token / position, flattened), 'cls' (token 0 of a CLS model), 'gap' (mean over spatial
     tokens, prefix tokens excluded; mean over h, w for CNNs).
+    ``any_order``: the caller does not depend on the order of the features (a Gram does not), so a channels-last
+    (B, C, h, w) map is flattened in its memory order (h, w, C), a view, instead of copied into (C, h, w) order.
     """
+    import torch
+
     if tokens not in TOKEN_MODES:
         raise VitlabError(f"tokens must be one of {', '.join(TOKEN_MODES)}, not '{tokens}'")
     if x.dim() == 4:  # (B, C, h, w)
         if tokens == "cls":
             raise VitlabError(f"{type(model).__name__} is a CNN and has no CLS token: use --tokens gap or all")
-        return x.mean(dim=(2, 3)) if tokens == "gap" else x.reshape(x.shape[0], -1)
+        if tokens == "gap":
+            return x.mean(dim=(2, 3))
+        if any_order and not x.is_contiguous() and x.is_contiguous(memory_format=torch.channels_last):
+            return x.permute(0, 2, 3, 1).reshape(x.shape[0], -1)
+        return x.reshape(x.shape[0], -1)
     if x.dim() != 3:
         raise VitlabError(f"cannot make features from a tensor of shape {tuple(x.shape)}")
     if tokens == "all":

@@ -172,7 +172,8 @@ def token_gradient(loaded: LoadedModel, images, opts: TokenGradientOptions, run:
     layer = opts.layer or block_names(loaded)[0]
     module, where = resolve_layer(loaded, layer, opts.residual)
     pos = (int(opts.row), int(opts.col))
-    key = make_key("token-gradient", VERSION, loaded.fingerprint, source.item_key(opts.index), module, where, pos)
+    key = make_key("token-gradient", VERSION, loaded.fingerprint, source.item_key(opts.index), module, where, pos,
+                   *loaded.layout_key)
     hit = run.store.get(key)
     if hit is None:
         x = to_tensor([source.load(opts.index)], loaded)
