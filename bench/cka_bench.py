@@ -4,6 +4,7 @@ For each model pair and each image count N, every method runs in its own fresh s
 not mix) over the same models, images, batches and layers:
 
     forward        decode + transform + forward of both models, no hooks: the floor every method pays
+    forward-cl     the same forward with vitlab's layout (CNNs channels-last, vitlab.models.wants_channels_last)
     vitlab         vitlab.run.cka with no cache (Store(None)): the real cost of a cold run
     vitlab-warm    vitlab.run.cka again on a cache that an earlier (untimed) run filled
     pytorch-cka    cka.compute_cka (pytorch-cka 1.1.3), one DataLoader, per-batch Grams, float32 Song HSIC_1
@@ -11,6 +12,10 @@ not mix) over the same models, images, batches and layers:
     float64        the reference: the same activations (vitlab.taps.capture), float64 mean-centred linear Grams,
                    Song et al. 2012 eq. 5 (three-term unbiased HSIC_1) per batch, summed over batches
                    (Nguyen et al. 2021 eq. 3), CKA = ratio of the sums; written here, independent of vitlab.cka
+
+The peers, the forward floor and the float64 reference run the models in timm's own layout, as their users have
+them; vitlab and forward-cl run them as vitlab.load gives them (CNNs channels-last: faster convolutions whose
+float32 round-off differs, which the error column then includes).
 
 Printed per method: wall s, CPU s, the forward floor, time above it, ratio to it, peak memory (RSS via
 getrusage on CPU; torch.cuda.max_memory_allocated on CUDA), its growth over the models-loaded baseline, and max
@@ -42,7 +47,8 @@ import numpy as np
 # the editable install of this checkout maps `vitlab` as a namespace package outside the repo root: import from here
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-METHODS = ("float64", "forward", "vitlab", "vitlab-warm", "pytorch-cka", "torch-cka")
+METHODS = ("float64", "forward", "forward-cl", "vitlab", "vitlab-warm", "pytorch-cka", "torch-cka")
+VITLAB_LAYOUT = ("forward-cl", "vitlab", "vitlab-warm", "vitlab-fill")  # the others get timm's layout
 # the second pair: two default-init ResNets, post-ReLU block outputs with a large common mean on both sides
 DEFAULT_SCENARIOS = ("test_resnet@random,test_vit@random", "test_resnet@random:0,test_resnet@random:1=64")
 
@@ -61,6 +67,19 @@ def setup(args):
     indices = vitlab.select(source, args.images)
     taps = [hookable_taps(m.model) for m in models]
     return models, source, indices, taps
+
+
+def timm_layout(models):
+    """The models as timm makes them (default memory layout), for the peers, the floor and the reference; the
+    same modules when vitlab.load already gave them that layout."""
+    import copy
+    import dataclasses
+
+    import torch
+
+    return [m if m.memory_format == "contiguous" else
+            dataclasses.replace(m, model=copy.deepcopy(m.model).to(memory_format=torch.contiguous_format),
+                                memory_format="contiguous") for m in models]
 
 
 def hookable_taps(model) -> list[tuple[str, str]]:
@@ -240,7 +259,8 @@ NOTES = """how the peers were called (same models, images, batches, layers):
     the models come with requires_grad False (as vitlab.load gives them), so no graph is built.
   vitlab: vitlab.run.cka also computes each model's CKA with itself (the app shows it); the peers do not."""
 
-RUNNERS = {"forward": run_forward, "vitlab": run_vitlab, "vitlab-warm": run_vitlab, "vitlab-fill": run_vitlab,
+RUNNERS = {"forward": run_forward, "forward-cl": run_forward, "vitlab": run_vitlab, "vitlab-warm": run_vitlab,
+           "vitlab-fill": run_vitlab,
            "pytorch-cka": run_pytorch_cka, "torch-cka": run_torch_cka, "float64": run_float64}
 
 
@@ -269,6 +289,8 @@ def worker(args) -> dict:
     import torch
 
     models, source, indices, taps = setup(args)
+    if args.worker not in VITLAB_LAYOUT:
+        models = timm_layout(models)
     if args.device.startswith("cuda"):
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats()
@@ -290,14 +312,15 @@ def timing_worker(args) -> dict:
     import dataclasses
 
     models, source, indices, taps = setup(args)
+    plain = timm_layout(models)
     RUNNERS["vitlab"](models, source, indices, taps, args, args.cache)  # fills the cache for vitlab-warm
     methods = [m for m in args.methods if m != "float64"]
     times: dict[str, list] = {m: [] for m in methods}
     for r in range(args.repeats):
         for method in methods[r % len(methods):] + methods[:r % len(methods)]:
-            use = models
+            use = models if method in VITLAB_LAYOUT else plain
             if method == "torch-cka":  # it never removes its hooks: give it copies, keep the originals clean
-                use = [dataclasses.replace(m, model=copy.deepcopy(m.model)) for m in models]
+                use = [dataclasses.replace(m, model=copy.deepcopy(m.model)) for m in plain]
             cache = args.cache if method == "vitlab-warm" else None
             run = RUNNERS[method]
             _, wall, cpu = timed(lambda r=run, u=use, c=cache: r(u, source, indices, taps, args, c), args.device)

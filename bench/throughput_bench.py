@@ -10,6 +10,9 @@ Over the same JPEGs (made from assets/samples: 500x375 crops, quality 90, like a
     vitlab          vitlab.run.cka([model]) with every default CKA tap, no cache, W input workers (the default)
     vitlab-kept     vitlab with VITLAB_KEEP_FREED=1 (opt-in: faster on CPU, ~2x the forward's memory growth)
 
+The forward-* floors run the model in timm's own layout; vitlab runs CNNs (ResNet, BiT) channels-last, as it
+does for its users (vitlab.models.wants_channels_last; VITLAB_CHANNELS_LAST=0 turns that off).
+
 Timing: every run of every method is a fresh process (the model loaded before the clock starts), so no method
 inherits another's heap, thread pools or allocator settings; --repeats rounds, interleaved (round r starts at
 method r). Reported: the fastest run of each method, and per round the ratio to forward-loader of the same
@@ -195,6 +198,9 @@ def setup(args):
     if args.threads:
         torch.set_num_threads(args.threads)
     torch.set_grad_enabled(False)
+    method = args.methods if args.worker == "timing" else args.worker
+    if method.startswith("forward"):  # the floors run the model as timm makes it (vitlab runs CNNs channels-last)
+        os.environ["VITLAB_CHANNELS_LAST"] = "0"
     m = vitlab.load(args.model, args.device)
     source = vitlab.open_source(args.data)
     return m, source, vitlab.select(source, args.images)
@@ -254,9 +260,10 @@ def spawn(kind: str, model: str, args, images: int, batch: int, methods: str = "
 
 def timing_rounds(model: str, args) -> dict:
     """{method: [(wall, cpu) per round]}: every run its own process, round r starting at method r."""
-    runs: dict[str, list] = {k: [] for k in TIMED}
+    timed_ = args.timed
+    runs: dict[str, list] = {k: [] for k in timed_}
     for r in range(args.repeats):
-        for k in TIMED[r % len(TIMED):] + TIMED[:r % len(TIMED)]:
+        for k in timed_[r % len(timed_):] + timed_[:r % len(timed_)]:
             t = spawn("timing", model, args, args.images, args.batch_size, k)
             if "error" in t:
                 raise RuntimeError(f"{k}: {t['error']}")
@@ -288,7 +295,7 @@ def report_model(model: str, args) -> None:
         print(f"  {'method':<16}{'images/s':>9}{'wall s':>8}{'cpu s':>8}{'/loader':>9}{'round /loader':>22}"
               "   walls of the rounds")
         per_round = {}
-        for k in TIMED:
+        for k in args.timed:
             ratios = [w / lw for (w, _), (lw, _) in zip(runs[k], loader)]
             per_round[k] = ratios
             med = statistics.median(ratios)
@@ -296,23 +303,25 @@ def report_model(model: str, args) -> None:
             print(f"  {k:<16}{n / best[k]:>9.1f}{best[k]:>8.2f}{cpu:>8.2f}{best[k] / best['forward-loader']:>9.3f}"
                   f"{med:>10.3f} [{min(ratios):.3f}, {max(ratios):.3f}]   "
                   + " ".join(f"{w:.2f}" for w, _ in runs[k]))
-        vs_serial = [w / s for (w, _), (s, _) in zip(runs["vitlab"], runs["forward-serial"])]
-        print(f"  vitlab <= 1.05x forward-loader: "
-              f"{verdict(per_round['vitlab'], best['vitlab'] / best['forward-loader'], 1.05)}; "
-              f"vitlab < forward-serial: {verdict(vs_serial, best['vitlab'] / best['forward-serial'], 1.0, True)} "
-              f"(fastest runs {best['vitlab'] / best['forward-serial']:.3f}, median round "
-              f"{statistics.median(vs_serial):.3f})")
-        kept = [w / s for (w, _), (s, _) in zip(runs["vitlab-kept"], runs["forward-serial"])]
-        print(f"  with VITLAB_KEEP_FREED=1: vitlab-kept <= 1.05x forward-loader: "
-              f"{verdict(per_round['vitlab-kept'], best['vitlab-kept'] / best['forward-loader'], 1.05)}; "
-              f"vitlab-kept < forward-serial: "
-              f"{verdict(kept, best['vitlab-kept'] / best['forward-serial'], 1.0, True)}; vitlab-kept over "
-              f"forward-kept (same allocator): {best['vitlab-kept'] / best['forward-kept']:.3f}")
+        if "vitlab" in runs and "forward-serial" in runs:
+            vs_serial = [w / s for (w, _), (s, _) in zip(runs["vitlab"], runs["forward-serial"])]
+            print(f"  vitlab <= 1.05x forward-loader: "
+                  f"{verdict(per_round['vitlab'], best['vitlab'] / best['forward-loader'], 1.05)}; vitlab < "
+                  f"forward-serial: {verdict(vs_serial, best['vitlab'] / best['forward-serial'], 1.0, True)} "
+                  f"(fastest runs {best['vitlab'] / best['forward-serial']:.3f}, median round "
+                  f"{statistics.median(vs_serial):.3f})")
+        if all(k in runs for k in ("vitlab-kept", "forward-serial", "forward-kept")):
+            kept = [w / s for (w, _), (s, _) in zip(runs["vitlab-kept"], runs["forward-serial"])]
+            print(f"  with VITLAB_KEEP_FREED=1: vitlab-kept <= 1.05x forward-loader: "
+                  f"{verdict(per_round['vitlab-kept'], best['vitlab-kept'] / best['forward-loader'], 1.05)}; "
+                  f"vitlab-kept < forward-serial: "
+                  f"{verdict(kept, best['vitlab-kept'] / best['forward-serial'], 1.0, True)}; vitlab-kept over "
+                  f"forward-kept (same allocator): {best['vitlab-kept'] / best['forward-kept']:.3f}")
     if "memory" in args.skip_parts:
         return
     small, large = args.memory_batches
     rows = {}
-    for k in MEMORY:
+    for k in args.memory:
         rows[k] = [spawn(k, model, args, 2 * b, b) for b in (small, large)]
         print(f"  done: memory {k}", file=sys.stderr, flush=True)
     print(f"  peak memory: Δpeak MiB over the loaded model at batch {small} / {large} (2 batches each), "
@@ -355,6 +364,11 @@ def parse(argv=None):
     p.add_argument("--repeats", type=int, default=3, help="timing rounds (default 3)")
     p.add_argument("--timeout", type=float, default=1200)
     p.add_argument("--data", default=None, help="image folder (default: JPEGs made in a temporary folder)")
+    p.add_argument("--timed", default=",".join(TIMED),
+                   help=f"timed methods, comma-separated (default all: {','.join(TIMED)}); forward-loader is "
+                        "always timed: the rounds' ratios are to it")
+    p.add_argument("--memory", default=",".join(MEMORY),
+                   help=f"methods of the memory part (default all: {','.join(MEMORY)}); forward-loader always")
     p.add_argument("--skip", default="", help="comma-separated parts to skip: scaling, models, timing, memory")
     p.add_argument("--worker", help=argparse.SUPPRESS)
     p.add_argument("--model", help=argparse.SUPPRESS)
@@ -374,6 +388,12 @@ def main(argv=None) -> None:
     import torch
 
     args.memory_batches = [int(v) for v in args.memory_batches.split(",")]
+    for name, table in (("timed", TIMED), ("memory", MEMORY)):
+        chosen = {v.strip() for v in getattr(args, name).split(",") if v.strip()} | {"forward-loader"}
+        if chosen - set(table):
+            raise SystemExit(f"--{name}: unknown method(s) {', '.join(sorted(chosen - set(table)))}; "
+                             f"choose from {', '.join(table)}")
+        setattr(args, name, tuple(k for k in table if k in chosen))
     with tempfile.TemporaryDirectory(prefix="throughput-bench-") as tmp:
         if args.data is None:
             args.data = str(Path(tmp) / "jpegs")
