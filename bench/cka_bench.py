@@ -420,6 +420,10 @@ def print_table(models: str, rows: list[dict]) -> None:
         ref_n = next((r for r in at_n if r["method"] == "float64" and "cka" in r), None)
         for r in at_n:
             print(fmt_row(r, fwd, ref_n))
+        timed_rows = [r for r in at_n if "walls" in r]
+        if timed_rows:
+            print(f"rounds at N={n} (wall s of each interleaved round; round r starts at method r): "
+                  + "; ".join(f"{r['method']} " + " ".join(f"{w:.2f}" for w in r["walls"]) for r in timed_rows))
 
 
 def parse(argv=None):

@@ -6,6 +6,8 @@ three-term HSIC_1 (tests/reference.py), so the layout, the feature order and the
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 import torch
@@ -77,3 +79,15 @@ def test_channels_last_grams_match_float64_grams_of_the_default_layout(tiny_resn
         for j in range(len(names)):
             assert _cka64(got[i].astype(np.float64), got[j].astype(np.float64)) == pytest.approx(
                 _cka64(ref[i], ref[j]), abs=1e-6)
+
+
+def test_the_layout_is_reported_in_run_json_and_the_tap_listing(tmp_path, capsys):
+    from vitlab import cli
+
+    assert cli.main(["taps", "-m", "test_resnet@random:0", "--device", "cpu"]) == 0
+    assert "layout channels_last" in capsys.readouterr().out
+    out = tmp_path / "cka"
+    assert cli.main(["cka", "-m", "test_resnet@random:0", "-m", "test_vit@random:0", "-d", "fashion-mnist:test",
+                     "-n", "8", "-b", "8", "--device", "cpu", "--no-cache", "-o", str(out)]) == 0
+    meta = json.loads((out / "run.json").read_text())
+    assert [m["memory_format"] for m in meta["models"]] == ["channels_last", "contiguous"]

@@ -85,6 +85,7 @@ def test_html_has_every_figure_verdict_and_provenance_and_nothing_external():
     ckpt = vitlab.zoo.checkpoint_path("vit-cls")
     assert hashlib.sha256(ckpt.read_bytes()).hexdigest()[:16] in body
     assert vit.fingerprint in body and "zoo:vit-cls" in body
+    assert prov["models"][0]["layout"] == "contiguous" and "<th>layout</th>" in text
     keys = "".join(src.item_key(i) + "\0" for i in range(40)).encode()
     assert hashlib.sha256(keys).hexdigest() in body and "fashion-mnist:test" in body
     for lib in ("vitlab", "torch", "timm", "altair", "vl-convert-python"):

@@ -217,6 +217,7 @@ def write_run_json(out: Path, command: str, models: list, args, info, t0: float,
     write_json(out / "run.json", {
         "command": command,
         "models": [{"spec": m.label, "label": m.spec.label, "fingerprint": m.fingerprint,
+                    "memory_format": m.memory_format,
                     **({"taps": model_taps[i]} if model_taps and i < len(model_taps) else {})}
                    for i, m in enumerate(models)],
         "data": args.data, "images": getattr(args, "images", None), "batch_size": getattr(args, "batch_size", None),
@@ -271,7 +272,8 @@ def run_taps(args) -> int:
     from .models import load
 
     m = load(args.model, args.device)
-    print(f"{m.label}: family {m.family}, input {tuple(m.data_config['input_size'])}, fingerprint {m.fingerprint}")
+    print(f"{m.label}: family {m.family}, input {tuple(m.data_config['input_size'])}, layout {m.memory_format}, "
+          f"fingerprint {m.fingerprint}")
     default = set(taps.default_taps(m.model))
     for name, point in taps.tap_table(m.model).items():
         print(f"  {name:32s} {point.shape:14s} {'(default CKA tap)' if name in default else ''}")

@@ -114,7 +114,8 @@ def provenance(models: list[LoadedModel], source: ImageSource, opts: TourOptions
     indices = select(source, opts.images, opts.shuffle)
     return {
         "models": [{"spec": m.label, "architecture": m.spec.name, "fingerprint": m.fingerprint,
-                    "weights": weights_source(m), "input": "x".join(str(v) for v in m.data_config["input_size"])}
+                    "weights": weights_source(m), "input": "x".join(str(v) for v in m.data_config["input_size"]),
+                    "layout": m.memory_format}
                    for m in models],
         "images": {"source": source.name, "count": len(indices), "sha256": images_hash(source, indices),
                    "order": "first N" if opts.shuffle is None else f"shuffled, seed {opts.shuffle}",
@@ -160,14 +161,15 @@ def _slide(k: int, row, svg: str | None) -> str:
 def _provenance_html(prov: dict) -> str:
     e = html.escape
     models = "".join(f"<tr><td>{e(m['spec'])}</td><td>{e(m['architecture'])}</td><td><code>{e(m['fingerprint'])}"
-                     f"</code></td><td>{e(m['weights'])}</td><td>{e(m['input'])}</td></tr>" for m in prov["models"])
+                     f"</code></td><td>{e(m['weights'])}</td><td>{e(m['input'])}</td><td>{e(m['layout'])}</td></tr>"
+                     for m in prov["models"])
     img = prov["images"]
     images = "".join(f"<tr><th>{e(k)}</th><td>{e(str(v))}</td></tr>" for k, v in img.items())
     resampling = "".join(f"<tr><th>{e(k)}</th><td>{e(str(v))}</td></tr>" for k, v in prov["resampling"].items())
     libs = "".join(f"<tr><th>{e(k)}</th><td>{e(v)}</td></tr>" for k, v in prov["versions"].items())
     return f"""<section class="slide" id="provenance"><h2>Provenance</h2>
 <h3>Models</h3><table class="prov" id="prov-models"><tr><th>spec</th><th>architecture</th><th>fingerprint</th>
-<th>weights</th><th>input</th></tr>{models}</table>
+<th>weights</th><th>input</th><th>layout</th></tr>{models}</table>
 <h3>Images</h3><table class="prov" id="prov-images">{images}</table>
 <h3>Resampling</h3><table class="prov">{resampling}</table>
 <h3>Software</h3><table class="prov" id="prov-versions">{libs}</table>
