@@ -9,6 +9,8 @@ not mix) over the same models, images, batches and layers:
     vitlab-warm    vitlab.run.cka again on a cache that an earlier (untimed) run filled
     pytorch-cka    cka.compute_cka (pytorch-cka 1.1.3), one DataLoader, per-batch Grams, float32 Song HSIC_1
     torch-cka      torch_cka.CKA.compare (torch-cka 0.21), one DataLoader per model, Grams per layer pair
+    pytorch-cka-cl, torch-cka-cl   the peers on vitlab's layout (only with --methods): what they would take
+                   if their users put their CNNs channels-last themselves
     float64        the reference: the same activations (vitlab.taps.capture), float64 mean-centred linear Grams,
                    Song et al. 2012 eq. 5 (three-term unbiased HSIC_1) per batch, summed over batches
                    (Nguyen et al. 2021 eq. 3), CKA = ratio of the sums; written here, independent of vitlab.cka
@@ -48,7 +50,8 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 METHODS = ("float64", "forward", "forward-cl", "vitlab", "vitlab-warm", "pytorch-cka", "torch-cka")
-VITLAB_LAYOUT = ("forward-cl", "vitlab", "vitlab-warm", "vitlab-fill")  # the others get timm's layout
+EXTRA = ("pytorch-cka-cl", "torch-cka-cl")  # only when asked for with --methods
+VITLAB_LAYOUT = ("forward-cl", "vitlab", "vitlab-warm", "vitlab-fill", *EXTRA)  # the others get timm's layout
 # the second pair: two default-init ResNets, post-ReLU block outputs with a large common mean on both sides
 DEFAULT_SCENARIOS = ("test_resnet@random,test_vit@random", "test_resnet@random:0,test_resnet@random:1=64")
 
@@ -261,7 +264,8 @@ NOTES = """how the peers were called (same models, images, batches, layers):
 
 RUNNERS = {"forward": run_forward, "forward-cl": run_forward, "vitlab": run_vitlab, "vitlab-warm": run_vitlab,
            "vitlab-fill": run_vitlab,
-           "pytorch-cka": run_pytorch_cka, "torch-cka": run_torch_cka, "float64": run_float64}
+           "pytorch-cka": run_pytorch_cka, "torch-cka": run_torch_cka, "float64": run_float64,
+           "pytorch-cka-cl": run_pytorch_cka, "torch-cka-cl": run_torch_cka}
 
 
 # ---------------------------------------------------------------- worker: one method, one N, one process
@@ -319,8 +323,8 @@ def timing_worker(args) -> dict:
     for r in range(args.repeats):
         for method in methods[r % len(methods):] + methods[:r % len(methods)]:
             use = models if method in VITLAB_LAYOUT else plain
-            if method == "torch-cka":  # it never removes its hooks: give it copies, keep the originals clean
-                use = [dataclasses.replace(m, model=copy.deepcopy(m.model)) for m in plain]
+            if method.startswith("torch-cka"):  # it never removes its hooks: give it copies, keep the originals clean
+                use = [dataclasses.replace(m, model=copy.deepcopy(m.model)) for m in use]
             cache = args.cache if method == "vitlab-warm" else None
             run = RUNNERS[method]
             _, wall, cpu = timed(lambda r=run, u=use, c=cache: r(u, source, indices, taps, args, c), args.device)
@@ -441,7 +445,7 @@ def parse(argv=None):
                         "0: torch's default)")
     p.add_argument("--repeats", type=int, default=3,
                    help="runs per subprocess, the fastest reported (default 3; the float64 reference runs once)")
-    p.add_argument("--methods", default=",".join(METHODS), help=f"subset of {','.join(METHODS)}")
+    p.add_argument("--methods", default=",".join(METHODS), help=f"subset of {','.join(METHODS + EXTRA)}")
     p.add_argument("--timeout", type=float, default=900, help="seconds per subprocess")
     p.add_argument("--worker", help=argparse.SUPPRESS)
     p.add_argument("--result-file", help=argparse.SUPPRESS)
@@ -465,9 +469,9 @@ def main(argv=None) -> None:
         return
     args.images = [int(v) for v in args.images.split(",")]
     args.methods = args.methods.split(",")
-    bad = [m for m in args.methods if m not in METHODS]
+    bad = [m for m in args.methods if m not in METHODS + EXTRA]
     if bad:
-        raise SystemExit(f"unknown method(s) {bad}: choose from {','.join(METHODS)}")
+        raise SystemExit(f"unknown method(s) {bad}: choose from {','.join(METHODS + EXTRA)}")
     if any(n % args.batch_size for n in args.images):
         print("note: N not a multiple of the batch size; torch-cka weighs batches equally, the others by their "
               "own normalisation, so its error includes that difference", file=sys.stderr)

@@ -5,13 +5,14 @@ Over the same JPEGs (made from assets/samples: 500x375 crops, quality 90, like a
     pipeline        vitlab.pipeline alone: decode + the model's transform in W worker threads, no forward
     forward-serial  decode + transform on the main thread, then the forward, no hooks (cka_bench's floor today)
     forward-loader  a plain timm forward fed by torch.utils.data.DataLoader(num_workers=W): the floor a user writes
+    forward-cl      forward-loader on the model as vitlab.load gives it (CNNs channels-last; the others as timm's)
     forward-kept    forward-loader inside vitlab.hostmem.keep_freed (VITLAB_KEEP_FREED=1: freed activation memory
                     reused instead of faulted in afresh)
     vitlab          vitlab.run.cka([model]) with every default CKA tap, no cache, W input workers (the default)
     vitlab-kept     vitlab with VITLAB_KEEP_FREED=1 (opt-in: faster on CPU, ~2x the forward's memory growth)
 
-The forward-* floors run the model in timm's own layout; vitlab runs CNNs (ResNet, BiT) channels-last, as it
-does for its users (vitlab.models.wants_channels_last; VITLAB_CHANNELS_LAST=0 turns that off).
+The forward-* floors (all but forward-cl) run the model in timm's own layout; vitlab runs CNNs (ResNet, BiT)
+channels-last, as it does for its users (vitlab.models.wants_channels_last; VITLAB_CHANNELS_LAST=0 turns that off).
 
 Timing: every run of every method is a fresh process (the model loaded before the clock starts), so no method
 inherits another's heap, thread pools or allocator settings; --repeats rounds, interleaved (round r starts at
@@ -46,8 +47,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-TIMED = ("pipeline", "forward-serial", "forward-loader", "forward-kept", "vitlab", "vitlab-kept")
-MEMORY = ("forward-loader", "forward-kept", "vitlab", "vitlab-kept", "vitlab-held")
+TIMED = ("pipeline", "forward-serial", "forward-loader", "forward-cl", "forward-kept", "vitlab", "vitlab-kept")
+MEMORY = ("forward-loader", "forward-cl", "forward-kept", "vitlab", "vitlab-kept", "vitlab-held")
 DEFAULT_MODELS = "vit_base_patch16_224@random,resnet50@random"
 
 
@@ -98,8 +99,10 @@ def _cpu(loaded):
 def run_pipeline(m, source, indices, args):
     from vitlab import pipeline
     from vitlab.data import plan_batches
+    from vitlab.images import needed_side
 
-    with pipeline.Prefetcher(source, args.workers, keep_images=False) as pf:
+    # as run.stream makes it: JPEGs decoded at the smallest DCT scale that still covers the model's input
+    with pipeline.Prefetcher(source, args.workers, keep_images=False, min_side=needed_side(m.data_config)) as pf:
         batches = plan_batches(source, indices, args.batch_size)
         plan = (lambda b: (None, [m]))
         for _ in pipeline.prefetched(batches, plan, pf, depth=1 if args.device == "cpu" else 2):
@@ -166,6 +169,7 @@ def _autocast(args):
 
 
 RUNNERS = {"pipeline": run_pipeline, "forward-serial": run_forward_serial, "forward-loader": run_forward_loader,
+           "forward-cl": run_forward_loader,
            "forward-kept": run_forward_kept, "vitlab": run_vitlab, "vitlab-kept": run_vitlab_kept,
            "vitlab-held": run_vitlab_held}
 
@@ -199,7 +203,7 @@ def setup(args):
         torch.set_num_threads(args.threads)
     torch.set_grad_enabled(False)
     method = args.methods if args.worker == "timing" else args.worker
-    if method.startswith("forward"):  # the floors run the model as timm makes it (vitlab runs CNNs channels-last)
+    if method.startswith("forward") and method != "forward-cl":  # floors: the model as timm makes it
         os.environ["VITLAB_CHANNELS_LAST"] = "0"
     m = vitlab.load(args.model, args.device)
     source = vitlab.open_source(args.data)
@@ -357,7 +361,8 @@ def parse(argv=None):
     p.add_argument("--workers", type=int, default=2, help="input workers of the pipeline and the DataLoader")
     p.add_argument("--memory-batches", default="16,64", help="the two batch sizes of the memory growth")
     p.add_argument("--scaling-model", default="test_vit@random")
-    p.add_argument("--scaling-images", type=int, default=128)
+    p.add_argument("--scaling-images", type=int, default=1024,
+                   help="JPEGs of the scaling part (default 1024: a run of ~1 s is within this machine's noise)")
     p.add_argument("--device", default="cpu")
     p.add_argument("--amp", action="store_true", help="bf16 autocast (CUDA)")
     p.add_argument("--threads", type=int, default=0, help="torch threads of the main thread (0: torch's default)")

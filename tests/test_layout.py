@@ -15,6 +15,7 @@ import torch
 import vitlab
 from vitlab import VitlabError, cka, inflight, taps
 from vitlab.data import decode, plan_batches, select, to_tensor
+from vitlab.models import wants_channels_last
 from vitlab.run import GramStatistic, forward_precision
 
 from .reference import hsic1_song, linear_gram64
@@ -37,6 +38,7 @@ def test_cnns_load_channels_last_and_vits_keep_the_default_layout(tiny_resnet, t
     # the layout is in a CNN's cache keys; a ViT's keys are what they were before layouts existed
     assert forward_precision(tiny_resnet, amp=False) == "float32/cpu/channels_last"
     assert forward_precision(tiny_vit, amp=False) == "float32/cpu"
+    assert not wants_channels_last(tiny_resnet.model, "mps") and wants_channels_last(tiny_resnet.model, "cuda:1")
     monkeypatch.setenv("VITLAB_CHANNELS_LAST", "0")
     plain = vitlab.load("test_resnet@random:0", "cpu")
     assert plain.memory_format == "contiguous" and all(w.is_contiguous() for w in _conv_weights(plain.model))

@@ -345,7 +345,7 @@ def load(spec: ModelSpec | str, device: str | None = None) -> LoadedModel:
         model = _create(spec)
     model.eval().requires_grad_(False).to(device)
     memory_format = "contiguous"
-    if wants_channels_last(model):
+    if wants_channels_last(model, device):
         import torch
 
         model.to(memory_format=torch.channels_last)
@@ -369,8 +369,9 @@ def channels_last_wanted() -> bool:
                       f"not '{os.environ['VITLAB_CHANNELS_LAST']}'")
 
 
-def wants_channels_last(model) -> bool:
-    """Whether ``model`` runs channels-last: ResNet and ResNetV2/BiT, unless ``VITLAB_CHANNELS_LAST=0``.
+def wants_channels_last(model, device: str = "cpu") -> bool:
+    """Whether ``model`` runs channels-last: ResNet and ResNetV2/BiT on the CPU or CUDA (other backends keep
+    timm's layout: untested there), unless ``VITLAB_CHANNELS_LAST=0``.
 
     oneDNN's (CPU) and cuDNN's convolutions are fastest on NHWC: ResNet-50 at batch 32 on 2 CPU cores takes 2.1 s
     instead of 3.1 s (bench/README.md). ViTs and Mixers, whose only convolution is the patch embedding, keep
@@ -383,7 +384,8 @@ def wants_channels_last(model) -> bool:
         family = taps.family(model)
     except VitlabError:
         return False
-    return family in ("resnet", "resnetv2") and channels_last_wanted()
+    return (family in ("resnet", "resnetv2") and str(device).split(":")[0] in ("cpu", "cuda")
+            and channels_last_wanted())
 
 
 # ---------------------------------------------------------------- pretrained weights from the hub, before loading
