@@ -374,7 +374,7 @@ def wants_channels_last(model, device: str = "cpu") -> bool:
     timm's layout: untested there), unless ``VITLAB_CHANNELS_LAST=0``.
 
     oneDNN's (CPU) and cuDNN's convolutions are fastest on NHWC: ResNet-50 at batch 32 on 2 CPU cores takes 2.1 s
-    instead of 3.1 s (bench/README.md). ViTs and Mixers, whose only convolution is the patch embedding, keep
+    instead of 3.1 s (docs/throughput.md §5). ViTs and Mixers, whose only convolution is the patch embedding, keep
     the default layout. The numbers differ from the default layout's by float32 round-off (the convolutions sum
     in another order).
     """
