@@ -35,6 +35,7 @@ so decoding a 500x375 JPEG dominates), 1 and 2 workers (and 0: the main thread),
 from __future__ import annotations
 
 import argparse
+import collections
 import json
 import os
 import resource
@@ -105,8 +106,8 @@ def run_pipeline(m, source, indices, args):
     with pipeline.Prefetcher(source, args.workers, keep_images=False, min_side=needed_side(m.data_config)) as pf:
         batches = plan_batches(source, indices, args.batch_size)
         plan = (lambda b: (None, [m]))
-        for _ in pipeline.prefetched(batches, plan, pf, depth=1 if args.device == "cpu" else 2):
-            pass
+        # drain it: the prepared batches themselves are not needed
+        collections.deque(pipeline.prefetched(batches, plan, pf, depth=1 if args.device == "cpu" else 2), maxlen=0)
 
 
 def run_forward_serial(m, source, indices, args):

@@ -25,13 +25,12 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
-import os
 import platform
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from .errors import VitlabError
+from .options import env_switch
 
 # mallopt parameters (malloc.h)
 M_TRIM_THRESHOLD, M_TOP_PAD, M_MMAP_THRESHOLD = -1, -2, -3
@@ -46,13 +45,7 @@ _libc = None
 
 def wanted() -> bool:
     """``VITLAB_KEEP_FREED`` is set to 1/true/yes/on (off by default: it trades memory for speed)."""
-    value = os.environ.get("VITLAB_KEEP_FREED", "").strip().lower()
-    if value in ("1", "true", "yes", "on"):
-        return True
-    if value in ("", "0", "false", "no", "off"):
-        return False
-    raise VitlabError(f"VITLAB_KEEP_FREED must be 1 (keep freed memory on CPU runs) or 0 (the default), "
-                      f"not '{os.environ['VITLAB_KEEP_FREED']}'")
+    return env_switch("VITLAB_KEEP_FREED", False, "keep freed memory on CPU runs", "the default")
 
 
 def _glibc():

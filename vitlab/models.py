@@ -360,13 +360,9 @@ def load(spec: ModelSpec | str, device: str | None = None) -> LoadedModel:
 
 def channels_last_wanted() -> bool:
     """``VITLAB_CHANNELS_LAST``: 1 (the default) runs CNNs channels-last, 0 keeps PyTorch's default layout."""
-    value = os.environ.get("VITLAB_CHANNELS_LAST", "").strip().lower()
-    if value in ("", "1", "true", "yes", "on"):
-        return True
-    if value in ("0", "false", "no", "off"):
-        return False
-    raise VitlabError(f"VITLAB_CHANNELS_LAST must be 1 (CNNs run channels-last, the default) or 0, "
-                      f"not '{os.environ['VITLAB_CHANNELS_LAST']}'")
+    from .options import env_switch
+
+    return env_switch("VITLAB_CHANNELS_LAST", True, "CNNs run channels-last, the default")
 
 
 def wants_channels_last(model, device: str = "cpu") -> bool:

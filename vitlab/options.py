@@ -13,6 +13,7 @@ A field's metadata: ``help``; optional ``short`` (a one-letter alias), ``flag`` 
 from __future__ import annotations
 
 import dataclasses
+import os
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -31,6 +32,20 @@ class DataOptions:
     images: int | None = option(256, "number of images (first N, or shuffled)", short="-n")
     batch_size: int = option(64, "images per batch", short="-b")
     shuffle: int | None = option(None, "take a seeded random subset", metavar="SEED")
+
+
+def env_switch(name: str, default: bool, on: str, off: str = "") -> bool:
+    """A 0/1 environment variable (1/true/yes/on, 0/false/no/off; unset or empty: ``default``); any other value is a
+    VitlabError naming the variable and what each value does (``on``, ``off``)."""
+    raw = os.environ.get(name, "")
+    value = raw.strip().lower()
+    if not value:
+        return default
+    if value in ("1", "true", "yes", "on"):
+        return True
+    if value in ("0", "false", "no", "off"):
+        return False
+    raise VitlabError(f"{name} must be 1 ({on}) or 0{f' ({off})' if off else ''}, not '{raw}'")
 
 
 def parse_ints(text: str | None, what: str) -> tuple[int, ...] | None:
