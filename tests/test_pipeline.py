@@ -146,3 +146,31 @@ def test_workers_option_is_checked(monkeypatch):
     assert pipeline.default_workers() == min(pipeline.MAX_DEFAULT_WORKERS, pipeline.cores())
     monkeypatch.setenv("LOCAL_WORLD_SIZE", str(2 * pipeline.cores()))  # torchrun: ranks share the cores
     assert pipeline.default_workers() == 1
+
+
+def test_decoding_in_threads_leaves_the_warning_filters_as_they_were(jpeg_folder, monkeypatch):
+    """Workers decode concurrently, so decoding must not swap the process-wide filter list in and out (a
+    ``catch_warnings`` per image, left out of order, once left "ignore everything" behind). Pillow's own warnings
+    about a file (here a decompression-bomb warning: Pillow's limit lowered below the image, vitlab's is not) stay
+    silent, and a warning from anywhere else is still shown."""
+    import warnings
+
+    from PIL import Image
+
+    from vitlab import images
+
+    monkeypatch.setattr(Image, "MAX_IMAGE_PIXELS", 100 * 80)  # every sample image is over it
+    source = folder_source(jpeg_folder)
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        before = list(warnings.filters)
+        with pipeline.Prefetcher(source, 4) as pf:
+            for _ in range(20):
+                list(pf.submit(b, {}) for b in plan_batches(source, select(source), 1))
+                pf.submit(plan_batches(source, select(source), 11)[0], {}).result()
+        after = [f for f in warnings.filters if getattr(f[3], "pattern", f[3]) != images.PILLOW_WARNINGS]
+        assert after == before
+        assert len(warnings.filters) == len(before) + 1  # the Pillow filter, once
+        assert [w for w in seen if issubclass(w.category, Image.DecompressionBombWarning)] == []
+        warnings.warn("from vitlab's caller", UserWarning)
+        assert [str(w.message) for w in seen] == ["from vitlab's caller"]

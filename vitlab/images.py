@@ -18,7 +18,11 @@ Images come from folders and uploads the lab does not control, so decoding assum
   resize would otherwise blow a 10000×10 strip up to 248000×248 before cropping the centre anyway.
 
 Whatever goes wrong in Pillow (truncated data, wrong magic, bombs, broken EXIF, unsupported codecs) becomes a
-:class:`VitlabError` naming the file and the reason; the caller skips the file and reports it.
+:class:`VitlabError` naming the file and the reason; the caller skips the file and reports it. Pillow's own
+warnings about a file (``DecompressionBombWarning`` below :data:`MAX_PIXELS`, odd palettes, malformed MPO) are
+silenced by one process-wide filter on Pillow's modules (:func:`_quiet_pillow`), not by ``catch_warnings`` around
+each decode: that is not thread-safe (input workers leaving it out of order left a global "ignore everything"
+behind).
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ import numpy as np
 
 from .errors import VitlabError
 
+PILLOW_WARNINGS = r"PIL\."  # warnings.filterwarnings module pattern: warnings Pillow raises from its own modules
 MAX_PIXELS = 150_000_000  # 150 megapixels: a 12000×12000 scan decodes; a 14000×14000 bomb does not
 MAX_UPLOAD_BYTES = 50 * 2**20  # 50 MiB per uploaded file, as .streamlit/config.toml's server.maxUploadSize
 MAX_ASPECT = 16  # longer side / shorter side beyond which only the central part is kept
@@ -86,11 +91,10 @@ def decode(data: bytes | str | Path, name: str, min_side: int | None = None):
         if len(data) > MAX_UPLOAD_BYTES:
             raise VitlabError(f"image '{name}': {len(data) / 2**20:.0f} MiB, over the {MAX_UPLOAD_BYTES // 2**20} MiB "
                               "limit per file; shrink it first")
+    _quiet_pillow()
     try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # DecompressionBombWarning: MAX_PIXELS is checked below instead
-            with Image.open(io.BytesIO(data) if isinstance(data, (bytes, bytearray)) else data) as img:
-                return _decode_open(img, name, min_side or DEFAULT_MIN_SIDE)
+        with Image.open(io.BytesIO(data) if isinstance(data, (bytes, bytearray)) else data) as img:
+            return _decode_open(img, name, min_side or DEFAULT_MIN_SIDE)
     except VitlabError:
         raise
     except UnidentifiedImageError as e:
@@ -102,6 +106,16 @@ def decode(data: bytes | str | Path, name: str, min_side: int | None = None):
         raise VitlabError(f"image '{name}': too large to decode in this machine's memory") from e
     except Exception as e:  # noqa: BLE001 - Pillow raises anything on hostile files; the image is skipped, named
         raise VitlabError(f"image '{name}': unreadable or truncated ({type(e).__name__}: {e})") from e
+
+
+def _quiet_pillow() -> None:
+    """Ignore the warnings Pillow raises from its own modules, process-wide: added when missing (a test harness or
+    ``warnings.resetwarnings`` may have removed it), so it costs one list scan per image. Pillow's deprecation
+    warnings name the caller's module, not Pillow's, and stay visible."""
+    for f in warnings.filters:
+        if f[0] == "ignore" and f[2] is Warning and getattr(f[3], "pattern", f[3]) == PILLOW_WARNINGS:
+            return
+    warnings.filterwarnings("ignore", module=PILLOW_WARNINGS)
 
 
 def _unidentified_hint(name: str, data) -> str:
