@@ -102,10 +102,14 @@ def batches(indices, batch_size):
 
 
 def model_input(source, idx, loaded):
-    """(B, C, H, W) input of one model for the images ``idx``, as vitlab's runner makes it."""
-    from vitlab import data
+    """(B, C, H, W) input of one model for the images ``idx``: vitlab's decode, then the model's own timm transform
+    (the tensor vitlab's runner makes, bit for bit, tests/test_evaltransform.py; the floor pays timm's cost)."""
+    import torch
 
-    return data.to_tensor([source.load(i) for i in idx], loaded)
+    mode = "L" if loaded.in_chans == 1 else "RGB"
+    imgs = [source.load(i) for i in idx]
+    return torch.stack([loaded.transform(img if img.mode == mode else img.convert(mode)) for img in imgs]).to(
+        loaded.device)
 
 
 class PairDataset:

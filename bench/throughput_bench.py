@@ -26,7 +26,9 @@ minus the RSS after the model was loaded. DataLoader workers are separate proces
 over count in the main process.
 
 Scaling: the pipeline alone on a decode-bound case (--scaling-model, default test_vit@random: a 160 px input,
-so decoding a 500x375 JPEG dominates), 1 and 2 workers (and 0: the main thread), interleaved.
+so decoding a 500x375 JPEG dominates), 1 and 2 workers (and 0: the main thread), and the same work per image
+(vitlab's decode, data.transform_image) in a DataLoader's 1 and 2 worker processes, --scaling-rounds rounds
+interleaved. Reported: the fastest round of each, and the 2-vs-1-worker speed-up per round (median, range).
 
     nice python bench/throughput_bench.py                           # defaults: ~10 min on 2 loaded CPU cores
     python bench/throughput_bench.py --models vit_base_patch16_224@random --images 256 --device cuda --amp
@@ -86,9 +88,14 @@ class _Images:
         return len(self.indices)
 
     def __getitem__(self, i):
-        from vitlab.data import to_tensor
+        return timm_input(self.source.load(self.indices[i]), self.loaded)
 
-        return to_tensor([self.source.load(self.indices[i])], _cpu(self.loaded))[0]
+
+def timm_input(img, loaded):
+    """The model's own timm transform, as a user's loop calls it (vitlab's runner makes the same tensor, bit for
+    bit, with less Python: vitlab.evaltransform)."""
+    mode = "L" if loaded.in_chans == 1 else "RGB"
+    return loaded.transform(img if img.mode == mode else img.convert(mode))
 
 
 def _cpu(loaded):
@@ -113,11 +120,10 @@ def run_pipeline(m, source, indices, args):
 def run_forward_serial(m, source, indices, args):
     import torch
 
-    from vitlab.data import to_tensor
-
     with torch.inference_mode(), _autocast(args):
         for k in range(0, len(indices), args.batch_size):
-            m.model(to_tensor([source.load(i) for i in indices[k:k + args.batch_size]], m))
+            x = torch.stack([timm_input(source.load(i), m) for i in indices[k:k + args.batch_size]])
+            m.model(x.to(m.device))
 
 
 def run_forward_loader(m, source, indices, args):
@@ -231,26 +237,49 @@ def timing_worker(args) -> dict:
     return {"wall": wall, "cpu": cpu}
 
 
+class _Prepared(_Images):
+    """DataLoader dataset doing exactly the pipeline's work per image: vitlab's decode at the model's needed side
+    (JPEGs DCT-scaled) and data.transform_image."""
+
+    def __getitem__(self, i):
+        from vitlab.data import transform_image
+        from vitlab.images import needed_side
+
+        return transform_image(self.source.load(self.indices[i], needed_side(self.loaded.data_config)),
+                               _cpu(self.loaded))
+
+
+def run_loader_pipeline(m, source, indices, args):
+    """The pipeline's work in DataLoader worker processes (started afresh, as one run of a user's would)."""
+    from torch.utils.data import DataLoader
+
+    loader = DataLoader(_Prepared(source, indices, m), batch_size=args.batch_size, num_workers=args.workers)
+    collections.deque(loader, maxlen=0)
+
+
 def scaling_worker(args) -> dict:
+    """Per round, every variant in turn (rotated): "0", "1", "2" pipeline workers, "L1", "L2" DataLoader workers."""
     m, source, indices = setup(args)
-    counts = [int(w) for w in args.methods.split(",")]
-    out: dict[str, list] = {str(w): [] for w in counts}
+    variants = args.methods.split(",")
+    out: dict[str, list] = {v: [] for v in variants}
     run_pipeline(m, source, indices[: args.batch_size], args)
     for r in range(args.repeats):
-        for w in counts[r % len(counts):] + counts[:r % len(counts)]:
-            args.workers = w
-            out[str(w)].append(timed(lambda: run_pipeline(m, source, indices, args), args.device)[0])
-    return {w: min(t) for w, t in out.items()}
+        for v in variants[r % len(variants):] + variants[:r % len(variants)]:
+            args.workers = int(v.lstrip("L"))
+            fn = run_loader_pipeline if v.startswith("L") else run_pipeline
+            out[v].append(timed(lambda fn=fn: fn(m, source, indices, args), args.device)[0])
+    return {"images": len(indices), "walls": out}
 
 
 # ---------------------------------------------------------------- parent
 
-def spawn(kind: str, model: str, args, images: int, batch: int, methods: str = "", workers: int | None = None):
+def spawn(kind: str, model: str, args, images: int, batch: int, methods: str = "", workers: int | None = None,
+          repeats: int | None = None):
     with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as f:
         result = f.name
     cmd = [sys.executable, str(Path(__file__).resolve()), "--worker", kind, "--model", model, "--data", args.data,
            "--images", str(images), "--batch-size", str(batch), "--device", args.device, "--repeats",
-           str(args.repeats), "--threads", str(args.threads), "--workers", str(args.workers if workers is None
+           str(args.repeats if repeats is None else repeats), "--threads", str(args.threads), "--workers", str(args.workers if workers is None
                                                                               else workers),
            "--methods", methods, "--result-file", result] + (["--amp"] if args.amp else [])
     env = dict(os.environ, HF_HUB_OFFLINE="1")
@@ -344,14 +373,22 @@ def report_model(model: str, args) -> None:
 
 
 def report_scaling(args) -> None:
-    r = spawn("scaling", args.scaling_model, args, args.scaling_images, args.batch_size, "0,1,2")
-    print(f"\npipeline scaling: {args.scaling_model}, {args.scaling_images} JPEGs, batch {args.batch_size}")
+    r = spawn("scaling", args.scaling_model, args, args.scaling_images, args.batch_size, "0,1,2,L1,L2",
+              repeats=args.scaling_rounds)
     if "error" in r:
-        print(f"  FAILED: {r['error']}")
+        print(f"\npipeline scaling: {args.scaling_model}: FAILED: {r['error']}")
         return
-    for w in ("0", "1", "2"):
-        print(f"  {w} worker(s): {args.scaling_images / r[w]:7.1f} images/s   ({r[w]:.2f} s)"
-              + (f"   {r['1'] / r[w]:.2f}x one worker" if w == "2" else ""))
+    n, walls = r["images"], r["walls"]
+    print(f"\npipeline scaling: {args.scaling_model}, {n} JPEGs, batch {args.batch_size}, {args.scaling_rounds} "
+          "interleaved rounds; fastest round, and per round the 2-worker speed-up over 1 worker of that round")
+    for label, one, two, names in (("vitlab threads", "1", "2", ("0", "1", "2")),
+                                   ("DataLoader processes (started per run)", "L1", "L2", ("L1", "L2"))):
+        print(f"  {label}:")
+        for v in names:
+            print(f"    {v.lstrip('L')} worker(s): {n / min(walls[v]):7.1f} images/s   ({min(walls[v]):.2f} s)")
+        per_round = sorted(a / b for a, b in zip(walls[one], walls[two]))
+        print(f"    2 vs 1 worker: {min(walls[one]) / min(walls[two]):.2f}x on the fastest rounds; per round median "
+              f"{statistics.median(per_round):.2f}x (range {per_round[0]:.2f}-{per_round[-1]:.2f})")
 
 
 def parse(argv=None):
@@ -364,6 +401,7 @@ def parse(argv=None):
     p.add_argument("--scaling-model", default="test_vit@random")
     p.add_argument("--scaling-images", type=int, default=1024,
                    help="JPEGs of the scaling part (default 1024: a run of ~1 s is within this machine's noise)")
+    p.add_argument("--scaling-rounds", type=int, default=5, help="interleaved rounds of the scaling part (default 5)")
     p.add_argument("--device", default="cpu")
     p.add_argument("--amp", action="store_true", help="bf16 autocast (CUDA)")
     p.add_argument("--threads", type=int, default=0, help="torch threads of the main thread (0: torch's default)")

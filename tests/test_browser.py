@@ -285,9 +285,13 @@ def test_localization_click_a_token_and_upload_an_image(page, server):
         files=[{"name": "blue.png", "mimeType": "image/png", "buffer": buf.getvalue()}])
     _settle(page)
     page.get_by_text("blue.png").first.wait_for()
-    # the name shows before the three maps of the new image are drawn: wait for them, not for time
-    page.wait_for_function("() => document.querySelectorAll('[data-testid=\"stImage\"]').length >= 3")
+    # the name shows before the three maps of the new image are drawn, and the previous image's maps are still on
+    # the page until the new ones replace them: wait for the maps whose caption names blue.png
+    page.get_by_text("on blue.png:").first.wait_for()
+    _settle(page)
     _no_exception(page)
+    caps = _captions(page)
+    assert any("gradient |∂h/∂x| of token" in c and "on blue.png:" in c for c in caps), caps
     assert page.locator('[data-testid="stImage"]').count() >= 3
     _shot(page, "localization")
 

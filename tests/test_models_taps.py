@@ -58,6 +58,7 @@ def test_checkpoint_files_load_safely(tmp_path, tiny_vit):
     assert vitlab.load(f"test_vit@{tmp_path / 'w2.safetensors'}", "cpu").fingerprint != a.fingerprint
 
 
+@pytest.mark.filterwarnings("ignore:Detected pickle protocol:UserWarning")  # torch's weights_only loader, as expected
 def test_pickled_objects_are_never_unpickled(tmp_path):
     class Evil:
         def __reduce__(self):

@@ -10,7 +10,7 @@ import torch
 
 import vitlab
 from vitlab import VitlabError, pipeline
-from vitlab.data import decode, folder_source, plan_batches, select, to_tensor
+from vitlab.data import decode, folder_source, plan_batches, select
 from vitlab.run import GramStatistic, stream
 
 SAMPLES = vitlab.data.ASSETS / "samples"
@@ -34,8 +34,10 @@ def jpeg_folder(tmp_path):
 
 
 def _serial(source, batch, loaded):
+    """The reference: decoded one by one, then the model's transform itself (not vitlab.evaltransform)."""
     decode(source, batch)
-    return batch, to_tensor(batch.images, loaded)
+    mode = "L" if loaded.in_chans == 1 else "RGB"
+    return batch, torch.stack([loaded.transform(img.convert(mode)) for img in batch.images])
 
 
 @pytest.mark.parametrize("workers", [0, 1, 3])
@@ -166,7 +168,7 @@ def test_decoding_in_threads_leaves_the_warning_filters_as_they_were(jpeg_folder
         before = list(warnings.filters)
         with pipeline.Prefetcher(source, 4) as pf:
             for _ in range(20):
-                list(pf.submit(b, {}) for b in plan_batches(source, select(source), 1))
+                [pf.submit(b, {}) for b in plan_batches(source, select(source), 1)]
                 pf.submit(plan_batches(source, select(source), 11)[0], {}).result()
         after = [f for f in warnings.filters if getattr(f[3], "pattern", f[3]) != images.PILLOW_WARNINGS]
         assert after == before
@@ -174,3 +176,12 @@ def test_decoding_in_threads_leaves_the_warning_filters_as_they_were(jpeg_folder
         assert [w for w in seen if issubclass(w.category, Image.DecompressionBombWarning)] == []
         warnings.warn("from vitlab's caller", UserWarning)
         assert [str(w.message) for w in seen] == ["from vitlab's caller"]
+
+
+@pytest.mark.parametrize("n, workers", [(32, 2), (32, 1), (5, 3), (1, 4), (9, 16), (0, 2), (33, 8)])
+def test_tasks_cover_the_batch_in_order_and_reach_every_worker(n, workers):
+    indices = list(range(100, 100 + n))
+    tasks = pipeline._tasks(indices, workers)
+    assert [i for t in tasks for i in t] == indices
+    assert all(1 <= len(t) <= pipeline.TASK_IMAGES for t in tasks)
+    assert len(tasks) >= min(n, workers)  # a batch of at least W images reaches all W workers

@@ -100,7 +100,7 @@ class FilesSource(ImageSource):
         if isinstance(it, tuple):
             return _decode(it[1], it[0], min_side)
         check_file(it)  # a FIFO named like an image would block open() forever; loops and dead links are named
-        return _decode(Path(it), str(it), min_side)
+        return _decode(it if isinstance(it, Path) else Path(it), str(it), min_side)
 
     def label(self, i: int) -> int | None:
         return None if self._labels is None else int(self._labels[i])
@@ -319,13 +319,20 @@ def decode(source: ImageSource, batch: Batch, min_side: int | None = None) -> Ba
     return batch
 
 
+def transform_image(img, loaded) -> "object":
+    """One PIL image as the model expects it: (C, H, W) on the host. ``loaded.transform``, run by
+    :mod:`vitlab.evaltransform` when it is timm's eval transform (the same tensor in fewer Python steps)."""
+    from .evaltransform import apply
+
+    mode = "L" if loaded.in_chans == 1 else "RGB"
+    return apply(loaded.transform, img if img.mode == mode else img.convert(mode))
+
+
 def to_tensor(images: list, loaded) -> "object":
     """Stack PIL images as the model expects them: (B, C, H, W) on the model's device."""
     import torch
 
-    mode = "L" if loaded.in_chans == 1 else "RGB"
-    xs = [loaded.transform(img if img.mode == mode else img.convert(mode)) for img in images]
-    return torch.stack(xs).to(loaded.device)
+    return torch.stack([transform_image(img, loaded) for img in images]).to(loaded.device)
 
 
 def iter_images(source: ImageSource, indices: Sequence[int], skipped: list | None = None,

@@ -1,6 +1,6 @@
 """The prefetching input pipeline: decode + each model's transform in worker threads, ahead of the forward pass.
 
-    planned Batch ─Prefetcher.submit─► worker threads: data.decode + transform, one image per task
+    planned Batch ─Prefetcher.submit─► worker threads: data.decode + transform, a few images per task
                  ─► assembler thread: stack (B, C, H, W) per transform, pinned on CUDA ─► Prepared
 
 Why it looks like this (figures in bench/README.md, "Throughput"):
@@ -12,8 +12,14 @@ Why it looks like this (figures in bench/README.md, "Throughput"):
 - **One intra-op thread per worker.** A timm eval transform on a 500x375 JPEG costs ~4.5 ms with one torch thread
   and ~10x more with two on a loaded 2-core machine (FACTS.md). OpenMP's thread count is per calling thread, so
   ``torch.set_num_threads(1)`` in a worker leaves the main thread's forward with all of its intra-op threads.
-- **One image per task** (not one batch per worker), so even a single batch is spread over every worker; a
-  separate assembler thread stacks the batch and pins it, so neither the workers nor the forward wait on that.
+- **A few images per task** (not one batch per worker), so even a single batch is spread over every worker, and
+  the task hand-off (a future, a lock, a wake-up: Python that holds the GIL) is paid once per :data:`TASK_IMAGES`
+  images rather than per image; a separate assembler thread stacks the batch and pins it, so neither the workers
+  nor the forward wait on that.
+- **timm's eval transform without torchvision's dispatch** (:mod:`vitlab.evaltransform`): the same tensor, bit
+  for bit, in a few calls instead of ~40. Decoding and resizing release the GIL, so what limits the workers on
+  a small, decode-bound model is the Python around them; this took test_vit's pipeline from 810 to 1027 images/s
+  with two workers on the 2-core machine (one run, 1024 JPEGs).
 - **Transformed once per transform, not once per model**: models whose eval transforms are equal (same timm data
   config; e.g. the two ViTs of a CKA pair) share one input tensor (:func:`input_key`).
 - **Bad images are skipped and named exactly as the serial path does**: each image goes through
@@ -26,15 +32,18 @@ Axis letters: B images in a batch, C channels, H x W pixels.
 from __future__ import annotations
 
 import os
+import weakref
 from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Callable, Iterable, Iterator, Sequence
 
-from .data import Batch, ImageSource, decode, to_tensor
+from .data import Batch, ImageSource, decode, transform_image
 from .errors import VitlabError
 
 MAX_DEFAULT_WORKERS = 16
+TASK_IMAGES = 4  # images per worker task, fewer when a batch would otherwise not reach every worker
+_KEY_TEXT: "weakref.WeakKeyDictionary[object, str]" = weakref.WeakKeyDictionary()  # transform -> its input key text
 _default_workers: int | None = None  # set by the CLI's --workers (and the app); None: a function of the cores
 
 
@@ -81,11 +90,22 @@ def input_key(loaded) -> str:
     """Equal for models whose inputs are the same tensor: the same channels and an equal eval transform.
 
     timm's transforms print every parameter (size, interpolation, crop, mean, std); a transform whose text names
-    an object address (a lambda) is never assumed equal to another.
+    an object address (a lambda) is never assumed equal to another. The text is kept per transform object, which
+    vitlab never changes after loading.
     """
-    text = repr(loaded.transform)
-    if " at 0x" in text:
-        text = f"{text}#{id(loaded.transform)}"
+    t = loaded.transform
+    try:
+        text = _KEY_TEXT.get(t)
+    except TypeError:  # not hashable
+        text = None
+    if text is None:
+        text = repr(t)  # ~1 ms (Normalize prints its tensors), and asked for every batch: kept per transform object
+        if " at 0x" in text:
+            text = f"{text}#{id(t)}"
+        try:
+            _KEY_TEXT[t] = text
+        except TypeError:  # not weak-referenceable
+            pass
     return f"{loaded.in_chans}|{text}"
 
 
@@ -119,10 +139,22 @@ def _prepare_image(source: ImageSource, batch: Batch, i: int, groups: dict[str, 
     one = decode(source, Batch(batch.index, [i], batch.key), min_side)
     if not one.images:
         return one, {}
-    xs = {k: to_tensor(one.images, g)[0] for k, g in groups.items()}
+    xs = {k: transform_image(one.images[0], g) for k, g in groups.items()}
     if not keep:
         one.images = [None]
     return one, xs
+
+
+def _prepare_images(source: ImageSource, batch: Batch, items: Sequence[int], groups: dict[str, _Input], keep: bool,
+                    min_side: int | None = None) -> list:
+    """One worker task: :func:`_prepare_image` of each of ``items``, in order."""
+    return [_prepare_image(source, batch, i, groups, keep, min_side) for i in items]
+
+
+def _tasks(indices: Sequence[int], workers: int) -> list[Sequence[int]]:
+    """``indices`` cut into runs of :data:`TASK_IMAGES`, shorter when that would leave a worker without one."""
+    size = max(1, min(TASK_IMAGES, len(indices) // max(1, workers)))
+    return [indices[k:k + size] for k in range(0, len(indices), size)]
 
 
 def _assemble(batch: Batch, parts: list, keys: Sequence[str], pin: bool, has_labels: bool, keep: bool) -> Prepared:
@@ -172,9 +204,9 @@ class Prefetcher:
             parts = [_prepare_image(self.source, batch, i, groups, self.keep, self.min_side) for i in batch.indices]
             done.set_result(_assemble(batch, parts, list(groups), self.pin, has_labels, self.keep))
             return done
-        futures = [self._pool.submit(_prepare_image, self.source, batch, i, groups, self.keep, self.min_side)
-                   for i in batch.indices]
-        return self._assembler.submit(lambda: _assemble(batch, [f.result() for f in futures], list(groups),
+        futures = [self._pool.submit(_prepare_images, self.source, batch, items, groups, self.keep, self.min_side)
+                   for items in _tasks(batch.indices, self.workers)]
+        return self._assembler.submit(lambda: _assemble(batch, [p for f in futures for p in f.result()], list(groups),
                                                         self.pin, has_labels, self.keep))
 
     def close(self) -> None:

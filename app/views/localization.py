@@ -3,6 +3,8 @@ its own input patch (linear CKA over images between the token and the patch at e
 models; and, for one token on an image of your own, which pixels it carries (its gradient map) and where it
 attends, beside its CKA map from a reference set (vitlab.token_localization)."""
 
+from pathlib import Path
+
 import lab
 import streamlit as st
 
@@ -122,7 +124,8 @@ if report is not None:
             with cols[1]:
                 lab.image(att_charts.overlay(picture, view.gradient.map, min_side=OVERLAY), view.gradient.to_frame(),
                           f"gradient_{m.label}_{block}_token{row}_{col}", "loc.grad",
-                          caption=f"gradient |∂h/∂x| of token ({row},{col}) at {block}: {info['own_share']:.0%} in its "
+                          caption=f"gradient |∂h/∂x| of token ({row},{col}) at {block} on "
+                                  f"{Path(names.item_id(pick)).name}: {info['own_share']:.0%} in its "
                                   f"own patch (uniform {info['own_chance']:.0%}), {info['neighbourhood_share']:.0%} "
                                   f"in its 3×3 neighbourhood (uniform {info['neighbourhood_chance']:.0%})")
             with cols[2]:
