@@ -58,12 +58,12 @@ def test_fast_eval_is_bit_identical_to_the_transform(name):
             padded += 1
             nw, nh = fast.resized_size(w, h)
             assert crop_h > nh or crop_w > nw
-            got = fast(img)
+            got = fast(img, transform)
         assert got.dtype == ref.dtype and got.shape == ref.shape and got.is_contiguous()
         assert torch.equal(got, ref), (name, w, h, (got - ref).abs().max())
     assert padded == (len(SIZES) if name == "crop over resize" else 0)
     assert fast.state == "unchecked"
-    assert torch.equal(fast(_image(300, 200, mode, 99)), transform(_image(300, 200, mode, 99)))
+    assert torch.equal(fast(_image(300, 200, mode, 99), transform), transform(_image(300, 200, mode, 99)))
     # its self-check runs on the first image it computes (never, when every image is padded)
     assert fast.state == ("unchecked" if name == "crop over resize" else "same")
 
@@ -99,7 +99,7 @@ def test_a_fast_path_that_differs_from_the_transform_on_its_first_image_is_never
     real_fast = fast.fast
     monkeypatch.setattr(fast, "fast", lambda img: real_fast(img) + 1e-7)  # a rounding change somewhere
     imgs = [_image(90, 70, "RGB", k) for k in range(3)]
-    assert all(torch.equal(fast(img), transform(img)) for img in imgs)
+    assert all(torch.equal(fast(img, transform), transform(img)) for img in imgs)
     assert fast.state == "differs"
 
 
@@ -107,3 +107,15 @@ def test_loaded_model_inputs_are_unchanged_on_an_image_mode_the_fast_path_leaves
     """transform_image converts to the model's mode first, as to_tensor always did; FastEval sees L or RGB only."""
     img = _image(200, 150, "RGB", 3).convert("P")
     assert torch.equal(transform_image(img, tiny_vit), tiny_vit.transform(img.convert("RGB")))
+
+
+def test_the_cache_does_not_keep_transforms_alive():
+    import gc
+    import weakref
+
+    transform = create_transform(input_size=(3, 64, 64), interpolation="bicubic", crop_pct=0.9)
+    assert evaltransform.fast_eval(transform) is not None
+    gone = weakref.ref(transform)
+    del transform
+    gc.collect()
+    assert gone() is None

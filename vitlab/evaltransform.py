@@ -25,12 +25,15 @@ _CACHE: "weakref.WeakKeyDictionary[object, FastEval | None]" = weakref.WeakKeyDi
 
 
 class FastEval:
-    """``transform(img)`` for a timm eval transform on an ``L``/``RGB`` PIL image, without torchvision's dispatch."""
+    """``transform(img)`` for a timm eval transform on an ``L``/``RGB`` PIL image, without torchvision's dispatch.
 
-    def __init__(self, transform, size: int | tuple[int, int], resample: int, crop_hw: tuple[int, int], mean, std):
+    It holds the transform's parameters, not the transform (the cache maps the transform to this weakly, so a
+    reference back would keep every transform ever loaded alive); calls pass the transform in."""
+
+    def __init__(self, size: int | tuple[int, int], resample: int, crop_hw: tuple[int, int], mean, std):
         import torch
 
-        self.transform, self.size, self.resample, self.crop_hw = transform, size, resample, crop_hw
+        self.size, self.resample, self.crop_hw = size, resample, crop_hw
         dtype = torch.get_default_dtype()  # ToTensor's output dtype; Normalize casts mean and std to it
         self.mean = torch.as_tensor(mean, dtype=dtype).view(-1, 1, 1)
         self.std = torch.as_tensor(std, dtype=dtype).view(-1, 1, 1)
@@ -65,16 +68,17 @@ class FastEval:
         x = a.permute(2, 0, 1).contiguous().to(self.dtype).div_(255)  # ToTensor: (C, H, W) in [0, 1]
         return x.sub_(self.mean).div_(self.std)  # Normalize
 
-    def __call__(self, img):
+    def __call__(self, img, transform):
+        """``transform(img)``; ``transform`` is the one this was made from (:func:`fast_eval`)."""
         if self.state == "differs" or img.mode not in ("L", "RGB"):
-            return self.transform(img)
+            return transform(img)
         x = self.fast(img)
         if x is None:
-            return self.transform(img)
+            return transform(img)
         if self.state == "unchecked":
             import torch
 
-            ref = self.transform(img)
+            ref = transform(img)
             self.state = "same" if ref.dtype == x.dtype and torch.equal(ref, x) else "differs"
             return ref
         return x
@@ -101,7 +105,7 @@ def _recognise(transform) -> FastEval | None:
         return None
     crop_hw = tuple(int(v) for v in crop.size)
     try:
-        fast = FastEval(transform, size, pil_modes_mapping[resize.interpolation], crop_hw, norm.mean, norm.std)
+        fast = FastEval(size, pil_modes_mapping[resize.interpolation], crop_hw, norm.mean, norm.std)
     except (TypeError, ValueError, RuntimeError):
         return None
     if len(crop_hw) != 2 or bool((fast.std == 0).any()) or fast.mean.numel() != fast.std.numel():
@@ -129,4 +133,4 @@ def fast_eval(transform) -> FastEval | None:
 def apply(transform, img):
     """``transform(img)``, through :class:`FastEval` when ``transform`` is a timm eval transform."""
     fast = fast_eval(transform)
-    return transform(img) if fast is None else fast(img)
+    return transform(img) if fast is None else fast(img, transform)
