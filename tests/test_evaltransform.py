@@ -119,3 +119,16 @@ def test_the_cache_does_not_keep_transforms_alive():
     del transform
     gc.collect()
     assert gone() is None
+
+
+def test_a_changed_default_dtype_is_followed_as_totensor_follows_it():
+    transform = create_transform(input_size=(3, 64, 64), interpolation="bicubic", crop_pct=0.9)
+    img = _image(90, 70, "RGB", 5)
+    assert torch.equal(evaltransform.apply(transform, img), transform(img))  # made and checked in float32
+    old = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    try:
+        got, ref = evaltransform.apply(transform, img), transform(img)
+    finally:
+        torch.set_default_dtype(old)
+    assert got.dtype == ref.dtype == torch.float64 and torch.equal(got, ref)

@@ -51,10 +51,12 @@ class FastEval:
 
     def fast(self, img):
         """The four steps as torchvision computes them; None when the crop is larger than the image (torchvision
-        pads that case)."""
+        pads that case) or torch's default dtype has changed since this was made."""
         import numpy as np
         import torch
 
+        if torch.get_default_dtype() != self.dtype:  # changed since: ToTensor follows it, the cached mean does not
+            return None
         w, h = img.size
         nw, nh = self.resized_size(w, h)
         if (nw, nh) != (w, h):
