@@ -73,10 +73,37 @@ def test_page_upload_of_photos_and_image_choice():
     assert not any("too few" in i.value for i in at.info)  # 64 sidebar images: the data-set part uses them
     files = [(n, b, "image/jpeg") for n, b in photos()]
     at.file_uploader(key="loc.upload").set_value(files).run()
-    at.selectbox(key="loc.image").set_value(1).run()
+    image_picker(at).set_value(1).run()
     assert not at.error and not at.exception, [e.value for e in at.error]
     assert any("2 image(s) given" in i.value for i in at.info)  # the token view's CKA map: the reference set
-    assert len(captions(at)) == 3
+    caps = captions(at)
+    assert len(caps) == 3 and f"on {PHOTOS[1]}:" in caps[1], caps
+
+
+def image_picker(at):
+    return next(s for s in at.selectbox if s.label == "Image")
+
+
+def test_a_new_upload_of_as_many_images_gets_its_own_label_and_maps():
+    """The picker and the token view follow the uploaded content, not the number of images: replacing one upload by
+    another showed the first one's name in the picker and, from the session's memo, its maps."""
+    import io
+
+    from PIL import Image
+
+    at = start(**{"lab.source": "fashion-mnist:test", "lab.images": 64})
+    name, data = photos()[0]
+    at.file_uploader(key="loc.upload").set_value([(name, data, "image/jpeg")]).run()
+    first = captions(at)[1]
+    assert image_picker(at).options == [name] and f"on {name}:" in first, first
+    buf = io.BytesIO()
+    Image.new("RGB", (90, 60), (20, 120, 220)).save(buf, "PNG")
+    at.file_uploader(key="loc.upload").set_value([("blue.png", buf.getvalue(), "image/png")]).run()
+    assert not at.error and not at.exception, [e.value for e in at.error]
+    second = captions(at)[1]
+    assert image_picker(at).options == ["blue.png"] and "on blue.png:" in second, second
+    numbers = [c.split(":", 1)[1] for c in (first, second)]  # the view's own shares, after the image's name
+    assert numbers[0] != numbers[1], numbers
 
 
 def test_a_cnn_position_shows_gradient_and_says_it_has_no_attention():

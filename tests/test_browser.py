@@ -292,6 +292,9 @@ def test_localization_click_a_token_and_upload_an_image(page, server):
     _no_exception(page)
     caps = _captions(page)
     assert any("gradient |∂h/∂x| of token" in c and "on blue.png:" in c for c in caps), caps
+    label = page.locator('[data-testid="stWidgetLabel"]').get_by_text("Image", exact=True)
+    picker = page.locator('[data-testid="stSelectbox"]').filter(has=label).first
+    assert "blue.png" in picker.inner_html()  # the picker shows the upload, not the sidebar's image it replaced
     assert page.locator('[data-testid="stImage"]').count() >= 3
     _shot(page, "localization")
 

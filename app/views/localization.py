@@ -3,6 +3,7 @@ its own input patch (linear CKA over images between the token and the patch at e
 models; and, for one token on an image of your own, which pixels it carries (its gradient map) and where it
 attends, beside its CKA map from a reference set (vitlab.token_localization)."""
 
+import hashlib
 from pathlib import Path
 
 import lab
@@ -103,9 +104,14 @@ if report is not None:
     with lab.guard():
         images, given, given_name = your_images_ui(s, src)
         names = activations.as_source(images)
-        pick = st.selectbox("Image", range(min(len(names), 50)), key="loc.image", format_func=names.item_id)
+        ids = [names.item_id(i) for i in range(min(len(names), 50))]
+        # which images these are (names and content): the picker's key and the token view's follow them, so a new
+        # upload of as many images is neither shown under the previous label nor given the previous maps
+        keyed = range(len(names)) if isinstance(images, list) else range(len(ids))  # a source: s.key names it
+        content = hashlib.sha1("\0".join(names.item_key(i) for i in keyed).encode()).hexdigest()[:16]
+        pick = st.selectbox("Image", range(len(ids)), key=f"loc.image.{content}", format_func=ids.__getitem__)
         block = tl.block_of_tap(m, layer)
-        view = lab.compute(("loc.token", s.key, m.label, block, row, col, pick, given_name, given, ref),
+        view = lab.compute(("loc.token", s.key, m.label, block, row, col, pick, given_name, given, content, ref),
                            lambda run: tl.token_view(m, images, pick, block, row, col, ref, run, given,
                                                      given_name, lab.named_source(ref.source)),
                            "Token view")
