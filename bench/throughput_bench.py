@@ -278,9 +278,9 @@ def spawn(kind: str, model: str, args, images: int, batch: int, methods: str = "
     with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as f:
         result = f.name
     cmd = [sys.executable, str(Path(__file__).resolve()), "--worker", kind, "--model", model, "--data", args.data,
-           "--images", str(images), "--batch-size", str(batch), "--device", args.device, "--repeats",
-           str(args.repeats if repeats is None else repeats), "--threads", str(args.threads), "--workers", str(args.workers if workers is None
-                                                                              else workers),
+           "--images", str(images), "--batch-size", str(batch), "--device", args.device,
+           "--repeats", str(args.repeats if repeats is None else repeats), "--threads", str(args.threads),
+           "--workers", str(args.workers if workers is None else workers),
            "--methods", methods, "--result-file", result] + (["--amp"] if args.amp else [])
     env = dict(os.environ, HF_HUB_OFFLINE="1")
     try:
