@@ -20,8 +20,9 @@ SIZES = [(500, 375), (375, 500), (224, 224), (161, 161), (170, 1000), (1000, 170
 def _image(w: int, h: int, mode: str, seed: int) -> Image.Image:
     rng = np.random.default_rng(seed)
     shape = (h, w, 3) if mode == "RGB" else (h, w)
-    smooth = np.linspace(0, 255, w)[None, :] * np.linspace(0.2, 1, h)[:, None]  # gradients and noise: resampling
-    arr = np.clip((smooth[..., None] if mode == "RGB" else smooth) + rng.normal(0, 40, shape), 0, 255)  # matters
+    # gradients plus noise, so that every resampling filter and crop offset changes the result
+    smooth = np.linspace(0, 255, w)[None, :] * np.linspace(0.2, 1, h)[:, None]
+    arr = np.clip((smooth[..., None] if mode == "RGB" else smooth) + rng.normal(0, 40, shape), 0, 255)
     return Image.fromarray(arr.astype(np.uint8), mode)
 
 
@@ -132,3 +133,19 @@ def test_a_changed_default_dtype_is_followed_as_totensor_follows_it():
     finally:
         torch.set_default_dtype(old)
     assert got.dtype == ref.dtype == torch.float64 and torch.equal(got, ref)
+
+
+def test_per_object_remembers_what_it_can_and_makes_the_rest_each_time():
+    import weakref
+
+    cache, made = weakref.WeakKeyDictionary(), []
+
+    def make(obj):
+        made.append(1)
+        return len(made)
+
+    transform = create_transform(input_size=(3, 64, 64))
+    assert evaltransform.per_object(cache, transform, make) == evaltransform.per_object(cache, transform, make) == 1
+    assert evaltransform.per_object(cache, [1, 2], make) == 2 and evaltransform.per_object(cache, [1, 2], make) == 3
+    assert evaltransform.per_object(cache, 7, make) == 4  # hashable but not weak-referenceable
+    assert len(made) == 4 and len(cache) == 1

@@ -23,6 +23,7 @@ from typing import Iterator, Sequence
 
 import numpy as np
 
+from . import evaltransform
 from .errors import VitlabError
 
 ASSETS = Path(__file__).resolve().parent.parent / "assets"
@@ -322,10 +323,8 @@ def decode(source: ImageSource, batch: Batch, min_side: int | None = None) -> Ba
 def transform_image(img, loaded) -> "object":
     """One PIL image as the model expects it: (C, H, W) on the host. ``loaded.transform``, run by
     :mod:`vitlab.evaltransform` when it is timm's eval transform (the same tensor in fewer Python steps)."""
-    from .evaltransform import apply
-
     mode = "L" if loaded.in_chans == 1 else "RGB"
-    return apply(loaded.transform, img if img.mode == mode else img.convert(mode))
+    return evaltransform.apply(loaded.transform, img if img.mode == mode else img.convert(mode))
 
 
 def to_tensor(images: list, loaded) -> "object":

@@ -22,6 +22,7 @@ from __future__ import annotations
 import weakref
 
 _CACHE: "weakref.WeakKeyDictionary[object, FastEval | None]" = weakref.WeakKeyDictionary()
+_UNSEEN = object()
 
 
 class FastEval:
@@ -115,21 +116,23 @@ def _recognise(transform) -> FastEval | None:
     return fast
 
 
+def per_object(cache: weakref.WeakKeyDictionary, obj, make):
+    """``cache[obj]``, made by ``make(obj)`` on first use; ``make(obj)`` on every call for an object that cannot be a
+    weak key (not hashable, or not weak-referenceable). Workers racing on a first use may both make it: equal values,
+    one is kept."""
+    try:
+        value = cache.get(obj, _UNSEEN)
+    except TypeError:
+        return make(obj)
+    if value is _UNSEEN:
+        value = cache[obj] = make(obj)
+    return value
+
+
 def fast_eval(transform) -> FastEval | None:
     """The :class:`FastEval` of ``transform`` (one per transform object), or None when it is not timm's eval
-    transform or cannot be remembered (not weak-referenceable)."""
-    try:
-        return _CACHE[transform]
-    except KeyError:
-        pass
-    except TypeError:  # not hashable: no fast path
-        return None
-    fast = _recognise(transform)
-    try:
-        _CACHE[transform] = fast  # two workers may both get here first: equal objects, one is kept
-    except TypeError:  # not weak-referenceable
-        return None
-    return fast
+    transform."""
+    return per_object(_CACHE, transform, _recognise)
 
 
 def apply(transform, img):

@@ -40,6 +40,7 @@ from typing import Callable, Iterable, Iterator, Sequence
 
 from .data import Batch, ImageSource, decode, transform_image
 from .errors import VitlabError
+from .evaltransform import per_object
 
 MAX_DEFAULT_WORKERS = 16
 TASK_IMAGES = 4  # images per worker task, fewer when a batch would otherwise not reach every worker
@@ -93,20 +94,13 @@ def input_key(loaded) -> str:
     an object address (a lambda) is never assumed equal to another. The text is kept per transform object, which
     vitlab never changes after loading.
     """
-    t = loaded.transform
-    try:
-        text = _KEY_TEXT.get(t)
-    except TypeError:  # not hashable
-        text = None
-    if text is None:
-        text = repr(t)  # ~1 ms (Normalize prints its tensors), and asked for every batch: kept per transform object
-        if " at 0x" in text:
-            text = f"{text}#{id(t)}"
-        try:
-            _KEY_TEXT[t] = text
-        except TypeError:  # not weak-referenceable
-            pass
-    return f"{loaded.in_chans}|{text}"
+    # repr takes ~1 ms (Normalize prints its tensors) and the key is asked for every batch: kept per transform
+    return f"{loaded.in_chans}|{per_object(_KEY_TEXT, loaded.transform, _key_text)}"
+
+
+def _key_text(transform) -> str:
+    text = repr(transform)
+    return f"{text}#{id(transform)}" if " at 0x" in text else text
 
 
 @dataclass
