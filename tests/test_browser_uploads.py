@@ -55,6 +55,10 @@ def test_presentation_layout_moves_with_the_arrow_keys(page, server):  # noqa: F
     _goto(page, server, "")
     _nav(page, "present")
     page.get_by_text("1 / 10").first.wait_for()
+    # the slide number shows before the run ends and the buttons that carry the arrow-key shortcuts exist: a key
+    # pressed then is lost (this failed on a slow machine). Wait for the whole navigation row and the run's end.
+    page.get_by_role("button", name="Download report (HTML)").wait_for()
+    _settle(page)
     _no_exception(page)
     _shot(page, "present")
     page.get_by_text("1 / 10").first.click()  # focus the page, not a widget
