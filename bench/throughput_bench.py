@@ -17,7 +17,9 @@ channels-last, as it does for its users (vitlab.models.wants_channels_last; VITL
 Timing: every run of every method is a fresh process (the model loaded before the clock starts), so no method
 inherits another's heap, thread pools or allocator settings; --repeats rounds, interleaved (round r starts at
 method r). Reported: the fastest run of each method, and per round the ratio to forward-loader of the same
-round (the median and the range over rounds): on a shared machine the load moves more than the methods differ.
+round: its median and the sign test's interval for the median (order statistics, >= 90 % coverage, no normality
+assumed; 5 rounds give min..max at 94 %). On a shared machine the load moves more than the methods differ, so a
+verdict is "met" or "not met" only when the whole interval is on one side of the target, else "can't tell".
 
 Peak memory: each of forward-loader, vitlab and vitlab-held (the previous path: every tap of a batch held, then
 the Grams) runs alone in a fresh subprocess at two batch sizes (--memory-batches, two batches of images each);
@@ -28,7 +30,7 @@ over count in the main process.
 Scaling: the pipeline alone on a decode-bound case (--scaling-model, default test_vit@random: a 160 px input,
 so decoding a 500x375 JPEG dominates), 1 and 2 workers (and 0: the main thread), and the same work per image
 (vitlab's decode, data.transform_image) in a DataLoader's 1 and 2 worker processes, --scaling-rounds rounds
-interleaved. Reported: the fastest round of each, and the 2-vs-1-worker speed-up per round (median, range).
+interleaved. Reported: the fastest round of each, and the 2-vs-1-worker speed-up per round (median, interval).
 
     nice python bench/throughput_bench.py                           # defaults: ~10 min on 2 loaded CPU cores
     python bench/throughput_bench.py --models vit_base_patch16_224@random --images 256 --device cuda --amp
@@ -306,12 +308,42 @@ def timing_rounds(model: str, args) -> dict:
     return runs
 
 
-def verdict(ratios: list[float], best: float, target: float, below: bool = False) -> str:
-    """'met' when the fastest-run ratio and the median round ratio are both within the target, 'not met' when
-    both are outside, else "can't tell" (the rounds disagree)."""
-    med = statistics.median(ratios)
-    ok = [best < target if below else best <= target, med < target if below else med <= target]
-    return "met" if all(ok) else "not met" if not any(ok) else "can't tell"
+LEVEL = 0.90  # the least coverage of the rounds' interval for the median ratio
+
+
+def median_interval(values: list[float], level: float = LEVEL) -> tuple[float, float, float]:
+    """(low, high, coverage): the distribution-free interval for the median of ``values`` (the sign test's):
+    the k-th smallest and k-th largest value, k as large as keeps the coverage 1 - 2 P(Binomial(n, 1/2) < k)
+    at ``level`` or above. Rounds are paired (each ratio is within one round), not assumed normal, and a machine
+    that speeds up or slows down mid-run moves whole rounds, which this interval allows for. With fewer than 5
+    values no interval reaches 90 %: (min, max) and its (lower) coverage."""
+    import math
+
+    v, n = sorted(values), len(values)
+
+    def coverage(k: int) -> float:  # P(k-th smallest <= median <= k-th largest)
+        return 1 - 2 * sum(math.comb(n, i) for i in range(k)) / 2 ** n
+
+    k = 1
+    while k + 1 <= (n + 1) // 2 and coverage(k + 1) >= level:
+        k += 1
+    return v[k - 1], v[n - k], coverage(k)
+
+
+def verdict(ratios: list[float], target: float, below: bool = False) -> str:
+    """'met' when the whole median interval of the rounds' ratios is within the target (at or under it; with
+    ``below``, under it), 'not met' when the whole interval is outside, else "can't tell"; also "can't tell"
+    when there are too few rounds for a 90 % interval (fewer than 5)."""
+    lo, hi, cover = median_interval(ratios)
+    if cover < LEVEL:
+        return f"can't tell ({len(ratios)} rounds; 5 give a 90 % interval)"
+    inside = (lambda r: r < target) if below else (lambda r: r <= target)
+    return "met" if inside(hi) else "not met" if not inside(lo) else "can't tell"
+
+
+def interval_text(ratios: list[float]) -> str:
+    lo, hi, cover = median_interval(ratios)
+    return f"median {statistics.median(ratios):.3f}, {100 * cover:.0f} % interval [{lo:.3f}, {hi:.3f}]"
 
 
 def report_model(model: str, args) -> None:
@@ -327,30 +359,30 @@ def report_model(model: str, args) -> None:
         best = {k: min(w for w, _ in v) for k, v in runs.items()}
         loader = runs["forward-loader"]
         print(f"  {'method':<16}{'images/s':>9}{'wall s':>8}{'cpu s':>8}{'/loader':>9}{'round /loader':>22}"
-              "   walls of the rounds")
+              "   walls of the rounds (round /loader: median [interval])")
         per_round = {}
         for k in args.timed:
             ratios = [w / lw for (w, _), (lw, _) in zip(runs[k], loader)]
             per_round[k] = ratios
-            med = statistics.median(ratios)
+            lo, hi, _ = median_interval(ratios)
             cpu = min(c for _, c in runs[k])
             print(f"  {k:<16}{n / best[k]:>9.1f}{best[k]:>8.2f}{cpu:>8.2f}{best[k] / best['forward-loader']:>9.3f}"
-                  f"{med:>10.3f} [{min(ratios):.3f}, {max(ratios):.3f}]   "
+                  f"{statistics.median(ratios):>10.3f} [{lo:.3f}, {hi:.3f}]   "
                   + " ".join(f"{w:.2f}" for w, _ in runs[k]))
         if "vitlab" in runs and "forward-serial" in runs:
             vs_serial = [w / s for (w, _), (s, _) in zip(runs["vitlab"], runs["forward-serial"])]
-            print(f"  vitlab <= 1.05x forward-loader: "
-                  f"{verdict(per_round['vitlab'], best['vitlab'] / best['forward-loader'], 1.05)}; vitlab < "
-                  f"forward-serial: {verdict(vs_serial, best['vitlab'] / best['forward-serial'], 1.0, True)} "
-                  f"(fastest runs {best['vitlab'] / best['forward-serial']:.3f}, median round "
-                  f"{statistics.median(vs_serial):.3f})")
+            print(f"  vitlab <= 1.05x forward-loader: {verdict(per_round['vitlab'], 1.05)} "
+                  f"({interval_text(per_round['vitlab'])}; fastest runs "
+                  f"{best['vitlab'] / best['forward-loader']:.3f})")
+            print(f"  vitlab < forward-serial: {verdict(vs_serial, 1.0, True)} ({interval_text(vs_serial)}; "
+                  f"fastest runs {best['vitlab'] / best['forward-serial']:.3f})")
         if all(k in runs for k in ("vitlab-kept", "forward-serial", "forward-kept")):
             kept = [w / s for (w, _), (s, _) in zip(runs["vitlab-kept"], runs["forward-serial"])]
             print(f"  with VITLAB_KEEP_FREED=1: vitlab-kept <= 1.05x forward-loader: "
-                  f"{verdict(per_round['vitlab-kept'], best['vitlab-kept'] / best['forward-loader'], 1.05)}; "
-                  f"vitlab-kept < forward-serial: "
-                  f"{verdict(kept, best['vitlab-kept'] / best['forward-serial'], 1.0, True)}; vitlab-kept over "
-                  f"forward-kept (same allocator): {best['vitlab-kept'] / best['forward-kept']:.3f}")
+                  f"{verdict(per_round['vitlab-kept'], 1.05)} ({interval_text(per_round['vitlab-kept'])}); "
+                  f"vitlab-kept < forward-serial: {verdict(kept, 1.0, True)} ({interval_text(kept)}); "
+                  f"vitlab-kept over forward-kept (same allocator), fastest runs: "
+                  f"{best['vitlab-kept'] / best['forward-kept']:.3f}")
     if "memory" in args.skip_parts:
         return
     small, large = args.memory_batches
@@ -386,9 +418,11 @@ def report_scaling(args) -> None:
         print(f"  {label}:")
         for v in names:
             print(f"    {v.lstrip('L')} worker(s): {n / min(walls[v]):7.1f} images/s   ({min(walls[v]):.2f} s)")
-        per_round = sorted(a / b for a, b in zip(walls[one], walls[two]))
+        per_round = [a / b for a, b in zip(walls[one], walls[two])]
+        lo, hi, cover = median_interval(per_round)
         print(f"    2 vs 1 worker: {min(walls[one]) / min(walls[two]):.2f}x on the fastest rounds; per round median "
-              f"{statistics.median(per_round):.2f}x (range {per_round[0]:.2f}-{per_round[-1]:.2f})")
+              f"{statistics.median(per_round):.2f}x, {100 * cover:.0f} % interval [{lo:.2f}, {hi:.2f}]; >= 1.7x: "
+              f"{verdict([1 / r for r in per_round], 1 / 1.7)}")
 
 
 def parse(argv=None):
@@ -405,7 +439,8 @@ def parse(argv=None):
     p.add_argument("--device", default="cpu")
     p.add_argument("--amp", action="store_true", help="bf16 autocast (CUDA)")
     p.add_argument("--threads", type=int, default=0, help="torch threads of the main thread (0: torch's default)")
-    p.add_argument("--repeats", type=int, default=3, help="timing rounds (default 3)")
+    p.add_argument("--repeats", type=int, default=5,
+                   help="timing rounds (default 5: the fewest that give a 90 %% interval for the median ratio)")
     p.add_argument("--timeout", type=float, default=1200)
     p.add_argument("--data", default=None, help="image folder (default: JPEGs made in a temporary folder)")
     p.add_argument("--timed", default=",".join(TIMED),
