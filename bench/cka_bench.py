@@ -48,6 +48,9 @@ import numpy as np
 
 # the editable install of this checkout maps `vitlab` as a namespace package outside the repo root: import from here
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from verdicts import interval_text, verdict
 
 METHODS = ("float64", "forward", "forward-cl", "vitlab", "vitlab-warm", "pytorch-cka", "torch-cka")
 EXTRA = ("pytorch-cka-cl", "torch-cka-cl")  # only when asked for with --methods
@@ -432,6 +435,11 @@ def print_table(models: str, rows: list[dict]) -> None:
         if timed_rows:
             print(f"rounds at N={n} (wall s of each interleaved round; round r starts at method r): "
                   + "; ".join(f"{r['method']} " + " ".join(f"{w:.2f}" for w in r["walls"]) for r in timed_rows))
+            ours = next((r for r in timed_rows if r["method"] == "vitlab"), None)
+            for peer in (r for r in timed_rows if ours and r["method"].startswith(("pytorch-cka", "torch-cka"))):
+                ratios = [a / b for a, b in zip(ours["walls"], peer["walls"])]  # the same round's walls
+                print(f"  vitlab faster than {peer['method']} (wall ratio < 1): {verdict(ratios, 1.0, True)} "
+                      f"({interval_text(ratios)})")
 
 
 def parse(argv=None):

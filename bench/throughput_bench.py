@@ -32,7 +32,7 @@ so decoding a 500x375 JPEG dominates), 1 and 2 workers (and 0: the main thread),
 (vitlab's decode, data.transform_image) in a DataLoader's 1 and 2 worker processes, --scaling-rounds rounds
 interleaved. Reported: the fastest round of each, and the 2-vs-1-worker speed-up per round (median, interval).
 
-    nice python bench/throughput_bench.py                           # defaults: ~10 min on 2 loaded CPU cores
+    nice python bench/throughput_bench.py                           # defaults: ~20 min on 2 CPU cores
     python bench/throughput_bench.py --models vit_base_patch16_224@random --images 256 --device cuda --amp
 """
 
@@ -51,6 +51,9 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from verdicts import interval_text, median_interval, verdict
 
 TIMED = ("pipeline", "forward-serial", "forward-loader", "forward-cl", "forward-kept", "vitlab", "vitlab-kept")
 MEMORY = ("forward-loader", "forward-cl", "forward-kept", "vitlab", "vitlab-kept", "vitlab-held")
@@ -306,44 +309,6 @@ def timing_rounds(model: str, args) -> dict:
             runs[k].append((t["wall"], t["cpu"]))
             print(f"  done: round {r + 1} {k} {t['wall']:.2f} s", file=sys.stderr, flush=True)
     return runs
-
-
-LEVEL = 0.90  # the least coverage of the rounds' interval for the median ratio
-
-
-def median_interval(values: list[float], level: float = LEVEL) -> tuple[float, float, float]:
-    """(low, high, coverage): the distribution-free interval for the median of ``values`` (the sign test's):
-    the k-th smallest and k-th largest value, k as large as keeps the coverage 1 - 2 P(Binomial(n, 1/2) < k)
-    at ``level`` or above. Rounds are paired (each ratio is within one round), not assumed normal, and a machine
-    that speeds up or slows down mid-run moves whole rounds, which this interval allows for. With fewer than 5
-    values no interval reaches 90 %: (min, max) and its (lower) coverage."""
-    import math
-
-    v, n = sorted(values), len(values)
-
-    def coverage(k: int) -> float:  # P(k-th smallest <= median <= k-th largest)
-        return 1 - 2 * sum(math.comb(n, i) for i in range(k)) / 2 ** n
-
-    k = 1
-    while k + 1 <= (n + 1) // 2 and coverage(k + 1) >= level:
-        k += 1
-    return v[k - 1], v[n - k], coverage(k)
-
-
-def verdict(ratios: list[float], target: float, below: bool = False) -> str:
-    """'met' when the whole median interval of the rounds' ratios is within the target (at or under it; with
-    ``below``, under it), 'not met' when the whole interval is outside, else "can't tell"; also "can't tell"
-    when there are too few rounds for a 90 % interval (fewer than 5)."""
-    lo, hi, cover = median_interval(ratios)
-    if cover < LEVEL:
-        return f"can't tell ({len(ratios)} rounds; 5 give a 90 % interval)"
-    inside = (lambda r: r < target) if below else (lambda r: r <= target)
-    return "met" if inside(hi) else "not met" if not inside(lo) else "can't tell"
-
-
-def interval_text(ratios: list[float]) -> str:
-    lo, hi, cover = median_interval(ratios)
-    return f"median {statistics.median(ratios):.3f}, {100 * cover:.0f} % interval [{lo:.3f}, {hi:.3f}]"
 
 
 def report_model(model: str, args) -> None:

@@ -1,4 +1,4 @@
-"""The throughput benchmark's verdicts: the sign test's interval for a median, and met / not met / can't tell.
+"""The benchmarks' verdicts (bench/verdicts.py): the sign test's interval for a median, and met / not met / can't tell.
 
 The interval's coverage is checked by simulation (skewed and heavy-tailed draws whose median is known), not by
 the binomial sum the benchmark uses; the verdicts on cases whose answer is plain.
@@ -14,7 +14,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
 
-import throughput_bench as tb
+import verdicts as tb
 
 
 @pytest.mark.parametrize("n", [5, 6, 7, 8, 9, 11, 15])

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import collections
+
 import numpy as np
 import pytest
 import torch
@@ -106,6 +108,9 @@ def test_end_to_end_against_manual(tiny_vit, fmnist_source, store):
             best = manual_probe(*(v for p in ("train", "val", "test") for v in (fn(feats[p][tap]), labels[p])))
             row = frame[(frame["layer"] == tap) & (frame["representation"] == name)].iloc[0]
             assert row["val_accuracy"] == pytest.approx(best[0]) and row["accuracy"] == pytest.approx(best[2])
+    counts = collections.Counter(labels["test"].tolist())  # chance: the most common test class's share
+    assert frame["chance"].eq(max(counts.values()) / len(labels["test"])).all()
+    assert frame["above_chance"].isna().all()  # one draw: no interval, no verdict
     again = probes.probes([tiny_vit], fmnist_source, opts, vitlab.Run(store=store))
     assert again.info.batches_computed == 0
     with pytest.raises(VitlabError, match="no representation"):
@@ -143,7 +148,14 @@ def test_draws_give_a_bootstrap_interval_of_the_mean(tiny_vit, fmnist_source, st
     assert row["accuracy_lo"] == pytest.approx(np.percentile(means, 2.5))
     assert row["accuracy_hi"] == pytest.approx(np.percentile(means, 97.5))
     assert row["accuracy_lo"] < row["accuracy_hi"] or accs.min() == accs.max()
+    shares = [max(collections.Counter(y[c].tolist()).values()) / len(c) for _, _, c in draws]
+    assert row["chance"] == pytest.approx(np.mean(shares))
+    lo, hi, chance = row["accuracy_lo"], row["accuracy_hi"], row["chance"]
+    assert row["above_chance"] == ("yes" if lo > chance else "no" if hi <= chance else "can't tell")
     spec = probe_lines(pd.DataFrame([row])).to_dict()
+    rules = [layer for layer in spec["layer"] if layer["encoding"].get("y", {}).get("field") == "chance"]
+    assert rules and spec["datasets"][rules[0]["data"]["name"]] == [
+        {"chance": row["chance"], "label": f"chance {row['chance']:.2f}"}]
     fields = {e.get("field") for layer in spec["layer"] for e in layer["encoding"].values() if isinstance(e, dict)}
     tips = {t.get("field") for t in spec["layer"][0]["encoding"]["tooltip"]}
     assert {"accuracy_lo", "accuracy_hi"} <= fields and {"accuracy_lo", "accuracy_hi"} <= tips
@@ -158,6 +170,15 @@ def test_a_short_last_batch_is_kept(tiny_vit, fmnist_source, store):
                                batch_size=8, draws=2)
     rep = probes.probes([tiny_vit], fmnist_source, opts, vitlab.Run(store=store))
     assert rep.results[0].images == {"train": 10, "val": 10, "test": 22}
+
+
+def test_chance_level_and_its_verdict():
+    assert probes.majority_rate(np.array([0, 1, 2, 3])) == 0.25  # balanced: 1 / classes
+    assert probes.majority_rate(np.array([4, 4, 4, 1])) == 0.75  # one class dominates: always answering it
+    assert probes.above_chance(0.3, 0.5, 0.25) == "yes"
+    assert probes.above_chance(0.2, 0.25, 0.25) == "no"
+    assert probes.above_chance(0.2, 0.3, 0.25) == "can't tell"
+    assert probes.above_chance(np.nan, np.nan, 0.25) is None
 
 
 def test_cli_and_chart(tmp_path):

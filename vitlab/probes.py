@@ -228,8 +228,10 @@ class ProbeResult:
 
     def to_frame(self):
         """model, layer, layer_index, depth (normalised, (i+1)/L), representation, accuracy (mean over draws),
-        accuracy_lo, accuracy_hi (its 95 % bootstrap interval; NaN for one draw), val_accuracy, l2 (means over the
-        draws), shots, tokens (individual tokens averaged; 1 otherwise), draws."""
+        accuracy_lo, accuracy_hi (its 95 % bootstrap interval; NaN for one draw), chance (the test images' most
+        common class's share, mean over draws: :func:`majority_rate`), above_chance (:func:`above_chance`: yes, no,
+        can't tell; None for one draw), val_accuracy, l2 (means over the draws), shots, tokens (individual tokens
+        averaged; 1 otherwise), draws."""
         import pandas as pd
 
         return pd.DataFrame(self.rows)
@@ -255,7 +257,24 @@ class ProbeReport:
         lines = [f"{r['model']}: best {r['accuracy']:.3f} at {r['layer']} ({r['representation']})"
                  for _, r in self.best().iterrows()]
         shots = len(self.split.train) // self.split.classes
-        return lines + [f"{shots}-shot probes on {len(self.split.test)} test images"]
+        frame = self.to_frame()
+        chance = f"; chance {frame['chance'].max():.3f} (the most common test class's share)" \
+            if "chance" in frame else ""
+        return lines + [f"{shots}-shot probes on {len(self.split.test)} test images{chance}"]
+
+
+def majority_rate(y: np.ndarray) -> float:
+    """The share of the most common label in ``y``: the best accuracy a guess that ignores the image can reach on
+    these test images (always answering that class); 1/classes when the classes are balanced."""
+    return float(np.bincount(np.asarray(y)).max() / len(y))
+
+
+def above_chance(lo: float, hi: float, chance: float) -> str | None:
+    """'yes' when the accuracy's whole 95 % interval is above chance, 'no' when it is at or below it, "can't tell"
+    when the interval contains it; None without an interval (one draw)."""
+    if np.isnan(lo) or np.isnan(hi):
+        return None
+    return "yes" if lo > chance else "no" if hi <= chance else "can't tell"
 
 
 def _probe_one(xs: dict[str, np.ndarray], ys: dict[str, np.ndarray], classes: int) -> tuple[float, float, float]:
@@ -335,15 +354,18 @@ def probe_model(model: LoadedModel, source: ImageSource, split: Split, *, layers
     feats, labels = _gather(model, source, split, ProbeFeatures(layers, reps, tokens), batch_size, run)
     parts = _draws(labels, split, draws, seed)
     y = np.concatenate([labels[p] for p in ("train", "val", "test")])
+    chance = float(np.mean([majority_rate(y[d["test"]]) for d in parts]))
     rows = []
     for i, tap in enumerate(layers):
         for rep in reps:
             x = np.concatenate([feats[p][f"{rep}|{tap}"] for p in ("train", "val", "test")])
             per = np.array([_probe_draw(x, y, d, split.classes) for d in parts])  # (draws, 4)
             acc = ev.mean_estimate(per[:, 0], run.bootstrap, run.seed) if draws > 1 and run.bootstrap else None
+            lo, hi = (acc.lo, acc.hi) if acc else (np.nan, np.nan)
             rows.append({"model": model.label, "layer": tap, "layer_index": i, "depth": (i + 1) / len(layers),
                          "representation": rep, "accuracy": float(per[:, 0].mean()),
-                         "accuracy_lo": acc.lo if acc else np.nan, "accuracy_hi": acc.hi if acc else np.nan,
+                         "accuracy_lo": lo, "accuracy_hi": hi, "chance": chance,
+                         "above_chance": above_chance(lo, hi, chance),
                          "val_accuracy": float(per[:, 1].mean()), "l2": float(per[:, 2].mean()),
                          "shots": len(split.train) // split.classes, "tokens": int(per[0, 3]), "draws": draws})
     return ProbeResult(model.label, rows, len(split.train) // split.classes,

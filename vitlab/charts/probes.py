@@ -13,7 +13,8 @@ REP_NAMES = {"cls": "CLS token", "gap": "GAP (spatial mean)", "gap_cls": "GAP in
 
 def probe_lines(frame: pd.DataFrame, title: str | None = None, width: int = 420):
     """Test accuracy against normalised layer depth: one line per model and representation; where the frame has
-    intervals (``accuracy_lo``/``accuracy_hi``, several few-shot draws) a 95 % error bar at every layer."""
+    intervals (``accuracy_lo``/``accuracy_hi``, several few-shot draws) a 95 % error bar at every layer, and where
+    it has ``chance`` (the test images' most common class's share) a dashed grey rule there."""
     if frame.empty:
         raise VitlabError("no probe results to draw")
     data = frame.copy()
@@ -37,5 +38,13 @@ def probe_lines(frame: pd.DataFrame, title: str | None = None, width: int = 420)
     layers = [lines, base.mark_circle(size=28)]
     if ranged:  # 95 % interval of the mean accuracy over the few-shot draws
         layers.append(base.mark_rule(strokeWidth=1.5, opacity=0.7).encode(y="accuracy_lo:Q", y2="accuracy_hi:Q"))
+    if "chance" in data and data["chance"].notna().any():
+        level = pd.DataFrame({"chance": sorted(data["chance"].dropna().unique())})
+        level["label"] = [f"chance {v:.2f}" for v in level["chance"]]
+        rule = alt.Chart(level).encode(y="chance:Q", tooltip=[alt.Tooltip("chance:Q", format=".3f", title=(
+            "chance: the most common test class's share"))])
+        layers += [rule.mark_rule(color="#888", strokeDash=[4, 3]),
+                   rule.mark_text(align="left", dx=3, dy=-6, color="#666", fontSize=10).encode(
+                       x=alt.value(0), text="label:N")]
     return alt.layer(*layers).properties(
         width=width, height=280, title=title or f"{'/'.join(map(str, shots))}-shot linear probe accuracy by layer")
