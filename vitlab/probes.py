@@ -255,6 +255,7 @@ class ProbeReport:
 
     def headline(self) -> list[str]:
         lines = [f"{r['model']}: best {r['accuracy']:.3f} at {r['layer']} ({r['representation']})"
+                 + (f", above chance: {r['above_chance']}" if isinstance(r.get("above_chance"), str) else "")
                  for _, r in self.best().iterrows()]
         shots = len(self.split.train) // self.split.classes
         frame = self.to_frame()
