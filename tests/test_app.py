@@ -308,9 +308,14 @@ def test_probes_page_needs_labels_then_runs():
         assert any("no labels" in e.value for e in at.error), [e.value for e in at.error]
     at = start("probes", **{"lab.source": "fashion-mnist:test", "probe.shots": 1, "probe.test": 20})
     assert not at.error, [e.value for e in at.error]
-    rows = chart_values(charts(at)[0])
+    values = chart_values(charts(at)[0])
+    rows = [r for r in values if "representation" in r]  # the probes; the other dataset is the chance rule's
     assert {r["representation"] for r in rows} <= {"cls", "gap"} and all(0 <= r["accuracy"] <= 1 for r in rows)
     assert all(r["draws"] == 5 and r["accuracy_lo"] <= r["accuracy"] + 1e-9 <= r["accuracy_hi"] + 2e-9 for r in rows)
+    (level,) = [r for r in values if "representation" not in r]
+    assert all(r["chance"] == level["chance"] for r in rows) and 0.1 <= level["chance"] < 1  # >= 1/10 classes
+    assert all(r["above_chance"] == ("yes" if r["accuracy_lo"] > r["chance"] else "no" if r["accuracy_hi"] <=
+                                     r["chance"] else "can't tell") for r in rows)
 
 
 def test_checkpoints_page_sidebar_pair_and_offline_hub_pair():
