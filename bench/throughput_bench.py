@@ -32,7 +32,7 @@ so decoding a 500x375 JPEG dominates), 1 and 2 workers (and 0: the main thread),
 (vitlab's decode, data.transform_image) in a DataLoader's 1 and 2 worker processes, --scaling-rounds rounds
 interleaved. Reported: the fastest round of each, and the 2-vs-1-worker speed-up per round (median, interval).
 
-    nice python bench/throughput_bench.py                           # defaults: ~20 min on 2 CPU cores
+    nice python bench/throughput_bench.py                           # defaults: ~25 min on 2 CPU cores (estimated)
     python bench/throughput_bench.py --models vit_base_patch16_224@random --images 256 --device cuda --amp
 """
 
