@@ -10,7 +10,7 @@ The pixel work is in Pillow's resize and in four torch kernels, which release th
 not. With several input workers that Python is what they queue for, so :class:`FastEval` does the same calls
 directly: Pillow's ``resize`` with torchvision's output size, the same crop box, then ToTensor's and Normalize's
 kernels (``uint8 -> float``, ``/ 255``, ``- mean``, ``/ std``) in the same order and dtype, so the result is the same
-tensor, bit for bit (tests/test_pipeline.py checks it on every zoo and timm transform, sizes and aspect ratios).
+tensor, bit for bit (tests/test_evaltransform.py checks it on timm transforms, sizes and aspect ratios).
 
 Anything else (another crop mode, a max_size, a user's own transform, an image smaller than the crop, which
 torchvision pads) goes through the transform itself. And each fast transform compares itself with the real one on
