@@ -237,8 +237,9 @@ def status_ui() -> None:
         if info.get("enabled"):
             st.caption(f"Disk cache: {info['entries']} entries, {info['bytes'] / 2**20:.1f} MiB of "
                        f"{info['size_limit'] / 2**30:.0f} GiB in `{info['directory']}`")
-        st.caption(f"Input workers: {vitlab.pipeline.default_workers()} threads decoding and transforming images "
-                   f"ahead of the forward ({vitlab.pipeline.cores()} cores; set VITLAB_WORKERS to change)")
+        st.caption(f"Input workers: {vitlab.pipeline.default_workers()} {vitlab.pipeline.default_kind()} decoding and "
+                   f"transforming images ahead of the forward ({vitlab.pipeline.cores()} cores; set VITLAB_WORKERS "
+                   f"and VITLAB_WORKER_KIND to change)")
 
 
 # ------------------------------------------------------------------------------- models, data, store

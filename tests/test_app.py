@@ -154,6 +154,33 @@ def test_similarity_heatmap_matches_the_engine():
     assert "batches computed" in " ".join(c.value for c in at.caption)
 
 
+def test_input_worker_processes_compute_a_page_under_streamlit(monkeypatch):
+    """VITLAB_WORKER_KIND=processes: spawned workers prepare the inputs of an app run (Streamlit's ``__main__`` is
+    the page script, which the workers must not re-run), the status says so, and the numbers are the engine's."""
+    import re
+
+    from vitlab import pipeline
+
+    monkeypatch.setattr(pipeline, "_default_workers", None)
+    monkeypatch.setattr(pipeline, "_default_kind", None)
+    monkeypatch.setenv("VITLAB_WORKER_KIND", "processes")
+    monkeypatch.setenv("VITLAB_WORKERS", "2")
+    batch = SETTINGS["lab.batch_size"] // 2  # batches no other test has cached: the workers prepare them
+    at = start("similarity", **{"lab.batch_size": batch})
+    assert not at.error, [e.value for e in at.error]
+    assert "Input workers: 2 processes" in " ".join(c.value for c in at.sidebar.caption)
+    assert re.search(r"\b[1-9]\d* batches computed", " ".join(c.value for c in at.caption))
+    a, b = (vitlab.load(SETTINGS[k], "cpu") for k in ("lab.model_a", "lab.model_b"))
+    report = vitlab.run.cka([a, b], vitlab.open_source(SETTINGS["lab.source"]),
+                            vitlab.run.CKAOptions(images=SETTINGS["lab.images"], batch_size=batch),
+                            vitlab.Run(workers=0))
+    got = {(r["layer_a"], r["layer_b"]): r["cka"] for r in chart_values(charts(at)[0])}
+    want = report.pair(0, 1).to_frame()
+    assert len(got) == len(want)
+    for _, r in want.iterrows():
+        assert got[(r["layer_a"], r["layer_b"])] == pytest.approx(r["cka"], abs=1e-5)
+
+
 def test_similarity_views_and_layer_pair_detail():
     at = start("similarity")
     at.radio(key="sim.view").set_value("within B").run()

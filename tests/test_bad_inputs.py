@@ -67,18 +67,21 @@ def test_every_catalogue_file_decodes_or_names_its_reason(name):
         assert bool(img.info[images.NOTES]) == (expected == "note")
 
 
-def test_vitlab_cka_on_the_catalogue_names_every_skip_and_uses_every_valid_image(catalogue, tmp_path, capfd):
+@pytest.mark.parametrize("kind", ["threads", "processes"])
+def test_vitlab_cka_on_the_catalogue_names_every_skip_and_uses_every_valid_image(catalogue, tmp_path, capfd, kind):
     from vitlab import cli
 
     folder, expected = catalogue
     bad, noted, good = _split(expected)
     out = tmp_path / "out"
     rc = cli.main(["cka", "-m", "test_vit@random", "-d", str(folder), "-n", "100", "-b", "64", "--device", "cpu",
-                   "-o", str(out)])
+                   "-o", str(out), "--workers", "2", "--worker-kind", kind, "--no-cache"])
     err = capfd.readouterr().err
     assert rc == 0, err
     assert "Traceback" not in err
     run = json.loads((out / "run.json").read_text())
+    assert run["input_workers"] == {"count": 2, "kind": kind}
+    assert vitlab.pipeline._default_kind is None  # main() gives the process its defaults back
     assert {Path(s["image"]).name for s in run["skipped_reasons"]} == bad
     assert run["images"] == len(good) and not run["dropped_batches"]
     assert {Path(s["image"]).name for s in run["notices"]} >= noted

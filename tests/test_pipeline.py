@@ -40,11 +40,11 @@ def _serial(source, batch, loaded):
     return batch, torch.stack([loaded.transform(img.convert(mode)) for img in batch.images])
 
 
-@pytest.mark.parametrize("workers", [0, 1, 3])
-def test_prefetcher_equals_serial_decode_and_transform(jpeg_folder, tiny_vit, workers):
+@pytest.mark.parametrize("workers, kind", [(0, "threads"), (1, "threads"), (3, "threads"), (2, "processes")])
+def test_prefetcher_equals_serial_decode_and_transform(jpeg_folder, tiny_vit, workers, kind):
     source = folder_source(jpeg_folder)
     batches = plan_batches(source, select(source), 4)
-    with pipeline.Prefetcher(source, workers) as pf:
+    with pipeline.Prefetcher(source, workers, kind=kind) as pf:
         futures = [pf.submit(b, pipeline.groups_of([tiny_vit])) for b in plan_batches(source, select(source), 4)]
         got = [f.result() for f in futures]
     key = pipeline.input_key(tiny_vit)
@@ -53,6 +53,8 @@ def test_prefetcher_equals_serial_decode_and_transform(jpeg_folder, tiny_vit, wo
         ref, x = _serial(source, b, tiny_vit)
         assert p.batch.ids == ref.ids and p.batch.labels == ref.labels and p.batch.skipped == ref.skipped
         assert torch.equal(p.inputs[key], x)
+        # the decoded images themselves come back too (localization re-reads them)
+        assert [np.asarray(i).tolist() for i in p.batch.images] == [np.asarray(i).tolist() for i in ref.images]
         skipped += p.batch.skipped
     assert [s[0].split("/")[-1] for s in skipped] == ["broken.jpg", "empty.png"]
     assert all("broken.jpg" in s[1] or "empty.png" in s[1] for s in skipped)
@@ -94,22 +96,23 @@ def test_stream_with_workers_equals_serial_stream(jpeg_folder, tiny_vit, tiny_re
     idx = select(source)
     stats = [[GramStatistic()], [GramStatistic()]]
 
-    def run(workers):
+    def run(workers, kind=None):
         info = vitlab.RunInfo()
         out = [(b.ids, b.labels, b.skipped, [f["gram"]["grams"] for f in found])
-               for b, found in stream([tiny_vit, tiny_resnet], source, idx, 5, stats, vitlab.Run(info=info,
-                                                                                              workers=workers))]
+               for b, found in stream([tiny_vit, tiny_resnet], source, idx, 5, stats,
+                                      vitlab.Run(info=info, workers=workers, worker_kind=kind))]
         return out, info
 
     serial, info0 = run(0)
-    threaded, info3 = run(3)
-    assert len(serial) == len(threaded) == 2  # 11 files in batches of 5: the last (1 image) is dropped
-    for (ids0, lab0, sk0, g0), (ids3, lab3, sk3, g3) in zip(serial, threaded):
-        assert ids0 == ids3 and lab0 == lab3 and sk0 == sk3
-        for a, b in zip(g0, g3):
-            np.testing.assert_array_equal(a, b)
-    assert info0.skipped_images == info3.skipped_images and len(info0.skipped_images) == 2
-    assert info0.dropped_batches == info3.dropped_batches and len(info0.dropped_batches) == 1
+    for workers, kind in ((3, "threads"), (2, "processes")):
+        threaded, info3 = run(workers, kind)
+        assert len(serial) == len(threaded) == 2  # 11 files in batches of 5: the last (1 image) is dropped
+        for (ids0, lab0, sk0, g0), (ids3, lab3, sk3, g3) in zip(serial, threaded):
+            assert ids0 == ids3 and lab0 == lab3 and sk0 == sk3
+            for a, b in zip(g0, g3):
+                np.testing.assert_array_equal(a, b)
+        assert info0.skipped_images == info3.skipped_images and len(info0.skipped_images) == 2
+        assert info0.dropped_batches == info3.dropped_batches and len(info0.dropped_batches) == 1
 
 
 def test_worker_threads_leave_the_forward_its_threads(jpeg_folder, tiny_vit):
@@ -185,3 +188,85 @@ def test_tasks_cover_the_batch_in_order_and_reach_every_worker(n, workers):
     assert [i for t in tasks for i in t] == indices
     assert all(1 <= len(t) <= pipeline.TASK_IMAGES for t in tasks)
     assert len(tasks) >= min(n, workers)  # a batch of at least W images reaches all W workers
+
+
+@pytest.mark.parametrize("n, workers, ahead", [(32, 2, 1), (32, 16, 2), (256, 16, 2), (5, 3, 1), (0, 2, 1),
+                                               (64, 1, 1), (33, 8, 2)])
+def test_process_tasks_cover_the_batch_in_order_and_keep_every_worker_busy(n, workers, ahead):
+    indices = list(range(100, 100 + n))
+    tasks = pipeline._process_tasks(indices, workers, ahead)
+    assert [i for t in tasks for i in t] == indices
+    assert all(len(t) >= pipeline.TASK_IMAGES for t in tasks[:-1])  # few, large tasks: one hand-off each
+    # ahead batches in flight give every worker a task, unless the images are too few for that
+    assert ahead * len(tasks) >= min(workers, ahead * -(-n // pipeline.TASK_IMAGES))
+
+
+# ---------------------------------------------------------------- worker processes
+
+
+class _CrashingSource(vitlab.data.FilesSource):
+    """Kills the worker process that decodes the file named ``crash``: a decoder that segfaults on a file."""
+
+    def load(self, i, min_side=None):
+        import os
+        import signal
+
+        if str(self.items[i]).endswith("img3.jpg") and _worker_process():
+            os.kill(os.getpid(), signal.SIGKILL)
+        return super().load(i, min_side)
+
+
+def _worker_process() -> bool:
+    import multiprocessing
+
+    return multiprocessing.parent_process() is not None
+
+
+def test_a_worker_process_that_dies_is_a_clear_error_naming_its_batch(jpeg_folder, tiny_vit):
+    files = folder_source(jpeg_folder)
+    source = _CrashingSource(files.items, name="crashing")
+    batches = plan_batches(source, select(source), 4)
+    crash = next(b for b in batches if any(str(source.items[i]).endswith("img3.jpg") for i in b.indices))
+    with pipeline.Prefetcher(source, 2, kind="processes") as pf:
+        futures = [pf.submit(b, pipeline.groups_of([tiny_vit])) for b in batches]
+        with pytest.raises(VitlabError) as e:
+            [f.result() for f in futures]
+    text = str(e.value)
+    assert f"batch {crash.index}" in text and "img3.jpg" in text and "stopped abruptly" in text
+    # the same images in threads (no worker process to kill) come through
+    with pipeline.Prefetcher(source, 2, kind="threads") as pf:
+        assert pf.submit(crash, pipeline.groups_of([tiny_vit])).result().batch.ids
+
+
+def test_worker_processes_do_not_rerun_the_main_script(tmp_path, jpeg_folder, monkeypatch):
+    """Under Streamlit ``__main__`` is the app's script, which a spawned process would run again on start; the
+    workers start with a bare ``__main__`` instead, and the real one is back afterwards."""
+    import sys
+    import types
+
+    marker = tmp_path / "ran"
+    script = tmp_path / "page.py"
+    script.write_text(f"open({str(marker)!r}, 'w').write('the main script ran in a worker')\n")
+    page = types.ModuleType("__main__")
+    page.__file__ = str(script)
+    monkeypatch.setitem(sys.modules, "__main__", page)
+    source = folder_source(jpeg_folder)
+    with pipeline.Prefetcher(source, 2, kind="processes") as pf:
+        assert pf.submit(plan_batches(source, select(source), 4)[0], {}).result().batch.ids
+    assert not marker.exists()
+    assert sys.modules["__main__"] is page
+
+
+def test_worker_kind_is_checked_and_an_unpicklable_source_is_named(jpeg_folder, monkeypatch):
+    with pytest.raises(VitlabError, match="--worker-kind must be 'threads' or 'processes', not 'fibres'"):
+        pipeline.check_kind("fibres")
+    monkeypatch.setenv("VITLAB_WORKER_KIND", "process")
+    assert pipeline.default_kind() == "processes"
+    monkeypatch.delenv("VITLAB_WORKER_KIND")
+    assert pipeline.default_kind() == "threads"
+    source = folder_source(jpeg_folder)
+    source.name = "my folder"
+    source.opener = lambda path: path  # a source holding a lambda cannot be pickled
+    with pipeline.Prefetcher(source, 2, kind="processes") as pf:
+        with pytest.raises(VitlabError, match=r"the images \(my folder\) cannot be sent to a worker process"):
+            pf.submit(plan_batches(source, select(source), 4)[0], {})

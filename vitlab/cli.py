@@ -106,6 +106,9 @@ def add_analysis(sub, analysis: Analysis) -> argparse.ArgumentParser:
     p.add_argument("--workers", default=None, metavar="N",
                    help="threads decoding and transforming images ahead of the forward "
                         "(default: VITLAB_WORKERS, else the number of cores, at most 16; 0: on the main thread)")
+    p.add_argument("--worker-kind", default=None, choices=("threads", "processes"),
+                   help="input workers as threads (default, or VITLAB_WORKER_KIND) or as spawned processes: "
+                        "for many cores feeding a GPU, where threads queue for Python's GIL (docs/throughput.md)")
     p.add_argument("--out", "-o", default=analysis.default_out, help="output folder for CSV, JSON and charts")
     p.set_defaults(func=lambda args: run_analysis(analysis, args))
     return p
@@ -211,8 +214,9 @@ def write_json(path: Path, obj) -> None:
 def write_run_json(out: Path, command: str, models: list, args, info, t0: float, warnings=(),
                    model_taps: list[list[str]] | None = None, **extra) -> None:
     """``out/run.json``: what ran (models with fingerprints, images, batches computed / from cache, per-model
-    forward passes, skipped images, seconds); then skipped images and warnings are reported on stderr."""
-    from . import dist
+    forward passes, skipped images, seconds, input workers); then skipped images and warnings are reported on
+    stderr."""
+    from . import dist, pipeline
 
     write_json(out / "run.json", {
         "command": command,
@@ -231,6 +235,7 @@ def write_run_json(out: Path, command: str, models: list, args, info, t0: float,
         "dropped_batches": info.dropped_batches if info else [],
         "warnings": list(warnings), **extra, "seconds": round(time.perf_counter() - t0, 3),
         "processes": dist.context().world,
+        "input_workers": {"count": pipeline.default_workers(), "kind": pipeline.default_kind()},
     })
     from .outdir import finish, wall_from_perf
 
@@ -373,11 +378,11 @@ def main(argv: list[str] | None = None) -> int:
     from . import dist
 
     try:
-        if getattr(args, "workers", None) is not None:
-            from . import pipeline
+        from . import pipeline
 
-            pipeline.set_default_workers(args.workers)
-        with dist.guard():  # torchrun: a failing rank stops the others, with its rank in the message
+        # --workers, --worker-kind: this run's defaults, given back afterwards (main() is also called in-process)
+        with pipeline.defaults(getattr(args, "workers", None), getattr(args, "worker_kind", None)), dist.guard():
+            # torchrun: a failing rank stops the others, with its rank in the message
             return int(args.func(args) or 0)
     except VitlabError as e:
         print(f"vitlab: error: {e}", file=sys.stderr)

@@ -57,7 +57,8 @@ class Run:
     - ``gather``: every rank's object in rank order, for statistics that are not sums (None: ``[obj]``);
     - ``info``: filled in as the run goes (shared by every engine call made with this run);
     - ``seed``, ``bootstrap``: resampling for intervals (evidence), where an analysis reports them;
-    - ``workers``: threads decoding and transforming images ahead of the forward (vitlab.pipeline).
+    - ``workers``: threads decoding and transforming images ahead of the forward (vitlab.pipeline);
+      ``worker_kind``: "threads" or "processes" (None: ``pipeline.default_kind()``).
     """
 
     store: Store = field(default_factory=_no_store)
@@ -70,6 +71,7 @@ class Run:
     seed: int = 0
     bootstrap: int = 200
     workers: int | None = None  # input threads of vitlab.pipeline (None: pipeline.default_workers(); 0: none)
+    worker_kind: str | None = None
 
     @property
     def precision(self) -> str:

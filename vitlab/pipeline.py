@@ -25,16 +25,30 @@ Why it looks like this (figures in bench/README.md, "Throughput"):
 - **Bad images are skipped and named exactly as the serial path does**: each image goes through
   :func:`vitlab.data.decode` on a one-image batch, so ``Batch.skipped`` has the same entries in the same order.
 
+- **Worker processes, when threads are not enough** (``--worker-kind processes``): threads still hold the GIL
+  for ~0.36 ms an image (Pillow's header parsing, the PIL-to-tensor step), which caps them at ~2200-2800 small
+  JPEGs/s however many cores there are, below what a current GPU runs ViT-B/16 at. Spawned processes (safe with
+  loaded models and under Streamlit) each decode and transform a task's images and send them back stacked, one
+  shared-memory tensor per task, in as few tasks as keep the workers busy (each costs the main process a socket
+  handshake); the main process holds the GIL ~0.18 ms an image. They cost a start (each imports torch) and are
+  slower than threads on 2 cores, so threads stay the default; the bench measures both.
+
 ``workers=0`` prepares inputs on the calling thread when asked (no threads): the serial reference.
 Axis letters: B images in a batch, C channels, H x W pixels.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
+import pickle
+import sys
+import threading
+import types
 import weakref
 from collections import deque
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future, ProcessPoolExecutor, ThreadPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from typing import Callable, Iterable, Iterator, Sequence
 
@@ -46,6 +60,8 @@ MAX_DEFAULT_WORKERS = 16
 TASK_IMAGES = 4  # images per worker task, fewer when a batch would otherwise not reach every worker
 _KEY_TEXT: "weakref.WeakKeyDictionary[object, str]" = weakref.WeakKeyDictionary()  # transform -> its input key text
 _default_workers: int | None = None  # set by the CLI's --workers (and the app); None: a function of the cores
+KINDS = ("threads", "processes")
+_default_kind: str | None = None  # set by the CLI's --worker-kind; None: VITLAB_WORKER_KIND, else threads
 
 
 def cores() -> int:
@@ -85,6 +101,44 @@ def set_default_workers(n: int | None) -> None:
     """The process-wide default of :func:`default_workers` (None: back to a function of the cores)."""
     global _default_workers
     _default_workers = None if n is None else check_workers(n)
+
+
+def check_kind(value) -> str:
+    kind = str(value).strip().lower()
+    kind = {"thread": "threads", "process": "processes"}.get(kind, kind)
+    if kind not in KINDS:
+        raise VitlabError(f"--worker-kind must be 'threads' or 'processes', not '{value}'")
+    return kind
+
+
+def default_kind() -> str:
+    """``--worker-kind``/``set_default_kind``, else ``VITLAB_WORKER_KIND``, else threads."""
+    if _default_kind is not None:
+        return _default_kind
+    env = os.environ.get("VITLAB_WORKER_KIND")
+    return check_kind(env) if env else "threads"
+
+
+def set_default_kind(kind: str | None) -> None:
+    """The process-wide default of :func:`default_kind` (None: back to VITLAB_WORKER_KIND or threads)."""
+    global _default_kind
+    _default_kind = None if kind is None else check_kind(kind)
+
+
+@contextlib.contextmanager
+def defaults(workers=None, kind=None):
+    """Within the block, ``workers`` and ``kind`` (each when not None) are the process-wide defaults; the previous
+    ones come back afterwards."""
+    global _default_workers, _default_kind
+    saved = _default_workers, _default_kind
+    try:
+        if workers is not None:
+            set_default_workers(workers)
+        if kind is not None:
+            set_default_kind(kind)
+        yield
+    finally:
+        _default_workers, _default_kind = saved
 
 
 def input_key(loaded) -> str:
@@ -145,13 +199,120 @@ def _prepare_images(source: ImageSource, batch: Batch, items: Sequence[int], gro
     return [_prepare_image(source, batch, i, groups, keep, min_side) for i in items]
 
 
+# ---------------------------------------------------------------- worker processes
+
+_WORKER: dict = {}  # inside a worker process: its image source, and the input groups it has unpickled
+
+
+def _process_init(source_blob: bytes, started) -> None:
+    """A worker process's start: one intra-op thread, the source (sent once), and torch's shared-memory pickling
+    of tensors (registered by importing torch.multiprocessing), so results cross as handles, not bytes. Then it
+    waits at ``started`` until every worker of the pool has started (:func:`_start_processes`)."""
+    import torch
+    import torch.multiprocessing  # noqa: F401
+
+    torch.set_num_threads(1)
+    _WORKER["source"] = pickle.loads(source_blob)
+    _WORKER["groups"] = {}
+    started.wait()
+
+
+def _process_task(index: int, key: str, items: Sequence[int], groups_blob: bytes, keep: bool,
+                  min_side: int | None) -> tuple[list[Batch], dict]:
+    """One task in a worker process: :func:`_prepare_images`, the images of each group stacked into one tensor
+    ((k, C, H, W), k the images that decoded, in order) so that one shared-memory handle crosses per task."""
+    import torch
+
+    groups = _WORKER["groups"].get(groups_blob)
+    if groups is None:  # each worker unpickles a set of transforms once (a fast transform keeps its first check)
+        groups = _WORKER["groups"][groups_blob] = pickle.loads(groups_blob)
+    parts = _prepare_images(_WORKER["source"], Batch(index, [], key), items, groups, keep, min_side)
+    xs = [x for _, x in parts if x]
+    return [one for one, _ in parts], ({k: torch.stack([x[k] for x in xs]) for k in groups} if xs else {})
+
+
+def _pickled(obj, what: str) -> bytes:
+    try:
+        return pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
+    except Exception as e:  # noqa: BLE001 - any pickling failure means the same thing here
+        raise VitlabError(f"--worker-kind processes: {what} cannot be sent to a worker process ({e}); "
+                          f"use --worker-kind threads") from None
+
+
+_SPAWN_LOCK = threading.Lock()
+START_TIMEOUT = 600.0  # seconds for all worker processes to start (each imports torch; many at once on a slow disk)
+
+
+def _start_processes(n: int, source_blob: bytes) -> ProcessPoolExecutor:
+    """A pool of ``n`` spawned worker processes, all started now.
+
+    A spawned process re-runs the parent's ``__main__`` file unless it is a module run by name; under Streamlit
+    that file is the app's script, which a worker must not run. So while the workers start, ``__main__`` is a bare
+    module (put back at once, and only if nothing else replaced it meanwhile), and all ``n`` start here: the pool
+    starts a process for each task submitted while none is idle, and no worker is idle before all ``n`` have
+    reached the barrier in :func:`_process_init`, so ``n`` no-op tasks start exactly ``n`` processes.
+    """
+    import multiprocessing
+
+    ctx = multiprocessing.get_context("spawn")
+    started = ctx.Barrier(n, timeout=START_TIMEOUT)
+    pool = ProcessPoolExecutor(n, mp_context=ctx, initializer=_process_init, initargs=(source_blob, started))
+    with _SPAWN_LOCK:
+        saved = sys.modules.get("__main__")
+        bare = types.ModuleType("__main__")
+        sys.modules["__main__"] = bare
+        try:
+            ready = [pool.submit(int) for _ in range(n)]
+        finally:
+            if sys.modules.get("__main__") is bare:
+                sys.modules["__main__"] = saved
+    try:
+        for f in ready:
+            f.result()
+    except BrokenProcessPool:
+        pool.shutdown(wait=False, cancel_futures=True)
+        raise VitlabError(f"the {n} input worker process(es) did not start (within {START_TIMEOUT:.0f} s, or one "
+                          f"stopped while starting); use --worker-kind threads") from None
+    return pool
+
+
+def _failed(exc: BaseException) -> Future:
+    done: Future = Future()
+    done.set_exception(exc)
+    return done
+
+
+def _worker_died(batch: Batch, source: ImageSource) -> VitlabError:
+    ids = [source.item_id(i) for i in batch.indices]
+    shown = ", ".join(ids[:6]) + (f" and {len(ids) - 6} more" if len(ids) > 6 else "")
+    return VitlabError(f"an input worker process stopped abruptly while preparing batch {batch.index} (one of: "
+                       f"{shown}) or a batch after it; a file that crashes the image decoder, or the machine "
+                       f"running out of memory, does this. The batches before it are kept (and cached); move the "
+                       f"file out, or use fewer --workers")
+
+
 def _tasks(indices: Sequence[int], workers: int) -> list[Sequence[int]]:
     """``indices`` cut into runs of :data:`TASK_IMAGES`, shorter when that would leave a worker without one."""
     size = max(1, min(TASK_IMAGES, len(indices) // max(1, workers)))
     return [indices[k:k + size] for k in range(0, len(indices), size)]
 
 
-def _assemble(batch: Batch, parts: list, keys: Sequence[str], pin: bool, has_labels: bool, keep: bool) -> Prepared:
+def _process_tasks(indices: Sequence[int], workers: int, ahead: int) -> list[Sequence[int]]:
+    """Worker processes: ``indices`` in as few tasks as keep every worker busy with ``ahead`` batches in flight.
+
+    A task's result crosses as one shared-memory tensor, and each costs the main process a socket handshake to
+    fetch its file descriptor (torch's default sharing): ~0.15 ms, more than an image's decode on a fast core
+    divided by four. So tasks are ~B * ahead / workers images, not :data:`TASK_IMAGES`."""
+    chunks = max(1, -(-workers // max(1, ahead)))
+    size = max(TASK_IMAGES, -(-len(indices) // chunks))
+    return [indices[k:k + size] for k in range(0, len(indices), size)]
+
+
+def _assemble(batch: Batch, parts: list, keys: Sequence[str], pin: bool, has_labels: bool, keep: bool,
+              chunks: list | None = None) -> Prepared:
+    """The batch from its one-image parts: ids, labels, skips and notices in order, and per input key the images
+    stacked into one (B, C, H, W) tensor, made in pinned memory when ``pin`` (one copy, not a stack and a pin).
+    ``chunks``: worker processes' results, already stacked per task ({key: (k, C, H, W)} each), joined instead."""
     import torch
 
     batch.images, batch.ids, batch.labels, batch.skipped, batch.notices = [], [], [], [], []
@@ -167,16 +328,18 @@ def _assemble(batch: Batch, parts: list, keys: Sequence[str], pin: bool, has_lab
         batch.images = None
     inputs = {}
     for k in keys:
-        xs = [x[k] for _, x in parts if x]
+        xs = [c[k] for c in chunks if c] if chunks is not None else [x[k] for _, x in parts if x]
         if not xs:
             continue
-        x = torch.stack(xs)  # (B, C, H, W)
-        inputs[k] = x.pin_memory() if pin else x
+        shape = (sum(len(x) for x in xs), *xs[0].shape[1:]) if chunks is not None else (len(xs), *xs[0].shape)
+        out = torch.empty(shape, dtype=xs[0].dtype, pin_memory=pin)
+        inputs[k] = torch.cat(xs, out=out) if chunks is not None else torch.stack(xs, out=out)
     return Prepared(batch, inputs)
 
 
 class Prefetcher:
-    """Prepares batches in ``workers`` threads: :meth:`submit` returns a future of the :class:`Prepared` batch at once.
+    """Prepares batches in ``workers`` threads (or processes, ``kind="processes"``): :meth:`submit` returns a future
+    of the :class:`Prepared` batch at once.
 
     ``pin=True`` (CUDA) puts each batch's input in page-locked memory, so the copy to the device can be
     ``non_blocking`` and overlap with the forward of the batch before it. ``keep_images=False`` drops each decoded
@@ -184,15 +347,22 @@ class Prefetcher:
     """
 
     def __init__(self, source: ImageSource, workers: int | None = None, pin: bool = False, keep_images: bool = True,
-                 min_side: int | None = None):
+                 min_side: int | None = None, kind: str | None = None):
         self.source, self.pin, self.keep, self.min_side = source, pin, keep_images, min_side
         self.workers = default_workers() if workers is None else check_workers(workers)
-        self._pool = ThreadPoolExecutor(self.workers, "vitlab-input", initializer=_one_thread) if self.workers else None
+        self.kind = default_kind() if kind is None else check_kind(kind)
+        self._blobs: dict[tuple, bytes] = {}
+        self.ahead = 1  # batches in preparation ahead of the consumer (set by :func:`prefetched`)
+        self._pool: ThreadPoolExecutor | ProcessPoolExecutor | None = None  # processes: started on first use
+        if self.workers and self.kind == "threads":
+            self._pool = ThreadPoolExecutor(self.workers, "vitlab-input", initializer=_one_thread)
         self._assembler = ThreadPoolExecutor(1, "vitlab-assemble", initializer=_one_thread) if self.workers else None
 
     def submit(self, batch: Batch, groups: dict[str, _Input]) -> Future:
         """Start decoding ``batch`` and transforming it for every group (``{}``: decode only, e.g. for its ids)."""
         has_labels = self.source.has_labels
+        if self.workers and self.kind == "processes":
+            return self._submit_processes(batch, groups, has_labels)
         if self._pool is None:
             done: Future = Future()
             parts = [_prepare_image(self.source, batch, i, groups, self.keep, self.min_side) for i in batch.indices]
@@ -202,6 +372,29 @@ class Prefetcher:
                    for items in _tasks(batch.indices, self.workers)]
         return self._assembler.submit(lambda: _assemble(batch, [p for f in futures for p in f.result()], list(groups),
                                                         self.pin, has_labels, self.keep))
+
+    def _submit_processes(self, batch: Batch, groups: dict[str, _Input], has_labels: bool) -> Future:
+        if self._pool is None:  # a run whose batches are all cached never starts them
+            self._pool = _start_processes(self.workers, _pickled(self.source, f"the images ({self.source.name})"))
+        blob = self._blobs.get(tuple(groups))
+        if blob is None:  # input keys name the transforms exactly (input_key), so one pickle per set of keys
+            blob = self._blobs[tuple(groups)] = _pickled(groups, "this model's transform")
+        try:
+            futures = [self._pool.submit(_process_task, batch.index, batch.key, list(items), blob, self.keep,
+                                         self.min_side) for items in _process_tasks(batch.indices, self.workers,
+                                                                                    self.ahead)]
+        except BrokenProcessPool:  # a worker died on an earlier batch: that batch's result says which
+            return _failed(_worker_died(batch, self.source))
+
+        def assemble() -> Prepared:
+            try:
+                results = [f.result() for f in futures]
+            except BrokenProcessPool:
+                raise _worker_died(batch, self.source) from None
+            return _assemble(batch, [(one, None) for ones, _ in results for one in ones], list(groups), self.pin,
+                             has_labels, self.keep, chunks=[stacked for _, stacked in results])
+
+        return self._assembler.submit(assemble)
 
     def close(self) -> None:
         for pool in (self._pool, self._assembler):
@@ -233,6 +426,7 @@ def prefetched(batches: Iterable[Batch], plan: Callable[[Batch], tuple[object, S
     """
     window: deque = deque()
     it = iter(batches)
+    prefetcher.ahead = max(1, depth)
 
     def fill() -> None:
         while len(window) < max(1, depth):

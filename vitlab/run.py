@@ -137,8 +137,8 @@ def stream(models: Sequence[LoadedModel], source: ImageSource, indices: Sequence
     ``statistics[m]`` lists the statistics of ``models[m]``. ``run.shard=(rank, world)`` takes every world-th batch
     (torch.distributed). Batches left with fewer than ``min_batch`` readable images (4, for the unbiased HSIC)
     are dropped and reported in ``run.info``; per-image statistics (attention distance) pass ``min_batch=1``.
-    Inputs are decoded and transformed by ``run.workers`` threads ahead of the forward (vitlab.pipeline); each
-    model's statistics are formed inside its forward (vitlab.inflight).
+    Inputs are decoded and transformed by ``run.workers`` threads (or processes, ``run.worker_kind``) ahead of the
+    forward (vitlab.pipeline); each model's statistics are formed inside its forward (vitlab.inflight).
     """
     run = run or Run()
     store, info, progress, amp, shard = run.store, run.info, run.progress, run.amp, run.shard
@@ -157,7 +157,7 @@ def stream(models: Sequence[LoadedModel], source: ImageSource, indices: Sequence
         return (meta, found, bool(need)), (need if need or not _meta_ok(meta) else None)
 
     cuda = any(str(m.device).startswith("cuda") for m in models)
-    prefetcher = pipeline.Prefetcher(source, run.workers, pin=cuda, min_side=min_side,
+    prefetcher = pipeline.Prefetcher(source, run.workers, pin=cuda, min_side=min_side, kind=run.worker_kind,
                                      keep_images=any(s.needs_images for stats in statistics for s in stats))
     # one batch ahead hides preparation behind a CPU forward at the least memory (each batch ahead holds its
     # inputs); a GPU forward is short, so two keep the workers busy while a batch is stacked and copied
