@@ -28,8 +28,9 @@ minus the RSS after the model was loaded. DataLoader workers are separate proces
 over count in the main process.
 
 Scaling: the pipeline alone on a decode-bound case (--scaling-model, default test_vit@random: a 160 px input,
-so decoding a 500x375 JPEG dominates), 1 and 2 workers (and 0: the main thread), and the same work per image
-(vitlab's decode, data.transform_image) in a DataLoader's 1 and 2 worker processes, --scaling-rounds rounds
+so decoding a 500x375 JPEG dominates), 1 and 2 worker threads (and 0: the main thread), 1 and 2 worker processes
+(``--worker-kind processes``, timed after they started: their start is reported apart), and the same work per
+image (vitlab's decode, data.transform_image) in a DataLoader's 1 and 2 worker processes, --scaling-rounds rounds
 interleaved. Reported: the fastest round of each, and the 2-vs-1-worker speed-up per round (median, interval).
 
     nice python bench/throughput_bench.py                           # defaults: ~25 min on 2 CPU cores (estimated)
@@ -109,17 +110,28 @@ def _cpu(loaded):
     return _Input(loaded.in_chans, loaded.transform)
 
 
-def run_pipeline(m, source, indices, args):
+def run_pipeline(m, source, indices, args, kind="threads"):
+    with prefetcher(m, source, args, kind) as pf:
+        drain(m, source, indices, args, pf)
+
+
+def prefetcher(m, source, args, kind):
     from vitlab import pipeline
-    from vitlab.data import plan_batches
     from vitlab.images import needed_side
 
     # as run.stream makes it: JPEGs decoded at the smallest DCT scale that still covers the model's input
-    with pipeline.Prefetcher(source, args.workers, keep_images=False, min_side=needed_side(m.data_config)) as pf:
-        batches = plan_batches(source, indices, args.batch_size)
-        plan = (lambda b: (None, [m]))
-        # drain it: the prepared batches themselves are not needed
-        collections.deque(pipeline.prefetched(batches, plan, pf, depth=1 if args.device == "cpu" else 2), maxlen=0)
+    return pipeline.Prefetcher(source, args.workers, keep_images=False, min_side=needed_side(m.data_config),
+                               kind=kind)
+
+
+def drain(m, source, indices, args, pf):
+    from vitlab import pipeline
+    from vitlab.data import plan_batches
+
+    batches = plan_batches(source, indices, args.batch_size)
+    plan = (lambda b: (None, [m]))
+    # drain it: the prepared batches themselves are not needed
+    collections.deque(pipeline.prefetched(batches, plan, pf, depth=1 if args.device == "cpu" else 2), maxlen=0)
 
 
 def run_forward_serial(m, source, indices, args):
@@ -262,18 +274,35 @@ def run_loader_pipeline(m, source, indices, args):
     collections.deque(loader, maxlen=0)
 
 
+def run_started_processes(m, source, indices, args, starts):
+    """The pipeline with worker processes, timed once they have started (a run of minutes on a GPU machine pays
+    the start once); the start itself (spawn, import torch, the first batch) goes into ``starts``."""
+    import time
+
+    with prefetcher(m, source, args, "processes") as pf:
+        t0 = time.perf_counter()
+        drain(m, source, indices[: args.batch_size], args, pf)
+        starts.append(time.perf_counter() - t0)
+        return timed(lambda: drain(m, source, indices, args, pf), args.device)[0]
+
+
 def scaling_worker(args) -> dict:
-    """Per round, every variant in turn (rotated): "0", "1", "2" pipeline workers, "L1", "L2" DataLoader workers."""
+    """Per round, every variant in turn (rotated): "0", "1", "2" pipeline worker threads, "P1", "P2" worker
+    processes (timed after their start), "L1", "L2" DataLoader workers."""
     m, source, indices = setup(args)
     variants = args.methods.split(",")
     out: dict[str, list] = {v: [] for v in variants}
+    starts: dict[str, list] = {v: [] for v in variants if v.startswith("P")}
     run_pipeline(m, source, indices[: args.batch_size], args)
     for r in range(args.repeats):
         for v in variants[r % len(variants):] + variants[:r % len(variants)]:
-            args.workers = int(v.lstrip("L"))
+            args.workers = int(v.lstrip("LP"))
+            if v.startswith("P"):
+                out[v].append(run_started_processes(m, source, indices, args, starts[v]))
+                continue
             fn = run_loader_pipeline if v.startswith("L") else run_pipeline
             out[v].append(timed(lambda fn=fn: fn(m, source, indices, args), args.device)[0])
-    return {"images": len(indices), "walls": out}
+    return {"images": len(indices), "walls": out, "starts": starts}
 
 
 # ---------------------------------------------------------------- parent
@@ -370,7 +399,7 @@ def report_model(model: str, args) -> None:
 
 
 def report_scaling(args) -> None:
-    r = spawn("scaling", args.scaling_model, args, args.scaling_images, args.batch_size, "0,1,2,L1,L2",
+    r = spawn("scaling", args.scaling_model, args, args.scaling_images, args.batch_size, "0,1,2,P1,P2,L1,L2",
               repeats=args.scaling_rounds)
     if "error" in r:
         print(f"\npipeline scaling: {args.scaling_model}: FAILED: {r['error']}")
@@ -379,10 +408,14 @@ def report_scaling(args) -> None:
     print(f"\npipeline scaling: {args.scaling_model}, {n} JPEGs, batch {args.batch_size}, {args.scaling_rounds} "
           "interleaved rounds; fastest round, and per round the 2-worker speed-up over 1 worker of that round")
     for label, one, two, names in (("vitlab threads", "1", "2", ("0", "1", "2")),
+                                   ("vitlab processes (--worker-kind processes, timed once started)", "P1", "P2",
+                                    ("P1", "P2")),
                                    ("DataLoader processes (started per run)", "L1", "L2", ("L1", "L2"))):
         print(f"  {label}:")
         for v in names:
-            print(f"    {v.lstrip('L')} worker(s): {n / min(walls[v]):7.1f} images/s   ({min(walls[v]):.2f} s)")
+            start = (f"; start and first batch {statistics.median(r['starts'][v]):.2f} s (median)"
+                     if v in r.get("starts", {}) else "")
+            print(f"    {v.lstrip('LP')} worker(s): {n / min(walls[v]):7.1f} images/s   ({min(walls[v]):.2f} s{start})")
         per_round = [a / b for a, b in zip(walls[one], walls[two])]
         lo, hi, cover = median_interval(per_round)
         print(f"    2 vs 1 worker: {min(walls[one]) / min(walls[two]):.2f}x on the fastest rounds; per round median "
