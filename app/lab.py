@@ -237,9 +237,12 @@ def status_ui() -> None:
         if info.get("enabled"):
             st.caption(f"Disk cache: {info['entries']} entries, {info['bytes'] / 2**20:.1f} MiB of "
                        f"{info['size_limit'] / 2**30:.0f} GiB in `{info['directory']}`")
-        st.caption(f"Input workers: {vitlab.pipeline.default_workers()} {vitlab.pipeline.default_kind()} decoding and "
-                   f"transforming images ahead of the forward ({vitlab.pipeline.cores()} cores; set VITLAB_WORKERS "
-                   f"and VITLAB_WORKER_KIND to change)")
+        try:
+            st.caption(f"Input workers: {vitlab.pipeline.default_workers()} {vitlab.pipeline.default_kind()} decoding "
+                       f"and transforming images ahead of the forward ({vitlab.pipeline.cores()} cores; set "
+                       f"VITLAB_WORKERS and VITLAB_WORKER_KIND to change)")
+        except vitlab.VitlabError as e:  # a bad VITLAB_WORKERS / VITLAB_WORKER_KIND: named here and on each run
+            st.error(str(e))
 
 
 # ------------------------------------------------------------------------------- models, data, store

@@ -181,6 +181,22 @@ def test_input_worker_processes_compute_a_page_under_streamlit(monkeypatch):
         assert got[(r["layer_a"], r["layer_b"])] == pytest.approx(r["cka"], abs=1e-5)
 
 
+@pytest.mark.parametrize("var, value, message", [
+    ("VITLAB_WORKER_KIND", "fibres", "VITLAB_WORKER_KIND must be 'threads' or 'processes', not 'fibres'"),
+    ("VITLAB_WORKERS", "abc", "VITLAB_WORKERS must be a non-negative integer")])
+def test_a_bad_input_worker_setting_is_named_in_place(monkeypatch, var, value, message):
+    from vitlab import pipeline
+
+    monkeypatch.setattr(pipeline, "_default_workers", None)
+    monkeypatch.setattr(pipeline, "_default_kind", None)
+    monkeypatch.setenv(var, value)
+    at = start()
+    at.switch_page("views/similarity.py").run()
+    assert not at.exception, [e.message for e in at.exception]
+    assert any(message in e.value for e in at.sidebar.error), [e.value for e in at.sidebar.error]
+    assert any(message in e.value for e in at.main.error), [e.value for e in at.main.error]  # the run says so too
+
+
 def test_similarity_views_and_layer_pair_detail():
     at = start("similarity")
     at.radio(key="sim.view").set_value("within B").run()

@@ -140,6 +140,9 @@ def test_workers_option_is_checked(monkeypatch):
         pipeline.check_workers("-1")
     with pytest.raises(VitlabError, match="--workers"):
         pipeline.check_workers("two")
+    monkeypatch.setenv("VITLAB_WORKERS", "x")
+    with pytest.raises(VitlabError, match="VITLAB_WORKERS must be a non-negative integer"):
+        pipeline.default_workers()
     monkeypatch.setenv("VITLAB_WORKERS", "3")
     assert pipeline.default_workers() == 3
     pipeline.set_default_workers(5)
@@ -260,6 +263,9 @@ def test_worker_processes_do_not_rerun_the_main_script(tmp_path, jpeg_folder, mo
 def test_worker_kind_is_checked_and_an_unpicklable_source_is_named(jpeg_folder, monkeypatch):
     with pytest.raises(VitlabError, match="--worker-kind must be 'threads' or 'processes', not 'fibres'"):
         pipeline.check_kind("fibres")
+    monkeypatch.setenv("VITLAB_WORKER_KIND", "fibres")
+    with pytest.raises(VitlabError, match="VITLAB_WORKER_KIND must be 'threads' or 'processes', not 'fibres'"):
+        pipeline.default_kind()
     monkeypatch.setenv("VITLAB_WORKER_KIND", "process")
     assert pipeline.default_kind() == "processes"
     monkeypatch.delenv("VITLAB_WORKER_KIND")

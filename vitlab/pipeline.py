@@ -81,18 +81,18 @@ def default_workers() -> int:
         return _default_workers
     env = os.environ.get("VITLAB_WORKERS")
     if env:
-        return check_workers(env)
+        return check_workers(env, "VITLAB_WORKERS")
     local = max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "1") or 1))
     return max(1, min(MAX_DEFAULT_WORKERS, cores() // local))
 
 
-def check_workers(value) -> int:
+def check_workers(value, name: str = "--workers") -> int:
     try:
         n = int(value)
     except (TypeError, ValueError):
         n = -1
     if n < 0:
-        raise VitlabError(f"--workers must be a non-negative integer (0: prepare inputs on the main thread), "
+        raise VitlabError(f"{name} must be a non-negative integer (0: prepare inputs on the main thread), "
                           f"not '{value}'")
     return n
 
@@ -103,11 +103,11 @@ def set_default_workers(n: int | None) -> None:
     _default_workers = None if n is None else check_workers(n)
 
 
-def check_kind(value) -> str:
+def check_kind(value, name: str = "--worker-kind") -> str:
     kind = str(value).strip().lower()
     kind = {"thread": "threads", "process": "processes"}.get(kind, kind)
     if kind not in KINDS:
-        raise VitlabError(f"--worker-kind must be 'threads' or 'processes', not '{value}'")
+        raise VitlabError(f"{name} must be 'threads' or 'processes', not '{value}'")
     return kind
 
 
@@ -116,7 +116,7 @@ def default_kind() -> str:
     if _default_kind is not None:
         return _default_kind
     env = os.environ.get("VITLAB_WORKER_KIND")
-    return check_kind(env) if env else "threads"
+    return check_kind(env, "VITLAB_WORKER_KIND") if env else "threads"
 
 
 def set_default_kind(kind: str | None) -> None:
