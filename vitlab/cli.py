@@ -211,12 +211,23 @@ def write_json(path: Path, obj) -> None:
     path.write_text(json.dumps(obj, indent=2, default=str))
 
 
+def _input_workers() -> dict:
+    """The input workers a run used, for run.json; a bad setting (which stopped the run if it used them) as text,
+    so that a command that decodes no batch still writes its record."""
+    from . import pipeline
+
+    try:
+        return {"count": pipeline.default_workers(), "kind": pipeline.default_kind()}
+    except VitlabError as e:
+        return {"error": str(e)}
+
+
 def write_run_json(out: Path, command: str, models: list, args, info, t0: float, warnings=(),
                    model_taps: list[list[str]] | None = None, **extra) -> None:
     """``out/run.json``: what ran (models with fingerprints, images, batches computed / from cache, per-model
     forward passes, skipped images, seconds, input workers); then skipped images and warnings are reported on
     stderr."""
-    from . import dist, pipeline
+    from . import dist
 
     write_json(out / "run.json", {
         "command": command,
@@ -235,7 +246,7 @@ def write_run_json(out: Path, command: str, models: list, args, info, t0: float,
         "dropped_batches": info.dropped_batches if info else [],
         "warnings": list(warnings), **extra, "seconds": round(time.perf_counter() - t0, 3),
         "processes": dist.context().world,
-        "input_workers": {"count": pipeline.default_workers(), "kind": pipeline.default_kind()},
+        "input_workers": _input_workers(),
     })
     from .outdir import finish, wall_from_perf
 
