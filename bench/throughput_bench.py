@@ -10,6 +10,8 @@ Over the same JPEGs (made from assets/samples: 500x375 crops, quality 90, like a
                     reused instead of faulted in afresh)
     vitlab          vitlab.run.cka([model]) with every default CKA tap, no cache, W input workers (the default)
     vitlab-kept     vitlab with VITLAB_KEEP_FREED=1 (opt-in: faster on CPU, ~2x the forward's memory growth)
+    vitlab-proc     vitlab with --worker-kind processes (opt-in: for many cores feeding a GPU; its start, ~5 s on 2
+                    cores, is in the time, and its workers' CPU is not in cpu s, as for the DataLoader's)
 
 The forward-* floors (all but forward-cl) run the model in timm's own layout; vitlab runs CNNs (ResNet, BiT)
 channels-last, as it does for its users (vitlab.models.wants_channels_last; VITLAB_CHANNELS_LAST=0 turns that off).
@@ -56,7 +58,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from verdicts import interval_text, median_interval, verdict
 
-TIMED = ("pipeline", "forward-serial", "forward-loader", "forward-cl", "forward-kept", "vitlab", "vitlab-kept")
+TIMED = ("pipeline", "forward-serial", "forward-loader", "forward-cl", "forward-kept", "vitlab", "vitlab-kept",
+         "vitlab-proc")
 MEMORY = ("forward-loader", "forward-cl", "forward-kept", "vitlab", "vitlab-kept", "vitlab-held")
 DEFAULT_MODELS = "vit_base_patch16_224@random,resnet50@random"
 
@@ -170,6 +173,13 @@ def run_vitlab(m, source, indices, args):
                    vitlab.Run(amp=args.amp, workers=args.workers))
 
 
+def run_vitlab_processes(m, source, indices, args):
+    import vitlab
+
+    vitlab.run.cka([m], source, vitlab.CKAOptions(images=len(indices), batch_size=args.batch_size),
+                   vitlab.Run(amp=args.amp, workers=args.workers, worker_kind="processes"))
+
+
 def run_vitlab_kept(m, source, indices, args):
     os.environ["VITLAB_KEEP_FREED"] = "1"  # this process runs this one method
     run_vitlab(m, source, indices, args)
@@ -195,6 +205,7 @@ def _autocast(args):
 RUNNERS = {"pipeline": run_pipeline, "forward-serial": run_forward_serial, "forward-loader": run_forward_loader,
            "forward-cl": run_forward_loader,
            "forward-kept": run_forward_kept, "vitlab": run_vitlab, "vitlab-kept": run_vitlab_kept,
+           "vitlab-proc": run_vitlab_processes,
            "vitlab-held": run_vitlab_held}
 
 
