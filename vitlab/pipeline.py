@@ -287,8 +287,8 @@ def _worker_died(batch: Batch, source: ImageSource) -> VitlabError:
     shown = ", ".join(ids[:6]) + (f" and {len(ids) - 6} more" if len(ids) > 6 else "")
     return VitlabError(f"an input worker process stopped abruptly while preparing batch {batch.index} (one of: "
                        f"{shown}) or a batch after it; a file that crashes the image decoder, or the machine "
-                       f"running out of memory, does this. The batches before it are kept (and cached); move the "
-                       f"file out, or use fewer --workers")
+                       f"running out of memory, does this. Batches computed before it stay in the disk cache (when "
+                       f"one is used); move the file out, or use fewer --workers")
 
 
 def _tasks(indices: Sequence[int], workers: int) -> list[Sequence[int]]:
@@ -301,8 +301,8 @@ def _process_tasks(indices: Sequence[int], workers: int, ahead: int) -> list[Seq
     """Worker processes: ``indices`` in as few tasks as keep every worker busy with ``ahead`` batches in flight.
 
     A task's result crosses as one shared-memory tensor, and each costs the main process a socket handshake to
-    fetch its file descriptor (torch's default sharing): ~0.15 ms, more than an image's decode on a fast core
-    divided by four. So tasks are ~B * ahead / workers images, not :data:`TASK_IMAGES`."""
+    fetch its file descriptor (torch's default sharing): with tasks of 4 images that was ~30 % of the main
+    process's time (bench/README.md). So tasks are ~B * ahead / workers images, not :data:`TASK_IMAGES`."""
     chunks = max(1, -(-workers // max(1, ahead)))
     size = max(TASK_IMAGES, -(-len(indices) // chunks))
     return [indices[k:k + size] for k in range(0, len(indices), size)]
