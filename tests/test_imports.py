@@ -30,6 +30,9 @@ def import_graph(root: Path = PACKAGE) -> dict[str, set[str]]:
                 targets = subs if inside else [full] + subs
             elif isinstance(node, ast.Import):
                 targets = [a.name for a in node.names]
+            elif isinstance(node, ast.Call) and node.args and isinstance(node.args[0], ast.Constant):
+                # a module named by its dotted path in a call (importlib.import_module, the table's lazy modules)
+                targets = [node.args[0].value] if isinstance(node.args[0].value, str) else []
             else:
                 continue
             graph[mod].update(t for t in targets if t in mods and t not in (mod, top))
@@ -80,8 +83,10 @@ def test_the_cycle_finder_finds_a_planted_cycle(tmp_path):
     (pkg / "sub" / "__init__.py").write_text("")
     (pkg / "sub" / "c.py").write_text("from ..a import y\nimport json\n")
     (pkg / "d.py").write_text("from . import a\n")
+    (pkg / "e.py").write_text("import importlib\nlater = importlib.import_module('pkg.d')\n")
     graph = import_graph(pkg)
     assert graph["pkg.b"] == {"pkg.sub", "pkg.sub.c"} and graph["pkg.sub.c"] == {"pkg.a"}
+    assert graph["pkg.e"] == {"pkg.d"}
     assert cycles(graph) == [["pkg.a", "pkg.b", "pkg.sub.c"]]
 
 

@@ -1,6 +1,9 @@
 """vitlab: the analyses of Raghu et al. 2021 ("Do Vision Transformers See Like CNNs?") on any timm model.
 
-The public surface; the app imports only from here (and the analysis modules).
+The public surface; the app imports only from here (and the analysis modules). The package is in layers, lowest
+first (tests/test_import_direction.py): ``stats`` (kernels and float64 folds) < ``charts`` < ``inputs`` (models, taps,
+images, data sources, cache) and ``zoo`` < ``engine`` (the one cached pass) < ``analyses`` (one module each) <
+``tour`` < ``table`` (the table of analyses) < ``cli``.
 
     spec ─parse_spec─► ModelSpec ─load─► LoadedModel ─taps.capture─► {tap: tensor}
     text ─open_source─► ImageSource ─select/plan_batches─► Batch
@@ -17,33 +20,52 @@ Beyond CKA: ``similarity`` (more measures, ``measures.MEASURES``), ``agreement``
 Beyond the table: ``token_gradient`` (|dh_t/dx| of one token on one image, its own-patch share),
 ``token_localization`` (a token on your image: reference-set CKA map with its interval, gradient, attention) and
 ``report`` (the tour as one self-contained HTML file, ``vitlab report``); docs/uploads.md, docs/presenting.md.
+
+Every name below is imported on first use (``vitlab.cka``, ``vitlab.load``, ``vitlab.run.cka``, ...), so that
+``import vitlab`` and ``vitlab --help`` load neither torch nor timm.
 """
 
-from .analyses import (ablation, attention, attribution, checkpoints, heads, interventions, localization, manymodels,
-                       probes, receptive, sensitivity, similarity, skips, token_gradient, token_localization,
-                       token_norms)
-from .engine import activations, pipeline, run
-from .inputs import data, hub, models, taps
-from .stats import agreement, cka, evidence, measures
-from . import options, table, tour, zoo
-from .tour import report
-from .table import ANALYSES, Analysis
-from .inputs.cache import Store
-from .stats.cka import CKAResult, MinibatchCKA
-from .engine.context import Run, RunInfo
-from .inputs.data import DataSpec, ImageSource, open_source, select, uploads_source
-from .errors import VitlabError
-from .inputs.models import PAPER_MODELS, LoadedModel, ModelSpec, load, parse_spec
-from .engine.run import CKAOptions, CKAReport, GramStatistic, Statistic, stream
+from __future__ import annotations
+
+import importlib
 
 __version__ = "0.1.0"
 
-__all__ = [
-    "ANALYSES", "Analysis", "CKAOptions", "CKAReport", "CKAResult", "DataSpec", "GramStatistic", "ImageSource",
-    "LoadedModel", "MinibatchCKA", "ModelSpec", "PAPER_MODELS", "Run", "RunInfo", "Statistic", "Store",
-    "VitlabError", "ablation", "activations", "agreement", "attention", "attribution", "checkpoints",
-    "cka", "data", "evidence", "heads", "hub", "interventions", "load", "localization", "manymodels", "measures",
-    "models", "open_source", "options", "parse_spec", "pipeline", "probes", "receptive", "report", "run", "select",
-    "sensitivity", "similarity", "skips", "stream", "table", "taps", "token_gradient", "token_localization", "token_norms",
-    "tour", "uploads_source", "zoo",
-]
+# name -> (module, attribute in it; None: the module itself)
+_PUBLIC: dict[str, tuple[str, str | None]] = {
+    **{m: (f"vitlab.analyses.{m}", None) for m in (
+        "ablation", "attention", "attribution", "checkpoints", "heads", "interventions", "localization", "manymodels",
+        "probes", "receptive", "sensitivity", "similarity", "skips", "token_gradient", "token_localization",
+        "token_norms")},
+    **{m: (f"vitlab.engine.{m}", None) for m in ("activations", "pipeline", "run")},
+    **{m: (f"vitlab.inputs.{m}", None) for m in ("data", "hub", "models", "taps")},
+    **{m: (f"vitlab.stats.{m}", None) for m in ("agreement", "cka", "evidence", "measures")},
+    **{m: (f"vitlab.{m}", None) for m in ("options", "table", "tour", "zoo")},
+    "report": ("vitlab.tour.report", None),
+    **{n: ("vitlab.table", n) for n in ("ANALYSES", "Analysis")},
+    "Store": ("vitlab.inputs.cache", "Store"),
+    **{n: ("vitlab.stats.cka", n) for n in ("CKAResult", "MinibatchCKA")},
+    **{n: ("vitlab.engine.context", n) for n in ("Run", "RunInfo")},
+    **{n: ("vitlab.inputs.data", n) for n in ("DataSpec", "ImageSource", "open_source", "select", "uploads_source")},
+    "VitlabError": ("vitlab.errors", "VitlabError"),
+    **{n: ("vitlab.inputs.models", n) for n in ("PAPER_MODELS", "LoadedModel", "ModelSpec", "load", "parse_spec")},
+    **{n: ("vitlab.engine.run", n) for n in ("CKAOptions", "CKAReport", "GramStatistic", "Statistic", "stream")},
+}
+
+__all__ = sorted(_PUBLIC)
+
+
+def __getattr__(name: str):
+    """A public name, imported on first use (PEP 562)."""
+    try:
+        module, attr = _PUBLIC[name]
+    except KeyError:
+        raise AttributeError(f"module 'vitlab' has no attribute '{name}'") from None
+    value = importlib.import_module(module)
+    value = getattr(value, attr) if attr else value
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_PUBLIC))

@@ -22,6 +22,13 @@ MODEL_HELP = ("model spec NAME[@WEIGHTS] or zoo:NAME[@random[:SEED]]; WEIGHTS: p
               "random[:SEED] (the untrained twin), or a .safetensors/.pth/.bin file")
 DEVICE_HELP = "auto (CUDA when present), cpu, cuda, cuda:N"
 SCALARS = {"int": int, "float": float, "str": str}
+HELP = {  # the commands beside the table's rows, in one line each (``zoo``'s is vitlab.zoo.cli's)
+    "taps": "list a model's taps (representation points) and its family",
+    "cache": "show or clear the disk cache",
+    "zoo": "vitlab's own Fashion-MNIST reference models",
+    "report": "the Paper tour as one self-contained HTML file (figures, verdicts, provenance) that opens offline "
+              "with no server",
+}
 
 
 # ---------------------------------------------------------------- flags from the table
@@ -80,9 +87,13 @@ def add_evidence_options(p: argparse.ArgumentParser, options: type) -> None:
         p.add_argument("--seed", type=int, default=0, help="seed of the bootstrap and of the permutation nulls")
 
 
+def _help(analysis: Analysis) -> str:
+    return analysis.help.replace("%", "%%")  # argparse formats help strings with %
+
+
 def add_analysis(sub, analysis: Analysis) -> argparse.ArgumentParser:
     """Register one row of the table as a sub-command."""
-    help_ = analysis.help.replace("%", "%%")  # argparse formats help strings with %
+    help_ = _help(analysis)
     p = sub.add_parser(analysis.name, help=help_, description=f"{analysis.title} ({analysis.figure}): {help_}")
     if analysis.arity == "pairs":
         p.add_argument("--pair", nargs=2, action="append", required=True, metavar=("A", "B"),
@@ -277,7 +288,7 @@ def report_skips(info, limit: int = 50) -> None:
 
 
 def add_taps(sub) -> None:
-    p = sub.add_parser("taps", help="list a model's taps (representation points) and its family")
+    p = sub.add_parser("taps", help=HELP["taps"])
     p.add_argument("--model", "-m", required=True, help=MODEL_HELP)
     p.add_argument("--device", default="auto", help=DEVICE_HELP)
     p.set_defaults(func=run_taps)
@@ -297,7 +308,7 @@ def run_taps(args) -> int:
 
 
 def add_cache(sub) -> None:
-    p = sub.add_parser("cache", help="show or clear the disk cache")
+    p = sub.add_parser("cache", help=HELP["cache"])
     p.add_argument("action", choices=("info", "clear"))
     p.add_argument("--cache-dir", default=None)
     p.set_defaults(func=run_cache)
@@ -329,8 +340,7 @@ def add_zoo(sub) -> None:
 
 def add_report(sub) -> None:
     tour = ANALYSES["tour"]
-    p = sub.add_parser("report", help="the Paper tour as one self-contained HTML file (figures, verdicts, "
-                                      "provenance) that opens offline with no server")
+    p = sub.add_parser("report", help=HELP["report"])
     p.add_argument("--model", "-m", action="append", required=True, help=MODEL_HELP + " (repeat for several)")
     p.add_argument("--device", default="auto", help=DEVICE_HELP)
     p.add_argument("--data", "-d", default=tour.data, help=tour.data_help)
@@ -374,18 +384,33 @@ def run_report_command(args) -> int:
     return 0
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The ``vitlab`` parser with the flags of ``command`` only (None: of every sub-command). The others get their
+    one-line help, which needs no analysis module: ``vitlab --help`` imports neither torch nor timm, and
+    ``vitlab COMMAND`` imports what COMMAND runs."""
     parser = argparse.ArgumentParser(prog="vitlab", description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
     for analysis in ANALYSES.values():
-        add_analysis(sub, analysis)
-    for add in (add_taps, add_cache, add_zoo, add_report):
-        add(sub)
+        if command in (None, analysis.name):
+            add_analysis(sub, analysis)
+        else:
+            sub.add_parser(analysis.name, help=_help(analysis))
+    for name, add in (("taps", add_taps), ("cache", add_cache), ("zoo", add_zoo), ("report", add_report)):
+        if command in (None, name):
+            add(sub)
+        else:
+            sub.add_parser(name, help=HELP[name])
     return parser
 
 
+def command_of(argv: list[str]) -> str:
+    """The sub-command ``argv`` names: its first word that is not an option ('' for ``vitlab --help``)."""
+    return next((a for a in argv if not a.startswith("-")), "")
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else list(argv)
+    args = build_parser(command_of(argv)).parse_args(argv)
     from .engine import dist
 
     try:

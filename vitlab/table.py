@@ -15,17 +15,59 @@ Arity says what the engine's first argument is: 'one' a ``LoadedModel`` (``--mod
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from .analyses import ablation, attention, attention_views, attribution, checkpoints, heads, interventions, localization
-from .analyses import manymodels, probes, receptive, sensitivity, similarity, skips, token_gradient, token_norms
-from .engine import run
-from . import tour
+if TYPE_CHECKING:
+    from .engine.context import Run
 
 ARITIES = ("one", "pair", "many", "pairs")
+
+
+@dataclass(frozen=True)
+class Ref:
+    """A name in a module that a row holds until it is first read: the table, and with it ``vitlab --help``, imports
+    no analysis module (nor torch) until a command runs or a page opens."""
+
+    module: str
+    name: str
+
+    def resolve(self):
+        return getattr(importlib.import_module(self.module), self.name)
+
+
+class _Lazy:
+    """A module as the rows name it: ``attention.AttentionDistanceOptions`` is ``Ref(module, name)``, not an import.
+    tests/test_imports.py counts the module named here as imported by the table."""
+
+    def __init__(self, module: str):
+        self._module = module
+
+    def __getattr__(self, name: str) -> Ref:
+        return Ref(self._module, name)
+
+
+ablation = _Lazy("vitlab.analyses.ablation")
+attention = _Lazy("vitlab.analyses.attention")
+attention_views = _Lazy("vitlab.analyses.attention_views")
+attribution = _Lazy("vitlab.analyses.attribution")
+checkpoints = _Lazy("vitlab.analyses.checkpoints")
+heads = _Lazy("vitlab.analyses.heads")
+interventions = _Lazy("vitlab.analyses.interventions")
+localization = _Lazy("vitlab.analyses.localization")
+manymodels = _Lazy("vitlab.analyses.manymodels")
+probes = _Lazy("vitlab.analyses.probes")
+receptive = _Lazy("vitlab.analyses.receptive")
+sensitivity = _Lazy("vitlab.analyses.sensitivity")
+similarity = _Lazy("vitlab.analyses.similarity")
+skips = _Lazy("vitlab.analyses.skips")
+token_gradient = _Lazy("vitlab.analyses.token_gradient")
+token_norms = _Lazy("vitlab.analyses.token_norms")
+run = _Lazy("vitlab.engine.run")
+tour = _Lazy("vitlab.tour")
 
 
 def _no_extra(result, opts) -> dict:
@@ -68,11 +110,18 @@ class Analysis:
     out: str | None = None  # default --out (None: results/<name>)
     claims: tuple[str, ...] = ()  # the paper tour's steps (keys of vitlab.tour.CLAIMS) this analysis checks
 
+    def __getattribute__(self, name: str):
+        value = object.__getattribute__(self, name)
+        if type(value) is Ref:  # a field naming a module's object (options, engine): imported on first read
+            value = value.resolve()
+            object.__setattr__(self, name, value)
+        return value
+
     @property
     def default_out(self) -> str:
         return self.out or f"results/{self.name}"
 
-    def call(self, models, source, opts=None, run_: run.Run | None = None):
+    def call(self, models, source, opts=None, run_: Run | None = None):
         """Call the engine with ``models`` shaped by the arity (a list for 'one'/'pair' is unpacked)."""
         opts = opts if opts is not None else self.options()
         if self.arity == "one":

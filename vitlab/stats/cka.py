@@ -22,11 +22,14 @@ Shapes: L taps, n images in a batch, F features per image.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
-import torch
 
 from ..errors import VitlabError
+
+if TYPE_CHECKING:  # torch is imported where a Gram is formed, so that `vitlab --help` does not load it
+    import torch
 
 KERNELS = ("linear", "rbf")
 ESTIMATORS = ("unbiased", "biased")
@@ -36,14 +39,17 @@ MIN_UNBIASED_BATCH = 4  # n (n - 3) > 0
 GRAM_CHUNK = 8192  # features per block of chunked_gram: an (n, 8192) float32 block is 1 MiB at n = 32
 
 
-def gram(x: torch.Tensor, kernel: str = "linear", threshold: float = 1.0, dtype=torch.float32,
+def gram(x: torch.Tensor, kernel: str = "linear", threshold: float = 1.0, dtype: torch.dtype | None = None,
          chunk: int | None = None) -> torch.Tensor:
     """(n, F) features -> (n, n) Gram matrix of the batch-centred features (linear) or an RBF kernel.
 
     RBF follows Kornblith et al. 2019: K = exp(-d^2 / (2 threshold^2 median(d^2))), median over all entries.
     ``chunk``: on the CPU, centre and multiply ``chunk`` features at a time (:func:`chunked_gram`) when F is
-    larger; the result differs from the one-pass form by float32 round-off.
+    larger; the result differs from the one-pass form by float32 round-off. ``dtype``: float32 unless given.
     """
+    import torch
+
+    dtype = dtype or torch.float32
     if chunk is not None and x.device.type == "cpu" and x.shape[1] > chunk:
         g = chunked_gram(x, chunk, dtype)
     else:
@@ -57,7 +63,7 @@ def gram(x: torch.Tensor, kernel: str = "linear", threshold: float = 1.0, dtype=
     return rbf_from_linear(g, threshold)
 
 
-def chunked_gram(x: torch.Tensor, chunk: int = GRAM_CHUNK, dtype=torch.float32) -> torch.Tensor:
+def chunked_gram(x: torch.Tensor, chunk: int = GRAM_CHUNK, dtype: torch.dtype | None = None) -> torch.Tensor:
     """(n, F) -> (n, n) Gram of the batch-centred features, formed ``chunk`` features at a time.
 
     Centring is per feature, so each block of columns is centred on its own and its Gram added: one read of
@@ -65,6 +71,9 @@ def chunked_gram(x: torch.Tensor, chunk: int = GRAM_CHUNK, dtype=torch.float32) 
     ``x`` twice, writes a centred copy as large as ``x`` and reads that again. For a ResNet-50 stage-1 tap (32
     images, 103 MB) that is 73 ms against 51 ms on 2 CPU cores; at 64 images 178 ms against 77 ms.
     """
+    import torch
+
+    dtype = dtype or torch.float32
     n, width = x.shape
     g = torch.zeros(n, n, dtype=dtype, device=x.device)
     block = torch.empty(n, min(chunk, width), dtype=dtype, device=x.device)
@@ -84,8 +93,10 @@ def rbf_from_linear(g: torch.Tensor, threshold: float = 1.0) -> torch.Tensor:
     """(..., n, n) linear Gram (of centred or raw features) -> the RBF kernel of :func:`gram` on the same features.
 
     Squared distances d2_ij = g_ii + g_jj - 2 g_ij do not change when every feature row moves by one vector, so a
-    cached centred linear Gram gives the RBF kernel without the features (vitlab.similarity relies on this).
+    cached centred linear Gram gives the RBF kernel without the features (vitlab.analyses.similarity relies on this).
     """
+    import torch
+
     sq = torch.diagonal(g, dim1=-2, dim2=-1)
     # squared distances: exact zeros can round to tiny negatives; distances are non-negative by definition
     d2 = (sq[..., :, None] + sq[..., None, :] - 2 * g).clamp_min(0)

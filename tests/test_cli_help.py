@@ -1,0 +1,60 @@
+"""`vitlab --help` and `vitlab COMMAND --help` answer without torch or timm (issue 25): the table's rows name their
+options and engine functions lazily, and the parser builds the flags of the named command only. Timing is measured
+by bench/cli_startup.py, not asserted here."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from vitlab.cli import HELP, build_parser
+from vitlab.table import ANALYSES
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def imported(*args: str) -> tuple[str, set[str]]:
+    """stdout of ``python -X importtime -m vitlab ARGS`` and the top-level packages it imported."""
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    out = subprocess.run([sys.executable, "-X", "importtime", "-m", "vitlab", *args], capture_output=True, text=True,
+                         env=env, cwd=ROOT, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    names = {line.rsplit("|", 1)[-1].strip().split(".")[0] for line in out.stderr.splitlines()
+             if line.startswith("import time:")}
+    assert "vitlab" in names  # the log is the import log of this run
+    return out.stdout, names
+
+
+def test_help_lists_every_command_without_torch_or_timm():
+    text, names = imported("--help")
+    assert not names & {"torch", "timm", "numpy"}, names & {"torch", "timm", "numpy"}
+    for name in [*ANALYSES, *HELP]:
+        assert name in text
+
+
+@pytest.mark.parametrize("command, flag", [("cka", "--kernel"), ("report", "--title")])
+def test_command_help_shows_its_flags_without_torch_or_timm(command, flag):
+    text, names = imported(command, "--help")
+    assert flag in text and not names & {"torch", "timm"}, names & {"torch", "timm"}
+
+
+def test_a_command_imports_what_it_runs(tmp_path):
+    _, names = imported("taps", "-m", "test_vit@random:0", "--device", "cpu")
+    assert {"torch", "timm"} <= names
+
+
+def _subcommands(parser) -> dict[str, str]:
+    (action,) = [a for a in parser._actions if a.dest == "command"]
+    return {c.dest: c.help for c in action._choices_actions}
+
+
+def test_the_short_parser_lists_the_same_commands_and_help_as_the_full_one():
+    full, short = _subcommands(build_parser()), _subcommands(build_parser(""))
+    assert list(full) == [*ANALYSES, *HELP] and short == full
+    one = build_parser("cka")
+    assert _subcommands(one) == full
+    assert one.parse_args(["cka", "-m", "zoo:vit-cls", "--kernel", "rbf"]).kernel == "rbf"
