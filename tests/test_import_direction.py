@@ -8,7 +8,7 @@
     engine                      the one cached pass: knows no analysis
     analyses                    one module per analysis: knows no tour, table, CLI or app
     tour                        the paper's claims checked with the analyses, and its HTML report
-    table                       the table of analyses (the tour is one of its rows)
+    table, row                  the table of analyses (the tour is one of its rows) and its record
     cli, __main__, vitlab       the front ends and the public surface
 
 A module may import its own layer and any lower one, never a higher one.
@@ -26,7 +26,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("engine", ("engine",)),
     ("analyses", ("analyses",)),
     ("tour", ("tour",)),
-    ("table", ("table",)),
+    ("table", ("table", "row")),
     ("front", ("cli", "__main__", "")),
 ]
 STATS_MAY_IMPORT = {"errors"}  # stats uses nothing of vitlab but its errors

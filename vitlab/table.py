@@ -15,121 +15,33 @@ Arity says what the engine's first argument is: 'one' a ``LoadedModel`` (``--mod
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
 
-if TYPE_CHECKING:
-    from .engine.context import Run
+from .row import ARITIES, Analysis, Lazy, Ref
 
-ARITIES = ("one", "pair", "many", "pairs")
+__all__ = ["ANALYSES", "ARITIES", "GENERIC_PAGE", "Analysis", "Page", "Ref", "markdown", "pages", "register",
+           "tour_steps"]
 
-
-@dataclass(frozen=True)
-class Ref:
-    """A name in a module that a row holds until it is first read: the table, and with it ``vitlab --help``, imports
-    no analysis module (nor torch) until a command runs or a page opens."""
-
-    module: str
-    name: str
-
-    def resolve(self):
-        return getattr(importlib.import_module(self.module), self.name)
-
-
-class _Lazy:
-    """A module as the rows name it: ``attention.AttentionDistanceOptions`` is ``Ref(module, name)``, not an import.
-    tests/test_imports.py counts the module named here as imported by the table."""
-
-    def __init__(self, module: str):
-        self._module = module
-
-    def __getattr__(self, name: str) -> Ref:
-        return Ref(self._module, name)
-
-
-ablation = _Lazy("vitlab.analyses.ablation")
-attention = _Lazy("vitlab.analyses.attention")
-attention_views = _Lazy("vitlab.analyses.attention_views")
-attribution = _Lazy("vitlab.analyses.attribution")
-checkpoints = _Lazy("vitlab.analyses.checkpoints")
-heads = _Lazy("vitlab.analyses.heads")
-interventions = _Lazy("vitlab.analyses.interventions")
-localization = _Lazy("vitlab.analyses.localization")
-manymodels = _Lazy("vitlab.analyses.manymodels")
-probes = _Lazy("vitlab.analyses.probes")
-receptive = _Lazy("vitlab.analyses.receptive")
-sensitivity = _Lazy("vitlab.analyses.sensitivity")
-similarity = _Lazy("vitlab.analyses.similarity")
-skips = _Lazy("vitlab.analyses.skips")
-token_gradient = _Lazy("vitlab.analyses.token_gradient")
-token_norms = _Lazy("vitlab.analyses.token_norms")
-run = _Lazy("vitlab.engine.run")
-tour = _Lazy("vitlab.tour")
-
-
-def _no_extra(result, opts) -> dict:
-    return {}
-
-
-def _headline(result) -> list[str]:
-    return list(result.headline())
-
-
-@dataclass(frozen=True)
-class Analysis:
-    """One analysis: what it is (name, title, paper figure), how it runs (arity, options, engine) and what it
-    writes and shows (tables, charts, headline, run.json fields); where it lives in the app and the docs."""
-
-    name: str  # CLI sub-command and the stem of its default output folder
-    title: str
-    figure: str  # the paper's figure(s), e.g. "Figs 3-4"
-    arity: str  # one | pair | many | pairs
-    options: type  # frozen dataclass with option() fields
-    engine: Callable  # engine(models, source, opts, run) -> result
-    help: str  # one line: the CLI help and the home page blurb
-    tables: Callable[[Any], dict]  # result -> {csv stem: DataFrame}
-    charts: Callable[[Any, Any], dict] = lambda result, opts: {}  # (result, opts) -> {file stem: alt.Chart}
-    headline: Callable[[Any], list[str]] = _headline  # result -> the lines the CLI prints
-    record: Callable[[Any, Any], dict] = _no_extra  # (result, opts) -> extra run.json fields
-    files: Callable[[Any, Path], list] | None = None  # (result, out) -> other files written (npz, images)
-    status: Callable[[Any], int] | None = None  # result -> exit status (default 0)
-    shards: bool = True  # runs under torchrun: batches split across ranks, accumulators combined
-    amp: bool = False  # offers --amp (bf16 autocast on GPU)
-    cache: bool = True  # offers --no-cache / --cache-dir
-    data: str = "samples"  # default --data
-    data_help: str = "samples | fashion-mnist[:train|test[:FOLDER]] | cifar10[:split] | cifar100[:split] | FOLDER"
-    other_help: str = "the model to compare with"  # arity 'pair': help of --other
-    page: str | None = None  # the app page (app/views/<page>.py) that shows it
-    page_title: str | None = None  # the page's title in the navigation, when it differs from ``title``
-    icon: str = ":material/analytics:"
-    docs: str | None = None  # docs/<docs>.md
-    section: str = "Analyses"  # navigation section
-    out: str | None = None  # default --out (None: results/<name>)
-    claims: tuple[str, ...] = ()  # the paper tour's steps (keys of vitlab.tour.CLAIMS) this analysis checks
-
-    def __getattribute__(self, name: str):
-        value = object.__getattribute__(self, name)
-        if type(value) is Ref:  # a field naming a module's object (options, engine): imported on first read
-            value = value.resolve()
-            object.__setattr__(self, name, value)
-        return value
-
-    @property
-    def default_out(self) -> str:
-        return self.out or f"results/{self.name}"
-
-    def call(self, models, source, opts=None, run_: Run | None = None):
-        """Call the engine with ``models`` shaped by the arity (a list for 'one'/'pair' is unpacked)."""
-        opts = opts if opts is not None else self.options()
-        if self.arity == "one":
-            first = models[0] if isinstance(models, (list, tuple)) else models
-            return self.engine(first, source, opts, run_)
-        if self.arity == "pair":
-            return self.engine(models[0], models[1], source, opts, run_)
-        return self.engine(list(models), source, opts, run_)
+ablation = Lazy("vitlab.analyses.ablation")
+attention = Lazy("vitlab.analyses.attention")
+attention_views = Lazy("vitlab.analyses.attention_views")
+attribution = Lazy("vitlab.analyses.attribution")
+checkpoints = Lazy("vitlab.analyses.checkpoints")
+heads = Lazy("vitlab.analyses.heads")
+interventions = Lazy("vitlab.analyses.interventions")
+localization = Lazy("vitlab.analyses.localization")
+manymodels = Lazy("vitlab.analyses.manymodels")
+probes = Lazy("vitlab.analyses.probes")
+receptive = Lazy("vitlab.analyses.receptive")
+sensitivity = Lazy("vitlab.analyses.sensitivity")
+similarity = Lazy("vitlab.analyses.similarity")
+skips = Lazy("vitlab.analyses.skips")
+token_gradient = Lazy("vitlab.analyses.token_gradient")
+token_norms = Lazy("vitlab.analyses.token_norms")
+run = Lazy("vitlab.engine.run")
+tour = Lazy("vitlab.tour")
 
 
 # ---------------------------------------------------------------- what each analysis writes

@@ -47,7 +47,7 @@ from ..errors import VitlabError
 from .heads import default_lower_taps, head_outputs
 from ..inputs.models import LoadedModel
 from ..options import DataOptions, option
-from ..engine.run import GramStatistic, Statistic, stream
+from ..engine.run import GramStatistic, LogProbStatistic, Statistic, stream
 
 MODES = ("zero", "mean")
 SELECTIONS = ("local", "global", "random")
@@ -177,23 +177,6 @@ class HeadMeanStatistic(Statistic):
                                  acts[f"blocks.{b}.attn_probs"]).double().sum(0) for b in self.blocks]
         return {"sum": torch.stack(sums).cpu().numpy(), "count": np.array([acts[f"blocks.{self.blocks[0]}.resid_pre"]
                                                                           .shape[0]])}
-
-
-@dataclass(frozen=True)
-class LogProbStatistic(Statistic):
-    """log softmax of the model's output for every image: {'logp': (B, C) float64}."""
-
-    name: str = "logp"
-    version: int = 1
-
-    def params(self, loaded: LoadedModel) -> dict:
-        return {}
-
-    def taps(self, loaded: LoadedModel) -> list[str]:
-        return []
-
-    def compute(self, acts: dict, loaded: LoadedModel, batch: Batch) -> dict[str, np.ndarray]:
-        return {"logp": acts["logits"].double().log_softmax(-1).cpu().numpy()}
 
 
 def head_means(loaded: LoadedModel, source: ImageSource, indices: Sequence[int], blocks: Sequence[int],

@@ -33,7 +33,7 @@ from ..errors import VitlabError
 from ..inputs.models import LoadedModel, load
 from ..options import DataOptions, option
 from ..progress import Progress
-from ..engine.run import CKAOptions, CKAReport, GramStatistic, Statistic, cka, stream
+from ..engine.run import CKAOptions, CKAReport, GramStatistic, LogProbStatistic, cka, stream
 
 WHICH = ("attn", "mlp", "both")
 
@@ -121,31 +121,14 @@ def intervened(loaded: LoadedModel, removal: SkipRemoval, progress: Progress | N
                                   display=f"{loaded.label} {removal.label}")
 
 
-@dataclass(frozen=True)
-class PredictionStatistic(Statistic):
-    """Top-1 predicted class of every image of a batch (for accuracy and agreement; not a sum, but tiny)."""
-
-    name: str = "pred"
-    version: int = 1
-
-    def params(self, loaded: LoadedModel) -> dict:
-        return {}
-
-    def taps(self, loaded: LoadedModel) -> list[str]:
-        return []
-
-    def compute(self, acts: dict, loaded: LoadedModel, batch: Batch) -> dict[str, np.ndarray]:
-        return {"pred": acts["logits"].argmax(dim=-1).cpu().numpy().astype(np.int64)}
-
-
 def _pass(loaded: LoadedModel, source: ImageSource, indices, batch_size, gram: GramStatistic, run: Run
           ) -> tuple[list[np.ndarray], np.ndarray, list]:
     """Grams (per batch), predictions and labels of one model over ``indices`` (this rank's batches)."""
     grams, preds, labels = [], [], []
-    pred = PredictionStatistic()
-    for batch, found in stream([loaded], source, indices, batch_size, [[gram, pred]], run):
+    lp = LogProbStatistic()
+    for batch, found in stream([loaded], source, indices, batch_size, [[gram, lp]], run):
         grams.append(found[0][gram.name]["grams"])
-        preds.append(found[0][pred.name]["pred"])
+        preds.append(found[0][lp.name]["logp"].argmax(-1))
         labels += batch.labels if batch.labels is not None else [None] * len(batch.ids)
     if not grams:
         raise VitlabError("no batch of 4 or more readable images: the CKA maps need at least 4 images"
@@ -313,10 +296,10 @@ def accuracy(loaded: LoadedModel, source: ImageSource, indices: Sequence[int], b
     if not _labels_usable(loaded, source):
         return None
     run = run or Run()
-    pred = PredictionStatistic()
+    lp = LogProbStatistic()
     counts = PredictionCounts()
-    for batch, found in stream([loaded], source, indices, batch_size, [[pred]], run):
-        counts.update(found[0][pred.name]["pred"], labels=batch.labels)
+    for batch, found in stream([loaded], source, indices, batch_size, [[lp]], run):
+        counts.update(found[0][lp.name]["logp"].argmax(-1), labels=batch.labels)
     run.reduce_accumulators(counts)
     return counts.right_before / counts.images if counts.images else None
 

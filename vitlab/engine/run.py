@@ -27,7 +27,7 @@ from ..inputs.models import LoadedModel
 from ..options import DataOptions, option
 from ..progress import Progress, scaled
 
-__all__ = ["CKAOptions", "CKAReport", "GramStatistic", "Progress", "Run", "RunInfo", "Statistic", "cka", "stream"]
+__all__ = ["CKAOptions", "CKAReport", "GramStatistic", "LogProbStatistic", "Progress", "Run", "RunInfo", "Statistic", "cka", "stream"]
 
 
 class Statistic(ABC):
@@ -113,6 +113,25 @@ class GramStatistic(Statistic):
 
     def compute(self, acts: dict, loaded: LoadedModel, batch: Batch) -> dict[str, np.ndarray]:
         return self.finish({t: self.reduce_tap(t, acts[t], loaded) for t in self.taps(loaded)}, loaded, batch)
+
+
+@dataclass(frozen=True)
+class LogProbStatistic(Statistic):
+    """log softmax of the model's output for every image: {'logp': (B, C) float64}. The top-1 prediction is its
+    argmax (the logits' argmax: log softmax keeps the order), so one cached entry serves both a head ablation's
+    log-probabilities and an intervention's accuracy."""
+
+    name: str = "logp"
+    version: int = 1
+
+    def params(self, loaded: LoadedModel) -> dict:
+        return {}
+
+    def taps(self, loaded: LoadedModel) -> list[str]:
+        return []
+
+    def compute(self, acts: dict, loaded: LoadedModel, batch: Batch) -> dict[str, np.ndarray]:
+        return {"logp": acts["logits"].double().log_softmax(-1).cpu().numpy()}
 
 
 def _forward(loaded: LoadedModel, images: list, tap_names: list[str], amp: bool) -> dict:

@@ -168,7 +168,8 @@ class LoadedModel:
         return taps.has_cls_token(self.model)
 
 
-def _sha256_file(path: Path) -> str:
+def sha256_file(path: Path) -> str:
+    """Hex SHA-256 of a file, read 1 MiB at a time (checkpoint fingerprints, the report's provenance)."""
     h = hashlib.sha256()
     with open(path, "rb") as f:
         for chunk in iter(lambda: f.read(1 << 20), b""):
@@ -283,9 +284,9 @@ def fingerprint_of(spec: ModelSpec, data_config: dict) -> str:
     elif spec.weights == "zoo":
         from .. import zoo
 
-        weights_id = "zoo:" + _sha256_file(zoo.checkpoint_path(spec.name))
+        weights_id = "zoo:" + sha256_file(zoo.checkpoint_path(spec.name))
     else:
-        weights_id = "file:" + _sha256_file(Path(spec.weights))
+        weights_id = "file:" + sha256_file(Path(spec.weights))
     cfg = {k: data_config[k] for k in sorted(data_config)}
     blob = json.dumps([spec.name, spec.img_size, weights_id, cfg], sort_keys=True, default=str)
     return hashlib.sha256(blob.encode()).hexdigest()[:20]

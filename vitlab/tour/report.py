@@ -25,7 +25,7 @@ from pathlib import Path
 from ..engine.context import Run
 from ..inputs.data import ImageSource, select
 from ..errors import VitlabError
-from ..inputs.models import LoadedModel
+from ..inputs.models import LoadedModel, sha256_file
 from . import TourOptions, TourReport, run_tour
 
 LIBRARIES = ("torch", "timm", "numpy", "pandas", "altair", "vl-convert-python", "pillow", "streamlit")
@@ -68,22 +68,14 @@ def weights_source(loaded: LoadedModel) -> str:
         from .. import zoo
 
         path = zoo.checkpoint_path(loaded.spec.name)
-        return f"vitlab zoo checkpoint {path.name} (sha256 {_sha256(path)[:16]}…)"
+        return f"vitlab zoo checkpoint {path.name} (sha256 {sha256_file(path)[:16]}…)"
     if w.startswith("zoo@random:"):
         return f"untrained twin of zoo:{loaded.spec.name}, random init seed {w.split(':')[-1]}"
     if w.startswith("random:"):
         return f"random init, seed {w.split(':')[-1]}"
     if w == "pretrained":
         return f"timm pretrained weights '{loaded.spec.name}' (Hugging Face hub cache)"
-    return f"local checkpoint {w} (sha256 {_sha256(Path(w))[:16]}…)"
-
-
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
+    return f"local checkpoint {w} (sha256 {sha256_file(Path(w))[:16]}…)"
 
 
 def images_hash(source: ImageSource, indices: list[int]) -> str:
