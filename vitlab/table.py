@@ -6,7 +6,8 @@ Adding an analysis is one engine module and one row here:
     engine   fn(models, source, opts: XOptions, run: Run) -> Result   (``models`` shaped by the arity)
     options  a frozen dataclass (``vitlab.options.option`` fields): CLI flags and page widget defaults
     result   ``to_frame()``; ``headline()`` -> the lines the CLI prints; ``warnings`` when it has any
-    row      Analysis(name, title, figure, arity, options, engine, help, tables=..., charts=..., ...)
+    row      Analysis(name, title, figure, arity, options, engine, help, tables=..., charts=..., ...), the module
+             named by ``Lazy("vitlab.analyses.x")`` so that reading the table imports no analysis (vitlab.row)
 
 Arity says what the engine's first argument is: 'one' a ``LoadedModel`` (``--model``), 'pair' two
 (``--model``, ``--other``: ``engine(a, b, source, ...)``), 'many' a list (``--model`` repeated), 'pairs' a list of
