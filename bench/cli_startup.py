@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from verdicts import interval_text, verdict  # noqa: E402
+from verdicts import interval_text, verdict
 
 ROOT = Path(__file__).resolve().parent.parent
 BASELINE = "python -c pass"
@@ -44,7 +44,8 @@ def wall(cmd: list[str]) -> float:
 
 def heavy_imports(cmd: list[str]) -> list[str]:
     """torch / timm if the command imported them (``python -X importtime``)."""
-    out = subprocess.run([cmd[0], "-X", "importtime", *cmd[1:]], capture_output=True, text=True, env=env(), cwd=ROOT)
+    out = subprocess.run([cmd[0], "-X", "importtime", *cmd[1:]], capture_output=True, text=True, env=env(), cwd=ROOT,
+                         check=True)
     names = {line.rsplit("|", 1)[-1].strip() for line in out.stderr.splitlines() if line.startswith("import time:")}
     return sorted(names & {"torch", "timm"})
 

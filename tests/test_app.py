@@ -20,7 +20,6 @@ pytest.importorskip("streamlit")
 from streamlit.testing.v1 import AppTest
 
 import vitlab
-import vitlab
 
 ZOO_READY = all((ROOT / "assets" / "zoo" / f"{n}.safetensors").is_file() for n in ("vit-cls", "resnet"))
 if ZOO_READY:

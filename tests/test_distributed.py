@@ -301,10 +301,10 @@ def test_sum_commands_under_torchrun_equal_single_process(tmp_path, command):
 
 
 def test_probe_features_gathered_from_two_shards_equal_one_pass():
+    from vitlab.analyses.probes import ProbeFeatures, _gather, few_shot_split
     from vitlab.engine.context import Run
     from vitlab.inputs.data import open_source
     from vitlab.inputs.models import load
-    from vitlab.analyses.probes import ProbeFeatures, _gather, few_shot_split
 
     model, source = load("test_vit@random", "cpu"), open_source("fashion-mnist:test")
     split = few_shot_split(source, shots=1, test=8, seed=0)

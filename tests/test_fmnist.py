@@ -5,8 +5,8 @@ import gzip
 import numpy as np
 import pytest
 
-from vitlab.inputs import fmnist
 from vitlab.errors import VitlabError
+from vitlab.inputs import fmnist
 
 FULL = fmnist.find_dir()
 needs_full = pytest.mark.skipif(FULL is None, reason="Debian's dataset-fashion-mnist is not installed")

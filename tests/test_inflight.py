@@ -9,12 +9,12 @@ import numpy as np
 import pytest
 import torch
 
-from vitlab.engine import inflight
 from vitlab import taps
 from vitlab.analyses.attention import AttentionDistanceStatistic
-from vitlab.inputs.data import decode, plan_batches, select, to_tensor
-from vitlab.engine.run import GramStatistic
 from vitlab.analyses.skips import SkipStatistic
+from vitlab.engine import inflight
+from vitlab.engine.run import GramStatistic
+from vitlab.inputs.data import decode, plan_batches, select, to_tensor
 
 
 def _batch(source, n=6):

@@ -10,8 +10,8 @@ import torch
 
 import vitlab
 from vitlab import VitlabError, pipeline
-from vitlab.inputs.data import decode, folder_source, plan_batches, select
 from vitlab.engine.run import GramStatistic, stream
+from vitlab.inputs.data import decode, folder_source, plan_batches, select
 
 SAMPLES = vitlab.data.ASSETS / "samples"
 

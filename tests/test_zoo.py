@@ -11,9 +11,9 @@ from timm.models.mlp_mixer import MlpMixer
 from timm.models.resnet import ResNet
 from timm.models.vision_transformer import Block, VisionTransformer
 
-from vitlab.inputs import fmnist
 from vitlab import zoo
 from vitlab.errors import VitlabError
+from vitlab.inputs import fmnist
 
 CLASS = {"vit": VisionTransformer, "resnet": ResNet, "mixer": MlpMixer}
 

@@ -52,7 +52,7 @@ _PUBLIC: dict[str, tuple[str, str | None]] = {
     **{n: ("vitlab.engine.run", n) for n in ("CKAOptions", "CKAReport", "GramStatistic", "Statistic", "stream")},
 }
 
-__all__ = sorted(_PUBLIC)
+__all__ = [*_PUBLIC]  # noqa: PLE0604 - the names above, listed once
 
 
 def __getattr__(name: str):

@@ -14,9 +14,9 @@ import sys
 import time
 from pathlib import Path
 
-from .table import ANALYSES, Analysis
 from .errors import VitlabError
 from .options import parse_ints, parse_strs
+from .table import ANALYSES, Analysis
 
 MODEL_HELP = ("model spec NAME[@WEIGHTS] or zoo:NAME[@random[:SEED]]; WEIGHTS: pretrained (default), "
               "random[:SEED] (the untrained twin), or a .safetensors/.pth/.bin file")
@@ -356,8 +356,8 @@ def add_report(sub) -> None:
 
 def run_report_command(args) -> int:
     from .engine.context import Run
-    from .inputs.data import open_source
     from .errors import VitlabError
+    from .inputs.data import open_source
     from .inputs.models import load
     from .progress import tqdm_progress
     from .tour.report import ReportOptions, report

@@ -9,7 +9,7 @@ import lab
 import streamlit as st
 
 import vitlab
-from vitlab import table, options
+from vitlab import options, table
 
 SIDEBAR_FIELDS = {"images", "batch_size", "shuffle"}  # the sidebar's choices, not the page's
 

@@ -5,7 +5,6 @@ import lab
 import streamlit as st
 
 import vitlab
-import vitlab
 from vitlab import attention
 from vitlab.charts import attention as charts
 

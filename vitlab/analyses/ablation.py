@@ -38,16 +38,16 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..stats import cka as cka_mod
-from ..inputs import taps as taps_mod
-from .attention import AttentionDistanceAccumulator, AttentionDistanceStatistic, image_side, probs_taps, require_vit
 from ..engine.context import Run
-from ..inputs.data import Batch, ImageSource, select
+from ..engine.run import GramStatistic, LogProbStatistic, Statistic, stream
 from ..errors import VitlabError
-from .heads import default_lower_taps, head_outputs
+from ..inputs import taps as taps_mod
+from ..inputs.data import Batch, ImageSource, select
 from ..inputs.models import LoadedModel
 from ..options import DataOptions, option
-from ..engine.run import GramStatistic, LogProbStatistic, Statistic, stream
+from ..stats import cka as cka_mod
+from .attention import AttentionDistanceAccumulator, AttentionDistanceStatistic, image_side, probs_taps, require_vit
+from .heads import default_lower_taps, head_outputs
 
 MODES = ("zero", "mean")
 SELECTIONS = ("local", "global", "random")

@@ -23,16 +23,16 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..inputs import taps as taps_mod
 from ..engine.activations import ActivationSet, activations
-from ..inputs.cache import Store
 from ..engine.context import Run, RunInfo
-from ..inputs.data import ImageSource, select, to_tensor
+from ..engine.run import Statistic, stream
 from ..errors import VitlabError
+from ..inputs import taps as taps_mod
+from ..inputs.cache import Store
+from ..inputs.data import ImageSource, select, to_tensor
 from ..inputs.models import LoadedModel
 from ..options import DataOptions, option
 from ..progress import scaled
-from ..engine.run import Statistic, stream
 
 # ---------------------------------------------------------------- capture and its parity with the fused forward
 

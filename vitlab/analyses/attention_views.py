@@ -8,12 +8,12 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..engine.activations import model_view
-from .attention import ParityResult, attention_map, capture_parity, head_maps, image_attention
 from ..engine.context import Run, RunInfo
-from ..inputs.data import ImageSource, iter_images, select
 from ..errors import VitlabError
+from ..inputs.data import ImageSource, iter_images, select
 from ..inputs.models import LoadedModel
 from ..options import option, parse_ints
+from .attention import ParityResult, attention_map, capture_parity, head_maps, image_attention
 
 
 @dataclass(frozen=True)

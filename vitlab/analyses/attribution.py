@@ -35,14 +35,14 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..inputs import taps as taps_mod
 from ..engine.activations import as_source
-from .attention import probs_taps, rollout_matrix
 from ..engine.context import Run
-from ..inputs.data import ImageSource, select, to_tensor
 from ..errors import VitlabError
+from ..inputs import taps as taps_mod
+from ..inputs.data import ImageSource, select, to_tensor
 from ..inputs.models import LoadedModel
 from ..options import DataOptions, option
+from .attention import probs_taps, rollout_matrix
 
 FUSIONS = ("mean", "max", "min")
 BASELINES = ("mean", "black")

@@ -18,13 +18,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..stats.cka import CKAResult
 from ..engine.context import Run, RunInfo
-from ..inputs.data import ImageSource
+from ..engine.run import CKAOptions, GramStatistic, cka
 from ..errors import VitlabError
+from ..inputs.data import ImageSource
 from ..inputs.models import LoadedModel
 from ..options import DataOptions, option
-from ..engine.run import CKAOptions, GramStatistic, cka
+from ..stats.cka import CKAResult
 
 
 @dataclass

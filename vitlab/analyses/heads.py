@@ -26,15 +26,15 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..stats import cka as cka_mod
-from ..inputs import taps as taps_mod
-from .attention import AttentionDistanceAccumulator, AttentionDistanceStatistic, image_side, probs_taps, require_vit
 from ..engine.context import Run
-from ..inputs.data import ImageSource, select
+from ..engine.run import GramStatistic, Statistic, stream
 from ..errors import VitlabError
+from ..inputs import taps as taps_mod
+from ..inputs.data import ImageSource, select
 from ..inputs.models import LoadedModel
 from ..options import DataOptions, option
-from ..engine.run import GramStatistic, Statistic, stream
+from ..stats import cka as cka_mod
+from .attention import AttentionDistanceAccumulator, AttentionDistanceStatistic, image_side, probs_taps, require_vit
 
 HEAD_TOKENS = ("spatial", "gap")
 

@@ -25,15 +25,15 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..stats import cka as cka_mod
-from ..inputs import taps as taps_mod
 from ..engine.context import Run, RunInfo
-from ..inputs.data import Batch, ImageSource, select
+from ..engine.run import CKAOptions, CKAReport, GramStatistic, LogProbStatistic, cka, stream
 from ..errors import VitlabError
+from ..inputs import taps as taps_mod
+from ..inputs.data import Batch, ImageSource, select
 from ..inputs.models import LoadedModel, load
 from ..options import DataOptions, option
 from ..progress import Progress
-from ..engine.run import CKAOptions, CKAReport, GramStatistic, LogProbStatistic, cka, stream
+from ..stats import cka as cka_mod
 
 WHICH = ("attn", "mlp", "both")
 

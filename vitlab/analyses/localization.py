@@ -28,14 +28,14 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..stats import cka as cka_mod
-from ..inputs import taps as taps_mod
 from ..engine.context import Run, RunInfo
-from ..inputs.data import Batch, ImageSource, select, to_tensor
+from ..engine.run import Statistic, stream
 from ..errors import VitlabError
+from ..inputs import taps as taps_mod
+from ..inputs.data import Batch, ImageSource, select, to_tensor
 from ..inputs.models import LoadedModel
 from ..options import DataOptions, option
-from ..engine.run import Statistic, stream
+from ..stats import cka as cka_mod
 
 MAX_POSITIONS = 1024  # T x G CKAs per layer; beyond this a CNN stage is too fine-grained to be worth it
 

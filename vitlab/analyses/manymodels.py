@@ -22,13 +22,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..stats import measures as ms
-from ..inputs import taps as taps_mod
 from ..engine.context import Run
-from ..inputs.data import ImageSource, select
-from ..errors import VitlabError
-from ..options import option
 from ..engine.run import stream
+from ..errors import VitlabError
+from ..inputs import taps as taps_mod
+from ..inputs.data import ImageSource, select
+from ..options import option
+from ..stats import measures as ms
 from .similarity import (
     MeasureParams,
     PairAccumulator,

@@ -26,13 +26,13 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..inputs import taps as taps_mod
 from ..engine.context import Run, RunInfo
-from ..inputs.data import Batch, ImageSource
+from ..engine.run import Statistic, stream
 from ..errors import VitlabError
+from ..inputs import taps as taps_mod
+from ..inputs.data import Batch, ImageSource
 from ..inputs.models import LoadedModel
 from ..options import option
-from ..engine.run import Statistic, stream
 
 L2_GRID = tuple(2.0**i for i in range(-10, 20))
 BIAS_CONSTANT = 100.0

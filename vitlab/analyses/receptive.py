@@ -27,11 +27,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..engine.context import Run, RunInfo
+from ..errors import VitlabError
 from ..inputs import taps as taps_mod
 from ..inputs.cache import make_key
-from ..engine.context import Run, RunInfo
 from ..inputs.data import ImageSource, decode, plan_batches, select, to_tensor
-from ..errors import VitlabError
 from ..inputs.images import needed_side
 from ..inputs.models import LoadedModel
 from ..options import DataOptions, option

@@ -20,14 +20,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..engine.context import Run
+from ..engine.run import GramStatistic, stream
+from ..errors import VitlabError
+from ..inputs import taps as taps_mod
+from ..inputs.data import ImageSource, select
+from ..options import DataOptions, option
 from ..stats import cka as cka_mod
 from ..stats import measures as ms
-from ..inputs import taps as taps_mod
-from ..engine.context import Run
-from ..inputs.data import ImageSource, select
-from ..errors import VitlabError
-from ..options import DataOptions, option
-from ..engine.run import GramStatistic, stream
 
 
 @dataclass(frozen=True)

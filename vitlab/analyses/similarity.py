@@ -26,14 +26,14 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..engine.context import Run
+from ..engine.run import GramStatistic, Statistic, stream
+from ..errors import VitlabError
+from ..inputs import taps as taps_mod
+from ..inputs.data import ImageSource, select
+from ..options import DataOptions, option
 from ..stats import cka as cka_mod
 from ..stats import measures as ms
-from ..inputs import taps as taps_mod
-from ..engine.context import Run
-from ..inputs.data import ImageSource, select
-from ..errors import VitlabError
-from ..options import DataOptions, option
-from ..engine.run import GramStatistic, Statistic, stream
 
 
 @dataclass(frozen=True)

@@ -24,13 +24,13 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..inputs import taps as taps_mod
 from ..engine.context import Run, RunInfo
-from ..inputs.data import Batch, ImageSource, select
+from ..engine.run import Statistic, stream
 from ..errors import VitlabError
+from ..inputs import taps as taps_mod
+from ..inputs.data import Batch, ImageSource, select
 from ..inputs.models import LoadedModel
 from ..options import DataOptions, option
-from ..engine.run import Statistic, stream
 
 TOKEN_SUBLAYERS = {
     "vit": (("attn", "resid_pre", "attn_out", "resid_mid"), ("mlp", "resid_mid", "mlp_out", "resid_post")),

@@ -24,12 +24,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..inputs import taps as taps_mod
 from ..engine.activations import as_source
-from ..inputs.cache import make_key
 from ..engine.context import Run
-from ..inputs.data import to_tensor
 from ..errors import VitlabError
+from ..inputs import taps as taps_mod
+from ..inputs.cache import make_key
+from ..inputs.data import to_tensor
 from ..inputs.models import LoadedModel
 from .receptive import block_names, input_gradient, layer_point
 

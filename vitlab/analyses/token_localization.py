@@ -20,17 +20,17 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from . import attention as attention_mod
-from ..stats import cka as cka_mod
-from ..inputs import taps as taps_mod
 from ..engine.context import Run
-from ..inputs.data import ImageSource, open_source, select
-from ..errors import VitlabError
-from ..stats.evidence import BootstrapCKA
-from .localization import LocalizationStatistic
-from ..inputs.models import LoadedModel
-from .receptive import block_names
 from ..engine.run import stream
+from ..errors import VitlabError
+from ..inputs import taps as taps_mod
+from ..inputs.data import ImageSource, open_source, select
+from ..inputs.models import LoadedModel
+from ..stats import cka as cka_mod
+from ..stats.evidence import BootstrapCKA
+from . import attention as attention_mod
+from .localization import LocalizationStatistic
+from .receptive import block_names
 from .token_gradient import TokenGradient, TokenGradientOptions, token_gradient
 
 MIN_IMAGES = 64  # the floor for a data-set statistic: 4 batches of 16 (the unbiased HSIC needs 4 per batch)

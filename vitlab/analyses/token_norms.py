@@ -31,15 +31,15 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..stats import cka as cka_mod
-from ..inputs import taps as taps_mod
-from .attention import distance_matrix, image_side, probs_taps
 from ..engine.context import Run
-from ..inputs.data import Batch, ImageSource, select
+from ..engine.run import GramStatistic, Statistic, stream
 from ..errors import VitlabError
+from ..inputs import taps as taps_mod
+from ..inputs.data import Batch, ImageSource, select
 from ..inputs.models import LoadedModel
 from ..options import DataOptions, option
-from ..engine.run import GramStatistic, Statistic, stream
+from ..stats import cka as cka_mod
+from .attention import distance_matrix, image_side, probs_taps
 
 MAD_SCALE = 1.4826  # MAD -> standard deviation of a normal distribution
 

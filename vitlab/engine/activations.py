@@ -15,10 +15,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..errors import VitlabError
 from ..inputs import taps as taps_mod
 from ..inputs.cache import Store, make_key
 from ..inputs.data import FilesSource, ImageSource, to_tensor
-from ..errors import VitlabError
 from ..inputs.models import LoadedModel
 
 VERSION = 1  # bump when the stored layout changes

@@ -52,8 +52,8 @@ from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from typing import Callable, Iterable, Iterator, Sequence
 
-from ..inputs.data import Batch, ImageSource, decode, transform_image
 from ..errors import VitlabError
+from ..inputs.data import Batch, ImageSource, decode, transform_image
 from ..inputs.evaltransform import per_object
 
 MAX_DEFAULT_WORKERS = 16

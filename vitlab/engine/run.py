@@ -14,20 +14,21 @@ from typing import ClassVar, Iterator, Sequence
 
 import numpy as np
 
-from ..stats import cka as cka_mod
-from ..stats import device_cka
-from . import hostmem, inflight, pipeline
+from ..errors import VitlabError
 from ..inputs import taps as taps_mod
 from ..inputs.cache import make_key
-from .context import Run, RunInfo
 from ..inputs.data import Batch, ImageSource, plan_batches, select, to_tensor
-from ..errors import VitlabError
 from ..inputs.images import needed_side
 from ..inputs.models import LoadedModel
 from ..options import DataOptions, option
 from ..progress import Progress, scaled
+from ..stats import cka as cka_mod
+from ..stats import device_cka
+from . import hostmem, inflight, pipeline
+from .context import Run, RunInfo
 
-__all__ = ["CKAOptions", "CKAReport", "GramStatistic", "LogProbStatistic", "Progress", "Run", "RunInfo", "Statistic", "cka", "stream"]
+__all__ = ["CKAOptions", "CKAReport", "GramStatistic", "LogProbStatistic", "Progress", "Run", "RunInfo", "Statistic",
+           "cka", "stream"]
 
 
 class Statistic(ABC):

@@ -22,8 +22,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from . import measures as ms
 from ..errors import VitlabError
+from . import measures as ms
 
 AGREE, PARTLY = 0.8, 0.5
 VIEWS = {"A vs B": "ab", "within A": "aa", "within B": "bb"}

@@ -26,8 +26,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import cka as cka_mod
 from ..errors import VitlabError
+from . import cka as cka_mod
 
 LEVEL = 0.95
 VERDICTS = ("shown", "not shown", "can't tell")

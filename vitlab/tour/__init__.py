@@ -6,18 +6,18 @@ intervals, as "shown", "not shown" or "can't tell" (docs/evidence.md).
     report.rows            # Check records (figure, title, claim, verdict, statistic, lo, hi, control, ...)
     report.charts[figure]  # Altair: statistic and control with their 95 % intervals
 
-The claims, checks, options and report live in ``tour_checks`` (pure); the measurements in ``tour_measure``.
+The claims, checks, options and report live in ``checks`` (pure); the measurements in ``measure``.
 """
 
 from __future__ import annotations
 
-from . import measure as M
 from ..engine.context import Run
-from ..inputs.data import ImageSource
 from ..errors import VitlabError
+from ..inputs.data import ImageSource
 from ..inputs.models import LoadedModel
+from . import measure as M
 from .checks import (CLAIMS, GAP_CAVEAT, Check, Claim, TourOptions, TourReport, cant_tell, check_gap, check_growth,
-                     check_head_rank, check_localization, check_locality, check_probes, check_removal, check_scale,
+                     check_head_rank, check_locality, check_localization, check_probes, check_removal, check_scale,
                      check_skips, check_uniformity, cross_block_mean, depth_drop, finite_median, head_locality,
                      make_check, off_diagonal_mean)
 

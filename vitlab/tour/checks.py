@@ -21,8 +21,8 @@ import numpy as np
 
 from ..engine.context import RunInfo
 from ..errors import VitlabError
-from ..stats.evidence import Estimate, verdict
 from ..options import DataOptions, option
+from ..stats.evidence import Estimate, verdict
 
 
 @dataclass(frozen=True)

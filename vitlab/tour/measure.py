@@ -10,21 +10,21 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..stats import cka as cka_mod
-from ..stats import evidence as ev
-from ..inputs import taps as taps_mod
-from . import checks as T
 from ..analyses.attention import AttentionDistanceStatistic, distance_matrix
-from ..engine.context import Run
-from ..inputs.data import ImageSource, plan_batches, select, to_tensor
-from ..errors import VitlabError
-from ..stats.evidence import Estimate
 from ..analyses.heads import HeadGramStatistic, default_lower_taps
 from ..analyses.localization import LocalizationStatistic, default_layers
-from ..inputs.models import LoadedModel, load, twin_spec
 from ..analyses.probes import draw_split
-from ..engine.run import GramStatistic, stream
 from ..analyses.skips import SkipStatistic
+from ..engine.context import Run
+from ..engine.run import GramStatistic, stream
+from ..errors import VitlabError
+from ..inputs import taps as taps_mod
+from ..inputs.data import ImageSource, plan_batches, select, to_tensor
+from ..inputs.models import LoadedModel, load, twin_spec
+from ..stats import cka as cka_mod
+from ..stats import evidence as ev
+from ..stats.evidence import Estimate
+from . import checks as T
 
 
 def _stream(models, source, indices, batch_size, statistics, run: Run, min_batch: int = 4):

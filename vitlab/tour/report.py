@@ -23,8 +23,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from ..engine.context import Run
-from ..inputs.data import ImageSource, select
 from ..errors import VitlabError
+from ..inputs.data import ImageSource, select
 from ..inputs.models import LoadedModel, sha256_file
 from . import TourOptions, TourReport, run_tour
 

@@ -25,8 +25,8 @@ import torch
 from timm.models.vision_transformer import Block
 from torch import nn
 
-from vitlab.inputs import fmnist
 from vitlab.errors import VitlabError
+from vitlab.inputs import fmnist
 
 ZOO_DIR = Path(__file__).resolve().parent.parent.parent / "assets" / "zoo"
 
