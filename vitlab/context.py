@@ -15,6 +15,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
 from .cache import Store
+from .errors import VitlabError
 from .progress import Progress
 
 
@@ -55,6 +56,7 @@ class Run:
     - ``shard``: ``(rank, world)``: this process takes batches rank, rank + world, ... (torch.distributed);
     - ``reduce``: sums accumulator states across ranks in place (None: one process);
     - ``gather``: every rank's object in rank order, for statistics that are not sums (None: ``[obj]``);
+      ``gather_ordered`` builds on it: per-batch terms and per-image values of every rank in global batch order;
     - ``info``: filled in as the run goes (shared by every engine call made with this run);
     - ``seed``, ``bootstrap``: resampling for intervals (evidence), where an analysis reports them;
     - ``workers``: threads decoding and transforming images ahead of the forward (vitlab.pipeline);
@@ -88,3 +90,26 @@ class Run:
 
     def gather_objects(self, obj) -> list:
         return [obj] if self.gather is None else self.gather(obj)
+
+    @property
+    def is_main(self) -> bool:
+        """Rank 0 (or a single process): where single-image parts of an analysis run and outputs are written."""
+        return self.shard[0] == 0
+
+    def gather_ordered(self, keyed: list, what: str = "values") -> list:
+        """Every rank's ``[(key, value), ...]`` merged into one list of values in key order (keys: global batch
+        numbers, or (batch, image) tuples), identical on every rank; in one process the values sorted by key.
+
+        This is how per-batch terms (the bootstrap's unit) and per-image values come together so that every rank
+        holds exactly what one process would have, in the same order. ``what`` names them in an error."""
+        parts = self.gather_objects(("ordered", what, list(keyed)))
+        merged = []
+        for rank, part in enumerate(parts):
+            if not (isinstance(part, tuple) and len(part) == 3 and part[:2] == ("ordered", what)):
+                raise VitlabError(f"rank {rank} did not send its {what}: it left this step of the analysis (look for "
+                                  "its message above)")
+            merged += part[2]
+        keys = [k for k, _ in merged]
+        if len(set(keys)) != len(keys):
+            raise VitlabError(f"{what}: the same batch came from two ranks; every rank must run the same command")
+        return [v for _, v in sorted(merged, key=lambda kv: kv[0])]

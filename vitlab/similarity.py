@@ -15,7 +15,11 @@ Where the numbers come from (each model's statistics are computed once per batch
 
 Minibatch conventions, stated: CKA sums per-batch HSIC (Nguyen et al. 2021); Procrustes is the mean of per-batch
 distances (a mean of metrics is a metric); mutual k-NN looks for neighbours within the batch. With
-``batch_size >= images`` all three are the full-set measures. One process only (no torchrun sharding here).
+``batch_size >= images`` all three are the full-set measures.
+
+Under torchrun each rank takes its share of the batches (``run.shard``); the Gram-based sums are added across
+ranks (``run.reduce_accumulators``: every ``PairAccumulator`` state is a sum) and the per-batch sketches are
+gathered in batch order (``run.gather_ordered``), so CCA runs over the same (N, P) matrices as in one process.
 """
 
 from __future__ import annotations
@@ -141,6 +145,8 @@ GRAM_MEASURES = tuple(m for m, info in ms.MEASURES.items() if info.source == "gr
 class PairAccumulator:
     """Float64 sums of every Gram-based measure between a stack of La taps and a stack of Lb taps."""
 
+    state_is_sum = True  # torch.distributed: ranks' states add (vitlab.dist.all_reduce_accumulators)
+
     def __init__(self, measures: Sequence[str], la: int, lb: int):
         self.measures = [m for m in measures if m in GRAM_MEASURES]
         self.cka = {m: cka_mod.MinibatchCKA(list(range(la)), list(range(lb))) for m in ("cka", "cka-rbf")
@@ -160,6 +166,20 @@ class PairAccumulator:
             self.knn_shared += ms.mutual_knn_counts(da.knn, db.knn)
             self.knn_slots += da.n * da.opts.knn_k
         self.batches += 1
+
+    def state(self) -> dict[str, np.ndarray]:
+        out = {"angle_sum": self.angle_sum, "knn_shared": self.knn_shared,
+               "counts": np.array([self.batches, self.knn_slots])}
+        for m, acc in self.cka.items():
+            out.update({f"{m}/{k}": v for k, v in acc.state().items()})
+        return out
+
+    def load_state(self, state: dict[str, np.ndarray]) -> PairAccumulator:
+        self.angle_sum, self.knn_shared = (np.array(state[k], dtype=np.float64) for k in ("angle_sum", "knn_shared"))
+        self.batches, self.knn_slots = (int(v) for v in state["counts"])
+        for m, acc in self.cka.items():
+            acc.load_state({k.split("/", 1)[1]: v for k, v in state.items() if k.startswith(f"{m}/")})
+        return self
 
     def compute(self) -> dict[str, np.ndarray]:
         out = {m: acc.compute().cka for m, acc in self.cka.items()}
@@ -257,15 +277,18 @@ def similarity(models: Sequence, source: ImageSource, opts: SimilarityOptions = 
     k = len(models)
     pairs = [(i, j) for i in range(k) for j in range(i, k)]
     accs = {p: PairAccumulator(measures, len(layers[p[0]]), len(layers[p[1]])) for p in pairs}
-    sketches: list[list[np.ndarray]] = [[] for _ in models]
-    images = batches = 0
+    kept: list = []  # per batch: (batch number, (images, [per model: its sketch or None]))
     indices = select(source, opts.images, opts.shuffle)
     for batch, found in stream(models, source, indices, opts.batch_size, stats, run,
                                min_batch=_min_batch(opts)):
         with ms.blas_single_thread():
-            _fold(accs, found, sketches, opts)
-        images += len(batch.ids)
-        batches += 1
+            _fold(accs, found, opts)
+        kept.append((batch.index, (len(batch.ids), [f["sketch"]["sketch"] if "sketch" in f else None
+                                                     for f in found])))
+    run.reduce_accumulators(list(accs.values()))
+    kept = run.gather_ordered(kept, "similarity batches")  # every rank's, in batch order
+    images, batches = sum(n for n, _ in kept), len(kept)
+    sketches = [[per[i] for _, per in kept if per[i] is not None] for i in range(k)]
     if batches == 0:
         raise VitlabError("no batch was usable: the measures need at least one batch of "
                           f"{_min_batch(opts)} or more readable images")
@@ -277,15 +300,12 @@ def similarity(models: Sequence, source: ImageSource, opts: SimilarityOptions = 
     return report
 
 
-def _fold(accs: dict, found: list[dict], sketches: list[list], opts: SimilarityOptions) -> None:
+def _fold(accs: dict, found: list[dict], opts: SimilarityOptions) -> None:
     """Add one batch: each model's derived arrays are formed once, then every pair's accumulator reads them."""
     derived = [_Derived(f["gram"]["grams"], opts) if "gram" in f else None for f in found]
     for (i, j), acc in accs.items():
         if acc.measures:
             acc.update(derived[i], derived[j])
-    for i, f in enumerate(found):
-        if "sketch" in f:
-            sketches[i].append(f["sketch"]["sketch"])
 
 
 def _min_batch(opts: SimilarityOptions) -> int:
