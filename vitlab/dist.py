@@ -226,13 +226,17 @@ def all_reduce_accumulators(accumulators):
     Accumulators whose ``state()`` arrays are all sums (``MinibatchCKA``, or any class with ``state_is_sum =
     True``) are added with one float64 ``all_reduce``; the rest are gathered and folded in rank order with their
     own ``merge``. Every rank must pass accumulators of the same kinds and shapes in the same order.
-    Accumulators that keep per-batch terms for a bootstrap (``keyed_terms()`` / ``load_keyed_terms()``, e.g.
-    ``evidence.BootstrapCKA``) get every rank's terms back in global batch order, so that their intervals and
-    permutation nulls are the ones a single process computes.
+    Accumulators that keep their per-batch terms (``keyed_terms()`` / ``load_keyed_terms()``, e.g.
+    ``evidence.BootstrapCKA``, ``similarity.PairAccumulator``) instead get every rank's terms in global batch order
+    and add them up again in that order: their sums, intervals and permutation nulls are a single process's to the
+    last bit (so values that tie in one process still tie, and whatever ranks them ranks them alike).
     """
     items = _as_list(accumulators)
     layouts = _check_same_layout(items)
-    _gather_keyed_terms([a for a in items if hasattr(a, "keyed_terms")])
+    keyed = [hasattr(a, "keyed_terms") for a in items]
+    _gather_keyed_terms([a for a, k in zip(items, keyed) if k])
+    layouts = [[lay[i] for i, k in enumerate(keyed) if not k] for lay in layouts]
+    items = [a for a, k in zip(items, keyed) if not k]
     # an accumulator still empty on some rank (it got no batch: more ranks than batches, or all its images were
     # unreadable) cannot join the elementwise sum; it is merged instead and contributes nothing
     empty_somewhere = [any(_EMPTY in dict(lay[i][1]).values() for lay in layouts) for i in range(len(items))]

@@ -164,6 +164,7 @@ class BootstrapCKA(cka_mod.MinibatchCKA):
         super().__init__(layers_a, layers_b, estimator)
         self.permutations, self.seed = int(permutations), int(seed)
         self.keys: list = []  # each batch's global number: ranks' terms are put back in this order (vitlab.dist)
+        self.sizes: list[int] = []  # each batch's images
         self.terms_xy: list[np.ndarray] = []
         self.terms_xx: list[np.ndarray] = []
         self.terms_yy: list[np.ndarray] = []
@@ -188,20 +189,25 @@ class BootstrapCKA(cka_mod.MinibatchCKA):
         key = getattr(self, "_key", None) if key is None else int(key)
         super().add(xy, xx, yy, n)
         self.keys.append(len(self.terms_xy) if key is None else key)
+        self.sizes.append(int(n))
         self.terms_xy.append(np.asarray(xy))
         self.terms_xx.append(np.asarray(xx))
         self.terms_yy.append(np.asarray(yy))
 
     def keyed_terms(self) -> list:
-        """``[(key, (xy, xx, yy, null or None)), ...]``: this process's per-batch terms, for an ordered gather."""
+        """``[(key, (xy, xx, yy, n, null or None)), ...]``: this process's per-batch terms, for an ordered gather."""
         nulls = self.null_xy if self.null_xy else [None] * len(self.keys)
-        return list(zip(self.keys, zip(self.terms_xy, self.terms_xx, self.terms_yy, nulls)))
+        return list(zip(self.keys, zip(self.terms_xy, self.terms_xx, self.terms_yy, self.sizes, nulls)))
 
     def load_keyed_terms(self, keyed: list) -> BootstrapCKA:
-        """Replace the per-batch terms by ``keyed`` (every rank's, in key order); the sums are left as they are."""
-        self.keys = [k for k, _ in keyed]
-        self.terms_xy, self.terms_xx, self.terms_yy = ([t[i] for _, t in keyed] for i in range(3))
-        self.null_xy = [t[3] for _, t in keyed] if self.permutations else []
+        """Become the accumulator of the batches ``keyed`` (every rank's terms, in key order): the sums are added
+        again in that order, so they are a single process's to the last bit."""
+        fresh = BootstrapCKA(self.layers_a, self.layers_b, self.estimator, self.permutations, self.seed)
+        for key, (xy, xx, yy, n, null) in keyed:
+            fresh.add(xy, xx, yy, n, key=key)
+            if self.permutations:
+                fresh.null_xy.append(null)
+        self.__dict__.update(fresh.__dict__)
         return self
 
     def _null(self, ca: np.ndarray, cb: np.ndarray, shape: tuple, key: int) -> np.ndarray:
@@ -218,6 +224,7 @@ class BootstrapCKA(cka_mod.MinibatchCKA):
     def merge(self, other: "BootstrapCKA") -> "BootstrapCKA":
         super().merge(other)
         self.keys += other.keys
+        self.sizes += other.sizes
         self.terms_xy += other.terms_xy
         self.terms_xx += other.terms_xx
         self.terms_yy += other.terms_yy

@@ -142,12 +142,12 @@ def compare_models(models: Sequence, source: ImageSource, opts: CompareOptions =
                 if ms.MEASURES[measure].source == "gram":
                     stack = np.stack([f["gram"]["grams"][idx[i][k]] for i, f in enumerate(found)])
                     d = _Derived(stack, sim)
-                    accs[k].update(d, d)
+                    accs[k].update(d, d, batch.index)
                     per_depth.append(None)
                 else:
                     per_depth.append(np.stack([f["sketch"]["sketch"][idx[i][k]] for i, f in enumerate(found)]))
         kept.append((batch.index, (len(batch.ids), per_depth)))
-    # torchrun: the Gram sums added across ranks, the sketches gathered in batch order (as in one process)
+    # torchrun: every rank's per-batch increments and sketches, in batch order (as in one process)
     run.reduce_accumulators(accs)
     kept = run.gather_ordered(kept, "compare-models batches")
     images, batches = sum(n for n, _ in kept), len(kept)
