@@ -30,7 +30,6 @@ Shapes: L taps, n images, B batch, N tokens (P prefix first), D width, H heads.
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
@@ -291,10 +290,10 @@ def flagged_positions(loaded: LoadedModel, source: ImageSource, indices: list[in
     if k <= 0:
         raise VitlabError(f"k must be positive (threshold = median + k · 1.4826 · MAD), not {k}")
     prefix, stat = taps_mod.num_prefix_tokens(loaded.model), TokenNormStatistic(tuple(taps))
-    # every rank reads all images (not its shard), so every rank's threshold and flags are the same
-    whole = dataclasses.replace(run.with_progress(None), shard=(0, 1))
-    norms = [found[0][stat.name]["norms"] for _, found in stream([loaded], source, indices, batch_size, [[stat]],
-                                                                  whole)]
+    # torchrun: each rank its shard, then every rank's norms in batch order, so all ranks set the same flags
+    kept = [(batch.index, found[0][stat.name]["norms"])
+            for batch, found in stream([loaded], source, indices, batch_size, [[stat]], run.with_progress(None))]
+    norms = run.gather_ordered(kept, "token norms")
     if not norms:
         return {t: np.zeros(0, dtype=bool) for t in taps}
     norms = np.concatenate(norms, axis=1)  # (L, n, N)
