@@ -405,7 +405,7 @@ def _interval_columns_present(ref_dir) -> None:
 
 @pytest.mark.slow
 def test_every_split_command_under_torchrun_equals_one_process(tmp_path, one_process):
-    stdout = _torchrun_commands(tmp_path, 2, _split_commands(tmp_path), timeout=240)
+    stdout = _torchrun_commands(tmp_path, 2, _split_commands(tmp_path), timeout=900)
     assert stdout.count("files in ") == len(SPLIT)  # rank 0 alone reports and writes each command
     for name in SPLIT:
         run = json.loads((tmp_path / name / "run.json").read_text())
@@ -416,7 +416,7 @@ def test_every_split_command_under_torchrun_equals_one_process(tmp_path, one_pro
 
 @pytest.mark.slow
 def test_three_processes_and_five_batches_equal_one_process(tmp_path, one_process):
-    stdout = _torchrun_commands(tmp_path, 3, _split_commands(tmp_path), timeout=300)
+    stdout = _torchrun_commands(tmp_path, 3, _split_commands(tmp_path), timeout=900)
     assert stdout.count("files in ") == len(SPLIT)
     assert json.loads((tmp_path / "similarity" / "run.json").read_text())["batches_computed"] == 5  # 2 + 2 + 1
     _assert_same_tables(tmp_path, one_process)
