@@ -27,7 +27,8 @@ def tables_only(analysis, result, opts, out: Path) -> list:
 
 def run_commands(commands: list[list[str]]) -> None:
     """Every command in turn, in this process's group (a no-op group in one process)."""
-    from vitlab import cli, dist, pipeline
+    from vitlab import cli, pipeline
+    from vitlab.engine import dist
 
     saved, cli.write_outputs = cli.write_outputs, tables_only
     try:
