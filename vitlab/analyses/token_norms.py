@@ -19,7 +19,8 @@ token-level analyses with and without them:
 - CKA with all tokens: flagged tokens are set to zero before the Gram (per image), so they add nothing to any inner
   product; a position flagged in every image is thereby dropped from the features;
 - attention distance (ViT): flagged tokens of a block's input (the previous block's ``resid_post``) are left out as
-  queries and as keys (keys dropped like the prefix columns: the default convention of :mod:`vitlab.analyses.attention`).
+  queries and as keys (keys dropped like the prefix columns: the default convention of
+  :mod:`vitlab.analyses.attention`).
 
 Under torchrun each rank computes its share of the batches: the norms of every image are gathered in batch order
 (so every rank sets the same thresholds), the CKA sums are added, and the energy and distance sums are gathered
