@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from vitlab.cli import HELP, build_parser
@@ -58,3 +59,16 @@ def test_the_short_parser_lists_the_same_commands_and_help_as_the_full_one():
     one = build_parser("cka")
     assert _subcommands(one) == full
     assert one.parse_args(["cka", "-m", "zoo:vit-cls", "--kernel", "rbf"]).kernel == "rbf"
+
+
+def test_a_row_names_a_module_without_importing_it_until_read():
+    from vitlab.row import Lazy, Ref
+    from vitlab.stats import cka
+
+    ref = Lazy("vitlab.stats.cka").MIN_UNBIASED_BATCH
+    assert ref == Ref("vitlab.stats.cka", "MIN_UNBIASED_BATCH") and ref.resolve() == cka.MIN_UNBIASED_BATCH == 4
+    k = np.arange(16.0).reshape(4, 4)
+    assert np.array_equal(Lazy("vitlab.stats.cka").u_center(k), cka.u_center(k))  # a helper called through a Ref
+    row = ANALYSES["similarity"]
+    assert type(object.__getattribute__(row, "engine")) in (Ref, type(cka.u_center))
+    assert callable(row.engine) and type(row.engine) is not Ref and row.options.__name__ == "SimilarityOptions"

@@ -30,6 +30,9 @@ class Ref:
     def resolve(self):
         return getattr(importlib.import_module(self.module), self.name)
 
+    def __call__(self, *args, **kwargs):  # a row's helper calling a module's function (``similarity.describe``)
+        return self.resolve()(*args, **kwargs)
+
 
 class Lazy:
     """A module as the rows name it: ``attention.AttentionDistanceOptions`` is ``Ref(module, name)``, not an import.
@@ -70,7 +73,9 @@ class Analysis:
     record: Callable[[Any, Any], dict] = _no_extra  # (result, opts) -> extra run.json fields
     files: Callable[[Any, Path], list] | None = None  # (result, out) -> other files written (npz, images)
     status: Callable[[Any], int] | None = None  # result -> exit status (default 0)
-    shards: bool = True  # runs under torchrun: batches split across ranks, accumulators combined
+    # runs under torchrun: batches split across ranks, results combined; False: one image (or a check) that rank 0
+    # runs alone under torchrun, saying so (docs/scale-out.md)
+    shards: bool = True
     amp: bool = False  # offers --amp (bf16 autocast on GPU)
     cache: bool = True  # offers --no-cache / --cache-dir
     data: str = "samples"  # default --data
