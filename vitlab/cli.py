@@ -17,6 +17,7 @@ from pathlib import Path
 from .analyses import ANALYSES, Analysis
 from .errors import VitlabError
 from .options import parse_ints, parse_strs
+from .outdir import check_out, write_file
 
 MODEL_HELP = ("model spec NAME[@WEIGHTS] or zoo:NAME[@random[:SEED]]; WEIGHTS: pretrained (default), "
               "random[:SEED] (the untrained twin), or a .safetensors/.pth/.bin file")
@@ -162,6 +163,7 @@ def run_analysis(analysis: Analysis, args) -> int:
     ctx = dist.context(args)  # torchrun: this rank's device, shard, reductions
     if ctx.distributed and not analysis.shards and not ctx.is_main:
         return 0  # not sharded: rank 0 alone computes and writes --out
+    out = check_out(args.out)  # before any model runs: a file named as the folder is a typo, not a late traceback
     opts = options_from_args(analysis, args)
     source = open_source(args.data)
     engine_models, models = load_models(analysis, args)
@@ -179,13 +181,13 @@ def run_analysis(analysis: Analysis, args) -> int:
         ctx.reduce_info(run.info)
     if not ctx.is_main:
         return 0
-    out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     written = write_outputs(analysis, result, opts, out)
     extra = {**{f.name: getattr(opts, f.name) for f in dataclasses.fields(opts)}, **analysis.record(result, opts),
              "bootstrap": args.bootstrap, "seed": run.seed}
     write_run_json(out, analysis.name, models + list(getattr(result, "extra_models", [])), args, run.info, t0,
-                   list(getattr(result, "warnings", []))[:20], model_taps=getattr(result, "taps", None), **extra)
+                   list(getattr(result, "warnings", []))[:20], model_taps=getattr(result, "taps", None),
+                   written=written, **extra)
     for line in analysis.headline(result):
         print(line)
     print(f"{len(written)} files in {out}")
@@ -198,8 +200,7 @@ def write_outputs(analysis: Analysis, result, opts, out: Path) -> list:
 
     written = []
     for stem, frame in analysis.tables(result).items():
-        frame.to_csv(out / f"{stem}.csv", index=False)
-        written.append(out / f"{stem}.csv")
+        written.append(write_file(out / f"{stem}.csv", frame.to_csv(index=False)))
     written += save_all(analysis.charts(result, opts), out)
     if analysis.files:
         written += analysis.files(result, out)
@@ -207,8 +208,8 @@ def write_outputs(analysis: Analysis, result, opts, out: Path) -> list:
 
 
 def write_json(path: Path, obj) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(obj, indent=2, default=str))
+    """``obj`` as JSON at ``path``, written atomically (never through a symbolic link, vitlab.outdir)."""
+    write_file(path, json.dumps(obj, indent=2, default=str))
 
 
 def _input_workers() -> dict:
@@ -223,10 +224,10 @@ def _input_workers() -> dict:
 
 
 def write_run_json(out: Path, command: str, models: list, args, info, t0: float, warnings=(),
-                   model_taps: list[list[str]] | None = None, **extra) -> None:
+                   model_taps: list[list[str]] | None = None, written: list | None = None, **extra) -> None:
     """``out/run.json``: what ran (models with fingerprints, images, batches computed / from cache, per-model
     forward passes, skipped images, seconds, input workers); then skipped images and warnings are reported on
-    stderr."""
+    stderr. ``written``: the files the command's writers returned, recorded with run.json (vitlab.outdir)."""
     from . import dist
 
     write_json(out / "run.json", {
@@ -248,9 +249,11 @@ def write_run_json(out: Path, command: str, models: list, args, info, t0: float,
         "processes": dist.context().world,
         "input_workers": _input_workers(),
     })
-    from .outdir import finish, wall_from_perf
+    from .outdir import finish
 
-    stale = finish(out, wall_from_perf(t0))  # charts of an earlier run that this one did not write again
+    stale, notices = finish(out, list(written or []))  # charts of an earlier run that this one did not write again
+    for notice in notices:
+        print(f"vitlab: note: {notice}", file=sys.stderr)
     if stale:
         print(f"removed {len(stale)} file(s) an earlier run wrote into {out} and this one did not", file=sys.stderr)
     if info:
@@ -355,6 +358,8 @@ def run_report_command(args) -> int:
     out = Path(args.out)
     if out.suffix.lower() not in (".html", ".htm"):
         raise VitlabError(f"--out '{out}': the report is one HTML file; give a path ending in .html")
+    if out.is_dir():
+        raise VitlabError(f"--out '{out}' is a folder; the report is one HTML file: give a path ending in .html")
     t0 = time.perf_counter()
     tour_opts = options_from_args(ANALYSES["tour"], args)
     source = open_source(args.data)
