@@ -145,3 +145,164 @@ def test_1_out_naming_a_file_is_refused_before_any_model_runs(tiny, tmp_path, ca
         err = capfd.readouterr().err
         assert "Traceback" not in err and "not a folder" in err and err.count("\n") == 1
     assert target.read_text() == "keep me"
+
+
+# ------------------------------------------------------------------------------------------ 2. the cache
+
+def _images(root: Path, n: int = 8, bad: int = 0) -> Path:
+    from PIL import Image
+
+    root.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(0)
+    for k in range(n):
+        Image.fromarray(rng.integers(0, 256, (40, 48, 3), dtype=np.uint8)).save(root / f"img{k:02d}.png")
+    for k in range(bad):
+        (root / f"bad{k}.png").write_bytes(b"\x89PNG\r\n\x1a\n" + bytes(30))  # a PNG signature, then nothing
+    return root
+
+
+def _cka(folder: Path, cache_dir: Path, out: Path, *extra: str) -> int:
+    return cli.main(["cka", "-m", "test_vit@random", "-d", str(folder), "-b", "8", "--device", "cpu", "--cache-dir",
+                     str(cache_dir), "-o", str(out), "--bootstrap", "0", *extra])
+
+
+def _unwritable(monkeypatch, message: str) -> None:
+    """Make every attempt to open a diskcache for writing fail as sqlite does on a full disk or a read-only
+    folder (chmod cannot stop root, so the failure is raised where sqlite raises it)."""
+    import sqlite3
+
+    import diskcache
+
+    def refuse(self, *a, **k):
+        raise sqlite3.OperationalError(message)
+
+    monkeypatch.setattr(diskcache.Cache, "__init__", refuse)
+
+
+@pytest.mark.parametrize("message", ["database or disk is full", "attempt to write a readonly database",
+                                     "database is locked"])
+def test_2_a_cache_that_cannot_be_written_is_read_not_moved_aside(tmp_path, monkeypatch, capfd, message):
+    folder, cache_dir = _images(tmp_path / "imgs"), tmp_path / "cache"
+    assert _cka(folder, cache_dir, tmp_path / "a") == 0
+    first = json.loads((tmp_path / "a" / "run.json").read_text())
+    assert first["batches_computed"] == 1
+    capfd.readouterr()
+    _unwritable(monkeypatch, message)
+    assert _cka(folder, cache_dir, tmp_path / "b") == 0
+    err = capfd.readouterr().err
+    again = json.loads((tmp_path / "b" / "run.json").read_text())
+    assert again["batches_from_cache"] == 1 and again["batches_computed"] == 0  # the good cache was read
+    assert not list(cache_dir.glob("damaged-*")) and (cache_dir / "cache.db").is_file()
+    assert err.count("cannot write to the cache") == 1 and message in err and "Traceback" not in err
+    pd.testing.assert_frame_equal(pd.read_csv(tmp_path / "a" / "cka.csv"), pd.read_csv(tmp_path / "b" / "cka.csv"))
+    assert cli.main(["cache", "info", "--cache-dir", str(cache_dir)]) == 0
+    out = capfd.readouterr()
+    assert "entries" in out.out and "read-only" in out.out and "Traceback" not in out.err
+    assert cli.main(["cache", "clear", "--cache-dir", str(cache_dir)]) == 2  # it cannot be changed: said, not a trace
+    err = capfd.readouterr().err
+    assert "cannot clear the cache" in err and err.count("\n") == 1 and (cache_dir / "cache.db").is_file()
+
+
+def test_2_a_read_only_cache_folder_is_read(tmp_path, capfd):
+    folder, cache_dir = _images(tmp_path / "imgs"), tmp_path / "cache"
+    assert _cka(folder, cache_dir, tmp_path / "a") == 0
+    if os.geteuid() == 0:
+        pytest.skip("root writes into a read-only folder anyway; the monkeypatched variant above covers this")
+    files = [cache_dir, *cache_dir.rglob("*")]
+    for p in files:
+        p.chmod(0o555 if p.is_dir() else 0o444)
+    try:
+        capfd.readouterr()
+        assert _cka(folder, cache_dir, tmp_path / "b") == 0
+        err = capfd.readouterr().err
+        assert json.loads((tmp_path / "b" / "run.json").read_text())["batches_from_cache"] == 1
+        assert err.count("cannot write to the cache") == 1 and not list(cache_dir.glob("damaged-*"))
+        assert cli.main(["cache", "clear", "--cache-dir", str(cache_dir)]) == 2
+        assert "cannot clear the cache" in capfd.readouterr().err
+    finally:
+        for p in files:
+            p.chmod(0o755 if p.is_dir() else 0o644)
+
+
+def test_2_a_cache_that_cannot_be_opened_at_all_is_one_warning_and_results_are_written(tmp_path, monkeypatch, capfd):
+    folder, cache_dir = _images(tmp_path / "imgs"), tmp_path / "nothing-here"
+    _unwritable(monkeypatch, "unable to open database file")
+    assert _cka(folder, cache_dir, tmp_path / "o") == 0
+    err = capfd.readouterr().err
+    assert (tmp_path / "o" / "cka.csv").is_file() and "Traceback" not in err
+    assert err.count("goes on uncached") == 1 and not list(cache_dir.glob("damaged-*"))
+
+
+@pytest.mark.parametrize("value", ["1e10", "1e300", "inf"])
+def test_2_a_huge_cache_budget_is_one_line(value, monkeypatch, capfd, tmp_path):
+    monkeypatch.setenv("VITLAB_CACHE_GB", value)
+    assert cli.main(["cache", "info", "--cache-dir", str(tmp_path)]) == 2
+    err = capfd.readouterr().err
+    assert err.count("\n") == 1 and f"VITLAB_CACHE_GB={value!r}" in err and "Traceback" not in err
+
+
+def _user_things(d: Path) -> dict[str, str]:
+    things = {"00/holiday.jpg": "photo", "a1/notes.txt": "notes", "damaged-photos/cat.png": "cat",
+              "ab/cd/readme.txt": "mine", "damaged-7/cache.db": "not the cache's", "photo.db": "mine"}
+    for rel, text in things.items():
+        (d / rel).parent.mkdir(parents=True, exist_ok=True)
+        (d / rel).write_text(text)
+    return things
+
+
+@pytest.mark.parametrize("damaged", [False, True])
+def test_2_cache_clear_removes_only_what_the_cache_made(tmp_path, capfd, damaged):
+    from vitlab.cache import Store
+
+    d = tmp_path / "cache"
+    store = Store(d)
+    store.put("big", {"a": np.zeros(40000)})  # over diskcache's inline limit: a value file in a shard folder
+    store.put("small", {"a": np.ones(3)})
+    store.close()
+    values = [p for p in d.rglob("*.val")]
+    assert values
+    things = _user_things(d)
+    if damaged:
+        (d / "cache.db").write_bytes(b"garbage, not sqlite" * 50)
+        Store(d).close()  # moves it aside (recorded) and starts an empty cache
+        assert (d / "damaged-0" / "cache.db").is_file()
+        (d / "cache.db").write_bytes(b"garbage, not sqlite" * 50)  # damaged again: clear without opening it
+    capfd.readouterr()
+    assert cli.main(["cache", "clear", "--cache-dir", str(d)]) == 0
+    assert "Traceback" not in capfd.readouterr().err
+    assert all((d / rel).read_text() == text for rel, text in things.items())
+    assert not (d / "damaged-0").exists() and not any(p.exists() for p in values)
+    if damaged:
+        assert not (d / "cache.db").exists()
+    else:  # a readable cache is emptied in place
+        assert Store(d).info()["entries"] == 0
+
+
+def test_2_cache_clear_refuses_a_folder_that_holds_no_cache(tmp_path, capfd):
+    d = tmp_path / "photos"
+    things = _user_things(d)
+    assert cli.main(["cache", "clear", "--cache-dir", str(d)]) == 2
+    err = capfd.readouterr().err
+    assert "holds no vitlab cache" in err and err.count("\n") == 1
+    assert all((d / rel).read_text() == text for rel, text in things.items())
+    assert not (d / "cache.db").exists()
+
+
+def test_2_a_pickled_entry_in_the_cache_is_never_loaded(tmp_path):
+    import diskcache
+
+    from vitlab.cache import Store
+
+    d, flag = tmp_path / "cache", tmp_path / "pwned"
+    with diskcache.Cache(str(d)) as c:  # a planted entry under a key vitlab would read
+        c.set("a:k", Planted(str(flag)))
+    store = Store(d)
+    assert store.get("k") is None and not flag.exists()
+
+
+class Planted:
+    def __init__(self, path: str):
+        self.path = path
+
+    def __reduce__(self):
+        return (Path(self.path).write_text, ("code ran",))

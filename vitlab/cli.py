@@ -307,16 +307,25 @@ def add_cache(sub) -> None:
 
 
 def run_cache(args) -> int:
-    from .cache import Store, clear, default_dir
+    from .cache import Store, clear, default_dir, holds_cache, size_budget_gb
 
+    directory = Path(args.cache_dir or default_dir()).expanduser()
     if args.action == "clear":  # without opening a Store: clearing must work on a damaged database too
-        directory = Path(args.cache_dir or default_dir()).expanduser()
         n, what = clear(directory)
         print(f"removed {n} {what} from {directory}")
-    else:
-        info = Store(args.cache_dir or "default").info()
-        print(f"{info['directory']}: {info['entries']} entries, {info['bytes'] / 2**20:.1f} MiB "
-              f"of {info['size_limit'] / 2**30:.1f} GiB")
+        return 0
+    size_budget_gb()  # a bad VITLAB_CACHE_GB is named even when there is no cache yet
+    if not (directory.is_dir() and holds_cache(directory)):  # info never makes a cache where there is none
+        print(f"{directory}: no cache yet")
+        return 0
+    store = Store(directory)
+    info = store.info()
+    if not info["enabled"]:
+        print(f"{directory}: the cache cannot be read ({info.get('error') or 'see the warning above'})")
+        return 0
+    print(f"{info['directory']}: {info['entries']} entries, {info['bytes'] / 2**20:.1f} MiB "
+          f"of {info['size_limit'] / 2**30:.1f} GiB" + (" (read-only here)" if info["mode"] == "ro" else ""))
+    store.close()
     return 0
 
 
