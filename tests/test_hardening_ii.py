@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -18,6 +19,9 @@ import pandas as pd
 import pytest
 
 import vitlab
+import vitlab.images
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # bad_inputs
 from vitlab import analyses, cli
 from vitlab.options import DataOptions, option
 
@@ -306,3 +310,162 @@ class Planted:
 
     def __reduce__(self):
         return (Path(self.path).write_text, ("code ran",))
+
+
+# ------------------------------------------------------------------------------------------ 3. decoding bounds
+
+def test_3_a_many_page_tiff_is_not_walked_to_count_its_pages(monkeypatch):
+    from bad_inputs import tiff_pages
+    from PIL import TiffImagePlugin
+
+    from vitlab import images
+
+    seeks: list[int] = []
+    real = TiffImagePlugin.TiffImageFile._seek
+    monkeypatch.setattr(TiffImagePlugin.TiffImageFile, "_seek", lambda self, f: (seeks.append(f), real(self, f))[1])
+    img = images.decode(tiff_pages(3000), "pages.tif")
+    assert img.size == (1, 1) and img.info[images.NOTES] == ["animated (several frames): the first frame is used"]
+    assert max(seeks) <= 1  # one bounded look at the second page, not 3000
+
+
+def test_3_a_gif_second_frame_is_found_without_decoding_the_first(monkeypatch):
+    import io
+
+    from PIL import GifImagePlugin, Image
+
+    from vitlab import images
+
+    seeks: list[int] = []
+    real = GifImagePlugin.GifImageFile._seek
+    monkeypatch.setattr(GifImagePlugin.GifImageFile, "_seek", lambda self, f, *a: (seeks.append(f),
+                                                                                   real(self, f, *a))[1])
+    for frames in (1, 2, 5):
+        buf = io.BytesIO()
+        first, *rest = [Image.new("RGB", (300, 200), (40 * k, 0, 0)) for k in range(frames)]
+        first.save(buf, "GIF", save_all=True, append_images=rest)
+        img = images.decode(buf.getvalue(), "a.gif")
+        assert bool(img.info[images.NOTES]) == (frames > 1)
+    assert max(seeks, default=0) == 0
+
+
+# the decoded size of a 10×3,000,000 strip in Pillow (4 bytes a pixel, a row pointer and a block per row) is ~140 MiB;
+# converting it at full size (alpha on white, 16-bit to float) took 4-8x that before issue 24
+STRIP_MIB = 320
+
+
+def test_3_strips_of_every_mode_decode_within_their_decoded_size(tmp_path):
+    import subprocess
+    import sys
+
+    from bad_inputs import png_strip
+
+    cases = {"la": ("LA", 10, 3_000_000), "rgba": ("RGBA", 10, 3_000_000), "i16": ("I;16", 10, 3_000_000),
+             "palette": ("P", 3_000_000, 10)}
+    for name, (mode, w, h) in cases.items():
+        (tmp_path / f"{name}.png").write_bytes(png_strip(w, h, mode))
+    code = ("import json, sys; from pathlib import Path; from vitlab import images\n"
+            "def st(f): return next(int(x.split()[1]) for x in Path('/proc/self/status').read_text().splitlines() "
+            "if x.startswith(f + ':')) / 1024\n"
+            "out = {}\n"
+            "for p in sorted(Path(sys.argv[1]).glob('*.png')):\n"
+            "    data = p.read_bytes(); Path('/proc/self/clear_refs').write_text('5'); before = st('VmRSS')\n"
+            "    img = images.decode(data, p.name, 248)\n"
+            "    out[p.stem] = [st('VmHWM') - before, list(img.size), img.mode, img.info[images.NOTES]]\n"
+            "print(json.dumps(out))\n")
+    done = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True, check=True,
+                          env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    got = json.loads(done.stdout.strip().splitlines()[-1])
+    for name, (peak, size, mode, notes) in got.items():
+        assert peak < STRIP_MIB, (name, peak)
+        assert sorted(size) == [10, 160] and "strip" in notes[0], (name, size, notes)
+    assert got["la"][2] == "L" and got["rgba"][2] == "RGB" and got["palette"][2] == "RGB"
+
+
+# ------------------------------------------------------------------------------------------ 4. no good image lost
+
+def test_4_every_readable_image_is_used_and_a_rerun_finds_the_cache(tmp_path, capfd):
+    folder = _images(tmp_path / "imgs", 19, bad=5)
+    assert _cka(folder, tmp_path / "cache", tmp_path / "a") == 0
+    cap = capfd.readouterr()
+    err = cap.err
+    run = json.loads((tmp_path / "a" / "run.json").read_text())
+    assert run["images"] == 19 and not run["dropped_batches"], err  # batches of 8, 8 and 3 + the short one's 3
+    assert sorted(Path(s).name for s in run["skipped_images"]) == [f"bad{k}.png" for k in range(5)]
+    assert "CKA over 19 images" in cap.out
+    assert _cka(folder, tmp_path / "cache", tmp_path / "b") == 0
+    again = json.loads((tmp_path / "b" / "run.json").read_text())
+    assert again["batches_computed"] == 0 and again["batches_from_cache"] == run["batches_computed"] == 2
+    assert again["skipped_images"] == run["skipped_images"]
+
+
+def test_4_image_files_pillow_cannot_read_are_named_with_what_to_do(tmp_path, capfd):
+    folder = _images(tmp_path / "imgs", 8)
+    for name in ("photo.heic", "photo.HEIF", "shot.cr2", "raw.dng", "scan.jxl"):
+        (folder / name).write_bytes(b"\0\0\0\x18ftypheic" + bytes(64))
+    assert _cka(folder, tmp_path / "cache", tmp_path / "o") == 0
+    err = capfd.readouterr().err
+    run = json.loads((tmp_path / "o" / "run.json").read_text())
+    reasons = {Path(r["image"]).name: r["reason"] for r in run["skipped_reasons"]}
+    assert set(reasons) == {"photo.heic", "photo.HEIF", "shot.cr2", "raw.dng", "scan.jxl"} and run["images"] == 8
+    assert "HEIC" in reasons["photo.heic"] and "convert it to JPEG or PNG" in reasons["photo.heic"]
+    assert "camera RAW" in reasons["raw.dng"] and "export it as JPEG or PNG" in reasons["shot.cr2"]
+    assert "photo.heic" in err
+
+
+def test_4_file_names_that_are_not_utf8_work(tmp_path, capfd):
+    folder = _images(tmp_path / "imgs", 7)
+    raw = os.fsencode(folder)
+    try:
+        os.rename(os.fsencode(folder / "img00.png"), raw + b"/caf\xe9-\xff.png")  # Latin-1 bytes: not UTF-8
+        with open(raw + b"/bad-\xfe.png", "wb") as f:
+            f.write(b"not a png")
+    except OSError as e:
+        pytest.skip(f"this file system refuses names that are not UTF-8 ({e})")
+    assert _cka(folder, tmp_path / "cache", tmp_path / "o") == 0
+    err = capfd.readouterr().err
+    assert "Traceback" not in err and "UnicodeEncodeError" not in err
+    run = json.loads((tmp_path / "o" / "run.json").read_text(encoding="utf-8"))
+    assert run["images"] == 7 and [Path(s).name for s in run["skipped_images"]] == ["bad-\\xfe.png"]
+    assert len(pd.read_csv(tmp_path / "o" / "cka.csv")) > 0
+
+
+def test_4_a_short_last_batch_joins_the_one_before():
+    from vitlab.data import FilesSource, plan_batches
+
+    src = FilesSource([f"{k}.png" for k in range(19)])
+    assert [len(b.indices) for b in plan_batches(src, range(19), 8, 4)] == [8, 11]
+    assert [len(b.indices) for b in plan_batches(src, range(19), 8)] == [8, 8, 3]  # per-image statistics
+    assert [len(b.indices) for b in plan_batches(src, range(3), 8, 4)] == [3]  # nothing to join: dropped, named
+
+
+# ------------------------------------------------------------------------------------------ 5. the app
+
+def test_5_vitlab_app_is_local_from_any_folder_and_passes_arguments_through(tmp_path, monkeypatch):
+    import subprocess
+
+    calls: list[list[str]] = []
+    monkeypatch.setattr(subprocess, "call", lambda cmd: calls.append(cmd) or 0)
+    monkeypatch.chdir(tmp_path)  # no .streamlit/config.toml here
+    assert cli.main(["app"]) == 0
+    cmd = calls[-1]
+    assert cmd[1:4] == ["-m", "streamlit", "run"] and Path(cmd[4]) == ROOT / "app" / "Home.py"
+    flags = dict(zip(cmd[5::2], cmd[6::2]))
+    assert flags["--server.address"] == "localhost" and flags["--browser.gatherUsageStats"] == "false"
+    assert flags["--server.maxUploadSize"] == str(vitlab.images.MAX_UPLOAD_BYTES // 2**20)
+    assert cli.main(["app", "--server.address", "0.0.0.0", "--server.port=8502"]) == 0  # on purpose: the user's wins
+    cmd = calls[-1]
+    assert cmd.count("--server.address") == 1 and cmd[cmd.index("--server.address") + 1] == "0.0.0.0"
+    assert cmd[-1] == "--server.port=8502"
+    with pytest.raises(SystemExit):
+        cli.main(["cache", "info", "--server.address", "x"])  # other commands still refuse unknown flags
+
+
+def test_5_the_readme_starts_the_app_with_vitlab_app_and_no_icon_is_fetched():
+    import re
+
+    readme = (ROOT / "README.md").read_text()
+    first = next(line.strip() for line in readme.splitlines() if line.startswith("    "))
+    assert first == "python -m pip install -e . && vitlab app"
+    for page in (ROOT / "app").rglob("*.py"):
+        # a Material favicon is fetched from fonts.gstatic.com by the browser (FACTS.md); emoji or files are not
+        assert not re.search(r"page_icon\s*=\s*['\"]:material/", page.read_text()), page
