@@ -329,6 +329,43 @@ def run_cache(args) -> int:
     return 0
 
 
+# ---------------------------------------------------------------- app: Streamlit, local wherever it is started
+
+# Streamlit reads .streamlit/config.toml from the folder it is started in, so from any other folder the address
+# would be unset: every interface (FACTS.md). These flags do not depend on the folder; a flag the user gives wins.
+APP_FLAGS = {"--server.address": "localhost", "--browser.gatherUsageStats": "false",
+             "--client.toolbarMode": "minimal", "--theme.base": "light"}
+
+
+def add_app(sub) -> None:
+    p = sub.add_parser("app", help="start the Streamlit app, on localhost only, from any folder",
+                       description="Start the Streamlit app (app/Home.py) on http://localhost:8501. It listens on "
+                                   "localhost only and takes uploads up to the engine's limit, wherever it is "
+                                   "started; any other arguments go to `streamlit run` (e.g. --server.port 8502; "
+                                   "--server.address 0.0.0.0 exposes it on purpose, docs/hardening.md).")
+    p.set_defaults(func=run_app, streamlit_args=[])
+
+
+def app_command(extra: list[str]) -> list[str]:
+    """The ``streamlit run`` command line of ``vitlab app`` with ``extra`` arguments (which win over the defaults)."""
+    from .images import MAX_UPLOAD_BYTES
+
+    home = Path(__file__).resolve().parent.parent / "app" / "Home.py"
+    if not home.is_file():
+        raise VitlabError(f"the app (app/Home.py) is not beside this vitlab ({Path(__file__).parent}); install it from "
+                          "a checkout of the repository: python -m pip install -e .")
+    given = {a.split("=", 1)[0] for a in extra if a.startswith("--")}
+    defaults = {**APP_FLAGS, "--server.maxUploadSize": str(MAX_UPLOAD_BYTES // 2**20)}
+    flags = [x for k, v in defaults.items() if k not in given for x in (k, v)]
+    return [sys.executable, "-m", "streamlit", "run", str(home), *flags, *extra]
+
+
+def run_app(args) -> int:
+    import subprocess
+
+    return subprocess.call(app_command(list(args.streamlit_args)))
+
+
 def add_zoo(sub) -> None:
     from . import zoo
 
@@ -393,13 +430,18 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     for analysis in ANALYSES.values():
         add_analysis(sub, analysis)
-    for add in (add_taps, add_cache, add_zoo, add_report):
+    for add in (add_taps, add_cache, add_zoo, add_report, add_app):
         add(sub)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args, extra = parser.parse_known_args(argv)
+    if args.command == "app":  # everything after `vitlab app` goes to `streamlit run`
+        args.streamlit_args = extra
+    elif extra:
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
     from . import dist
 
     try:
