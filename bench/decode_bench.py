@@ -13,7 +13,7 @@ issue 24), stopped after ``--timeout`` seconds.
 Each variant runs in a fresh subprocess and reports its peak resident memory (``VmHWM``) above the memory resident
 just before decoding (``VmRSS``: libraries imported, upload bytes in memory), so the figures are the decode's own.
 
-- **vitlab** (``vitlab.data.decode`` of one batch of all uploads, shrunk to what a 224-pixel model needs): one
+- **vitlab** (``vitlab.inputs.data.decode`` of one batch of all uploads, shrunk to what a 224-pixel model needs): one
   full-size image exists at a time, and the batch holds only small ones.
 - **baseline** (the decode before issue 10: ``Image.open`` + ``load`` + ``exif_transpose``, every image of a
   batch held at full size until the model's transform): measured on 1..``--baseline-images`` images (the full 32
@@ -69,7 +69,7 @@ def child(variant: str, png_path: str, n: int) -> None:
     import PIL.Image
     from PIL import Image, ImageOps
 
-    import vitlab.data as data
+    from vitlab.inputs import data
 
     png = Path(png_path).read_bytes()
     uploads = _uploads(png, n)
@@ -98,7 +98,7 @@ def child(variant: str, png_path: str, n: int) -> None:
 def worst_child(path: str, root: str) -> None:
     """Decode one file (as upload bytes) with the vitlab found first on sys.path; one JSON line of figures."""
     sys.path.insert(0, root)
-    from vitlab import images
+    from vitlab.inputs import images
 
     data = Path(path).read_bytes()
     try:

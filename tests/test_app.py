@@ -20,7 +20,7 @@ pytest.importorskip("streamlit")
 from streamlit.testing.v1 import AppTest
 
 import vitlab
-import vitlab.tour
+import vitlab
 
 ZOO_READY = all((ROOT / "assets" / "zoo" / f"{n}.safetensors").is_file() for n in ("vit-cls", "resnet"))
 if ZOO_READY:
@@ -345,6 +345,19 @@ def test_localization_page_token_click_and_upload():
     assert len(at.get("image")) == 3
 
 
+@pytest.mark.skipif(not ZOO_READY, reason="needs the zoo")
+def test_localization_page_switches_to_the_196_token_pair():
+    at = start("localization")
+    at.button(key="loc.clsgap14").click().run()
+    assert not at.error, [e.value for e in at.error]
+    assert (at.session_state["lab.model_a"], at.session_state["lab.model_b"]) == ("zoo:vit-cls-14", "zoo:vit-gap-14")
+    at.number_input(key="loc.row").set_value(13).run()  # a 14x14 grid: the last row and column exist
+    at.number_input(key="loc.col").set_value(13).run()
+    assert not at.error, [e.value for e in at.error]
+    caps = [i.proto.imgs[0].caption for i in at.get("image")]
+    assert any("token (13,13)" in c for c in caps), caps
+
+
 def test_probes_page_needs_labels_then_runs():
     at = start("probes")
     if SETTINGS["lab.source"] == "samples":
@@ -400,7 +413,7 @@ def test_paper_tour_needs_a_vit_and_a_resnet():
 
 # ------------------------------------------------------------------------------- nothing fails on the defaults
 
-ANALYSIS_PAGES = sorted({p.file for p in vitlab.analyses.pages()})
+ANALYSIS_PAGES = sorted({p.file for p in vitlab.table.pages()})
 
 
 @pytest.mark.skipif(not ZOO_READY, reason="the app's default models are the zoo's")

@@ -18,11 +18,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-import vitlab
-import vitlab.images
-
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # bad_inputs
-from vitlab import analyses, cli
+from vitlab import cli, table
+from vitlab.inputs import images as vitlab_images
 from vitlab.options import DataOptions, option
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -55,12 +53,12 @@ def _tiny_engine(loaded, source, opts, run):
 
 @pytest.fixture
 def tiny():
-    row = analyses.register(analyses.Analysis(
+    row = table.register(table.Analysis(
         "tiny-out", "Tiny", "-", "one", TinyOptions, _tiny_engine, "writes a few CSVs (a test row)",
         tables=lambda r: {f"pair_{k}": pd.DataFrame({"k": [k]}) for k in range(r.pairs)}, shards=False,
         cache=False, docs="similarity"))
     yield row
-    del analyses.ANALYSES["tiny-out"]
+    del table.ANALYSES["tiny-out"]
     DURING_RUN.clear()
 
 
@@ -256,7 +254,7 @@ def _user_things(d: Path) -> dict[str, str]:
 
 @pytest.mark.parametrize("damaged", [False, True])
 def test_2_cache_clear_removes_only_what_the_cache_made(tmp_path, capfd, damaged):
-    from vitlab.cache import Store
+    from vitlab.inputs.cache import Store
 
     d = tmp_path / "cache"
     store = Store(d)
@@ -295,7 +293,7 @@ def test_2_cache_clear_refuses_a_folder_that_holds_no_cache(tmp_path, capfd):
 def test_2_a_pickled_entry_in_the_cache_is_never_loaded(tmp_path):
     import diskcache
 
-    from vitlab.cache import Store
+    from vitlab.inputs.cache import Store
 
     d, flag = tmp_path / "cache", tmp_path / "pwned"
     with diskcache.Cache(str(d)) as c:  # a planted entry under a key vitlab would read
@@ -318,7 +316,7 @@ def test_3_a_many_page_tiff_is_not_walked_to_count_its_pages(monkeypatch):
     from bad_inputs import tiff_pages
     from PIL import TiffImagePlugin
 
-    from vitlab import images
+    from vitlab.inputs import images
 
     seeks: list[int] = []
     real = TiffImagePlugin.TiffImageFile._seek
@@ -333,7 +331,7 @@ def test_3_a_gif_second_frame_is_found_without_decoding_the_first(monkeypatch):
 
     from PIL import GifImagePlugin, Image
 
-    from vitlab import images
+    from vitlab.inputs import images
 
     seeks: list[int] = []
     real = GifImagePlugin.GifImageFile._seek
@@ -363,7 +361,7 @@ def test_3_strips_of_every_mode_decode_within_their_decoded_size(tmp_path):
              "palette": ("P", 3_000_000, 10)}
     for name, (mode, w, h) in cases.items():
         (tmp_path / f"{name}.png").write_bytes(png_strip(w, h, mode))
-    code = ("import json, sys; from pathlib import Path; from vitlab import images\n"
+    code = ("import json, sys; from pathlib import Path; from vitlab.inputs import images\n"
             "def st(f): return next(int(x.split()[1]) for x in Path('/proc/self/status').read_text().splitlines() "
             "if x.startswith(f + ':')) / 1024\n"
             "out = {}\n"
@@ -430,7 +428,7 @@ def test_4_file_names_that_are_not_utf8_work(tmp_path, capfd):
 
 
 def test_4_a_short_last_batch_joins_the_one_before():
-    from vitlab.data import FilesSource, plan_batches
+    from vitlab.inputs.data import FilesSource, plan_batches
 
     src = FilesSource([f"{k}.png" for k in range(19)])
     assert [len(b.indices) for b in plan_batches(src, range(19), 8, 4)] == [8, 11]
@@ -451,7 +449,7 @@ def test_5_vitlab_app_is_local_from_any_folder_and_passes_arguments_through(tmp_
     assert cmd[1:4] == ["-m", "streamlit", "run"] and Path(cmd[4]) == ROOT / "app" / "Home.py"
     flags = dict(zip(cmd[5::2], cmd[6::2]))
     assert flags["--server.address"] == "localhost" and flags["--browser.gatherUsageStats"] == "false"
-    assert flags["--server.maxUploadSize"] == str(vitlab.images.MAX_UPLOAD_BYTES // 2**20)
+    assert flags["--server.maxUploadSize"] == str(vitlab_images.MAX_UPLOAD_BYTES // 2**20)
     assert cli.main(["app", "--server.address", "0.0.0.0", "--server.port=8502"]) == 0  # on purpose: the user's wins
     cmd = calls[-1]
     assert cmd.count("--server.address") == 1 and cmd[cmd.index("--server.address") + 1] == "0.0.0.0"

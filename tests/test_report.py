@@ -15,7 +15,7 @@ import vitlab
 from vitlab import report as R
 from vitlab import tour as T
 from vitlab.cli import main
-from vitlab.context import Run, RunInfo
+from vitlab.engine.context import Run, RunInfo
 
 
 class Page(HTMLParser):

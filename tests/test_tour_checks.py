@@ -8,8 +8,8 @@ import pytest
 import vitlab
 from vitlab import evidence as ev
 from vitlab import tour
-from vitlab.context import Run
-from vitlab.evidence import Estimate
+from vitlab.engine.context import Run
+from vitlab.stats.evidence import Estimate
 
 E = Estimate
 
@@ -124,6 +124,8 @@ def test_figs_9_10_chance_corrected_localization():
     gap = tour.check_gap(E(0.9, 0.8, 1.0), E(0.3, 0.2, 0.5), "")
     assert gap.verdict == "shown" and "LayerNorm" in gap.evidence
     assert tour.check_gap(E(0.9, 0.6, 1.0), E(0.9, 0.6, 1.0), "").verdict == "not shown"
+    alone = tour.check_gap(E(0.9, 0.8, 1.0), E(0.3, 0.2, 0.5), "", norm_moved=False)
+    assert alone.verdict == "shown" and tour.GAP_CAVEAT not in alone.evidence and "pooling only" in alone.evidence
 
 
 def test_fig_11_probes_against_the_twin():
@@ -141,7 +143,7 @@ def test_fig_12_depth_drop():
 
 
 def test_draw_split_is_stratified_and_seeded():
-    from vitlab.tour_measure import draw_split
+    from vitlab.tour.measure import draw_split
 
     y = np.repeat(np.arange(3), 10)
     tr, va, te = draw_split(y, 2, 5, seed=1)

@@ -1,6 +1,6 @@
 """The ``vitlab`` command (also ``python -m vitlab``): headless runs and exports.
 
-One sub-command per row of :data:`vitlab.analyses.ANALYSES`, all run by :func:`run_analysis`; plus ``taps``,
+One sub-command per row of :data:`vitlab.table.ANALYSES`, all run by :func:`run_analysis`; plus ``taps``,
 ``cache`` and ``zoo``. Every user error ends with one line on stderr and exit status 2; results go to
 ``--out DIR`` as CSV, JSON and PNG/SVG charts.
 """
@@ -14,10 +14,10 @@ import sys
 import time
 from pathlib import Path
 
-from .analyses import ANALYSES, Analysis
 from .errors import VitlabError
+from .inputs.outdir import check_out, write_file
 from .options import parse_ints, parse_strs
-from .outdir import check_out, write_file
+from .table import ANALYSES, Analysis
 
 MODEL_HELP = ("model spec NAME[@WEIGHTS] or zoo:NAME[@random[:SEED]]; WEIGHTS: pretrained (default), "
               "random[:SEED] (the untrained twin), or a .safetensors/.pth/.bin file")
@@ -119,7 +119,7 @@ def add_analysis(sub, analysis: Analysis) -> argparse.ArgumentParser:
 
 
 def open_store(args):
-    from .cache import Store
+    from .inputs.cache import Store
 
     if getattr(args, "no_cache", False):
         return Store(None)
@@ -128,7 +128,7 @@ def open_store(args):
 
 def load_models(analysis: Analysis, args) -> tuple[object, list]:
     """(what the engine takes, every distinct model in order), each named as typed on the command line."""
-    from .models import load
+    from .inputs.models import load
 
     if analysis.arity == "pairs":
         loaded: dict[str, object] = {}
@@ -155,9 +155,9 @@ def relabel(loaded: list, given: list[str]) -> None:
 
 def run_analysis(analysis: Analysis, args) -> int:
     """dist context -> store, source, models -> engine (with progress) -> reduce -> rank 0 writes and prints."""
-    from . import dist
-    from .context import Run
-    from .data import open_source
+    from .engine import dist
+    from .engine.context import Run
+    from .inputs.data import open_source
 
     t0 = time.perf_counter()
     ctx = dist.context(args)  # torchrun: this rank's device, shard, reductions
@@ -196,26 +196,28 @@ def run_analysis(analysis: Analysis, args) -> int:
 
 def write_outputs(analysis: Analysis, result, opts, out: Path) -> list:
     """CSV tables, PNG/SVG charts and any other files of one result; the paths written."""
-    from .charts import save_all
+    from .charts.common import slug, to_bytes
 
+    # every file through write_file (atomic, never through a symbolic link: vitlab.inputs.outdir)
     written = []
     for stem, frame in analysis.tables(result).items():
         written.append(write_file(out / f"{stem}.csv", frame.to_csv(index=False)))
-    written += save_all(analysis.charts(result, opts), out)
+    for stem, chart in analysis.charts(result, opts).items():
+        written += [write_file(out / f"{slug(stem)}.{fmt}", to_bytes(chart, fmt)) for fmt in ("png", "svg")]
     if analysis.files:
         written += analysis.files(result, out)
     return written
 
 
 def write_json(path: Path, obj) -> None:
-    """``obj`` as JSON at ``path``, written atomically (never through a symbolic link, vitlab.outdir)."""
+    """``obj`` as JSON at ``path``, written atomically (never through a symbolic link, vitlab.inputs.outdir)."""
     write_file(path, json.dumps(obj, indent=2, default=str))
 
 
 def _input_workers() -> dict:
     """The input workers a run used, for run.json; a bad setting (which stopped the run if it used them) as text,
     so that a command that decodes no batch still writes its record."""
-    from . import pipeline
+    from .engine import pipeline
 
     try:
         return {"count": pipeline.default_workers(), "kind": pipeline.default_kind()}
@@ -227,8 +229,8 @@ def write_run_json(out: Path, command: str, models: list, args, info, t0: float,
                    model_taps: list[list[str]] | None = None, written: list | None = None, **extra) -> None:
     """``out/run.json``: what ran (models with fingerprints, images, batches computed / from cache, per-model
     forward passes, skipped images, seconds, input workers); then skipped images and warnings are reported on
-    stderr. ``written``: the files the command's writers returned, recorded with run.json (vitlab.outdir)."""
-    from . import dist
+    stderr. ``written``: the files the command's writers returned, recorded with run.json (vitlab.inputs.outdir)."""
+    from .engine import dist
 
     write_json(out / "run.json", {
         "command": command,
@@ -249,7 +251,7 @@ def write_run_json(out: Path, command: str, models: list, args, info, t0: float,
         "processes": dist.context().world,
         "input_workers": _input_workers(),
     })
-    from .outdir import finish
+    from .inputs.outdir import finish
 
     stale, notices = finish(out, list(written or []))  # charts of an earlier run that this one did not write again
     for notice in notices:
@@ -287,8 +289,8 @@ def add_taps(sub) -> None:
 
 
 def run_taps(args) -> int:
-    from . import taps
-    from .models import load
+    from .inputs import taps
+    from .inputs.models import load
 
     m = load(args.model, args.device)
     print(f"{m.label}: family {m.family}, input {tuple(m.data_config['input_size'])}, layout {m.memory_format}, "
@@ -307,7 +309,7 @@ def add_cache(sub) -> None:
 
 
 def run_cache(args) -> int:
-    from .cache import Store, clear, default_dir, holds_cache, size_budget_gb
+    from .inputs.cache import Store, clear, default_dir, holds_cache, size_budget_gb
 
     directory = Path(args.cache_dir or default_dir()).expanduser()
     if args.action == "clear":  # without opening a Store: clearing must work on a damaged database too
@@ -348,7 +350,7 @@ def add_app(sub) -> None:
 
 def app_command(extra: list[str]) -> list[str]:
     """The ``streamlit run`` command line of ``vitlab app`` with ``extra`` arguments (which win over the defaults)."""
-    from .images import MAX_UPLOAD_BYTES
+    from .inputs.images import MAX_UPLOAD_BYTES
 
     home = Path(__file__).resolve().parent.parent / "app" / "Home.py"
     if not home.is_file():
@@ -394,12 +396,12 @@ def add_report(sub) -> None:
 
 
 def run_report_command(args) -> int:
-    from .context import Run
-    from .data import open_source
+    from .engine.context import Run
     from .errors import VitlabError
-    from .models import load
+    from .inputs.data import open_source
+    from .inputs.models import load
     from .progress import tqdm_progress
-    from .report import ReportOptions, report
+    from .tour.report import ReportOptions, report
 
     out = Path(args.out)
     if out.suffix.lower() not in (".html", ".htm"):
@@ -442,10 +444,10 @@ def main(argv: list[str] | None = None) -> int:
         args.streamlit_args = extra
     elif extra:
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
-    from . import dist
+    from .engine import dist
 
     try:
-        from . import pipeline
+        from .engine import pipeline
 
         # --workers, --worker-kind: this run's defaults, given back afterwards (main() is also called in-process)
         with pipeline.defaults(getattr(args, "workers", None), getattr(args, "worker_kind", None)), dist.guard():

@@ -9,7 +9,6 @@ from pathlib import Path
 import altair as alt
 
 from ..errors import VitlabError
-from ..outdir import write_file
 
 alt.data_transformers.disable_max_rows()
 FORMATS = ("png", "svg", "csv")
@@ -62,7 +61,8 @@ def save(chart: alt.TopLevelMixin, out_dir: str | Path, stem: str, frame=None) -
     written = []
     for fmt in ("png", "svg") + (("csv",) if frame is not None else ()):
         path = out / f"{slug(stem)}.{fmt}"
-        written.append(write_file(path, to_bytes(chart, fmt, frame)))  # atomic: never through a symbolic link
+        path.write_bytes(to_bytes(chart, fmt, frame))
+        written.append(path)
     return written
 
 
