@@ -161,8 +161,11 @@ def run_analysis(analysis: Analysis, args) -> int:
 
     t0 = time.perf_counter()
     ctx = dist.context(args)  # torchrun: this rank's device, shard, reductions
-    if ctx.distributed and not analysis.shards and not ctx.is_main:
-        return 0  # not sharded: rank 0 alone computes and writes --out
+    if ctx.distributed and not analysis.shards:
+        if not ctx.is_main:
+            return 0  # one image (or a check): rank 0 alone computes and writes --out; the others wait for it
+        print(f"vitlab {analysis.name} does not split over processes (one image, or a check): under torchrun rank 0 "
+              f"runs it alone and the other {ctx.world - 1} rank(s) wait", file=sys.stderr)
     out = check_out(args.out)  # before any model runs: a file named as the folder is a typo, not a late traceback
     opts = options_from_args(analysis, args)
     source = open_source(args.data)
@@ -396,11 +399,11 @@ def add_report(sub) -> None:
 
 
 def run_report_command(args) -> int:
+    from .engine import dist
     from .engine.context import Run
     from .errors import VitlabError
     from .inputs.data import open_source
     from .inputs.models import load
-    from .progress import tqdm_progress
     from .tour.report import ReportOptions, report
 
     out = Path(args.out)
@@ -409,17 +412,21 @@ def run_report_command(args) -> int:
     if out.is_dir():
         raise VitlabError(f"--out '{out}' is a folder; the report is one HTML file: give a path ending in .html")
     t0 = time.perf_counter()
+    ctx = dist.context(args)  # torchrun: the tour's batches split across ranks, as `vitlab tour`
     tour_opts = options_from_args(ANALYSES["tour"], args)
     source = open_source(args.data)
     models = [load(s, args.device) for s in args.model]
     relabel(models, args.model)
     opts = ReportOptions(tour_opts, args.title) if args.title else ReportOptions(tour_opts)
-    progress = tqdm_progress("report")
+    progress = ctx.progress("report")
     try:
         result = report(models, source, opts, Run(store=open_store(args), progress=progress, seed=args.seed,
-                                                  bootstrap=args.bootstrap))
+                                                  bootstrap=args.bootstrap, shard=ctx.shard, reduce=ctx.reduce,
+                                                  gather=ctx.gather))
     finally:
         progress.close()
+    if not ctx.is_main:
+        return 0
     result.write(out)
     counts = result.tour.summary()
     print(f"report: {out} ({len(result.html.encode()) / 1024:.0f} KiB, {len(result.tour.rows)} figures: "
@@ -437,6 +444,9 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+ONE_PROCESS = ("taps", "cache", "zoo")  # bookkeeping: under torchrun rank 0 runs them alone, with no process group
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args, extra = parser.parse_known_args(argv)
@@ -447,6 +457,11 @@ def main(argv: list[str] | None = None) -> int:
     from .engine import dist
 
     try:
+        if args.command in ONE_PROCESS and dist.world_size() > 1:
+            if not dist.is_main():
+                return 0
+            print(f"vitlab {args.command} runs in one process: under torchrun rank 0 runs it and the other "
+                  f"{dist.world_size() - 1} rank(s) exit", file=sys.stderr)
         from .engine import pipeline
 
         # --workers, --worker-kind: this run's defaults, given back afterwards (main() is also called in-process)

@@ -4,6 +4,10 @@ same resamples as its control (paired intervals).
 
 Every measurement returns ``(Check, frame)``; a user error (a missing model, data the model cannot read) turns
 into a "can't tell" row that says why, so one check never stops the tour.
+
+Under torchrun every stream takes this rank's batches (``run.shard``); CKA terms come back in batch order through
+``run.reduce_accumulators`` (``evidence.BootstrapCKA`` keyed by batch number) and per-batch or per-image values
+through ``run.gather_ordered``, so every rank bootstraps exactly what a single process would.
 """
 
 from __future__ import annotations
@@ -68,10 +72,10 @@ def _self_cka(models: list[LoadedModel], source, opts, run: Run) -> list[ev.Boot
     """Self-CKA accumulators (default taps) of each model over the same batches."""
     stats = [GramStatistic() for _ in models]
     accs = [ev.BootstrapCKA(s.taps(m), s.taps(m)) for m, s in zip(models, stats)]
-    for _, found in _stream(models, source, _indices(source, opts), opts.batch_size, [[s] for s in stats], run):
+    for batch, found in _stream(models, source, _indices(source, opts), opts.batch_size, [[s] for s in stats], run):
         for acc, f in zip(accs, found):
-            acc.update(cka_mod.centred(f["gram"]["grams"]))
-    return accs
+            acc.update(cka_mod.centred(f["gram"]["grams"]), key=batch.index)
+    return run.reduce_accumulators(accs)
 
 
 def _idx(acc: ev.BootstrapCKA, run: Run) -> np.ndarray:
@@ -111,9 +115,9 @@ def measure_uniformity(ms: Models, source, opts, run):
 def _distances(m: LoadedModel, source, opts, run, blocks=None) -> np.ndarray:
     """(L, H, n) per-image mean attention distance (prefix keys dropped, not renormalised)."""
     stat = AttentionDistanceStatistic(blocks)
-    raw = [f[0][stat.name]["raw"]
-           for _, f in _stream([m], source, _indices(source, opts), opts.batch_size, [[stat]], run, min_batch=1)]
-    return np.concatenate(raw, axis=-1)
+    raw = [(b.index, f[0][stat.name]["raw"])
+           for b, f in _stream([m], source, _indices(source, opts), opts.batch_size, [[stat]], run, min_batch=1)]
+    return np.concatenate(run.gather_ordered(raw, "attention distances"), axis=-1)
 
 
 def measure_locality(ms: Models, source, opts, run):
@@ -150,10 +154,13 @@ def measure_head_rank(ms: Models, source, opts, run):
     heads = [f"b{b}.h{h}" for b in blocks for h in range(vit.model.blocks[0].attn.num_heads)]
     acc = ev.BootstrapCKA(heads, list(ostat.taps_))
     raw = []
-    for _, f in _stream([vit, cnn], source, _indices(source, opts), opts.batch_size, [[dstat, hstat], [ostat]],
-                        run):
-        raw.append(f[0][dstat.name]["raw"])
-        acc.update(cka_mod.centred(f[0][hstat.name]["grams"]), cka_mod.centred(f[1][ostat.name]["grams"]))
+    for batch, f in _stream([vit, cnn], source, _indices(source, opts), opts.batch_size, [[dstat, hstat], [ostat]],
+                            run):
+        raw.append((batch.index, f[0][dstat.name]["raw"]))
+        acc.update(cka_mod.centred(f[0][hstat.name]["grams"]), cka_mod.centred(f[1][ostat.name]["grams"]),
+                   key=batch.index)
+    run.reduce_accumulators(acc)
+    raw = run.gather_ordered(raw, "head distances")
     dist = np.concatenate(raw, -1).mean(-1).ravel()  # (len(blocks)·H,) block-major, as the head Grams
     sim = np.nanmean(_point(acc), -1)
     reps = np.nanmean(acc.replicates(_idx(acc, run)), -1)  # (B, heads)
@@ -169,24 +176,27 @@ def measure_head_rank(ms: Models, source, opts, run):
     return T.check_head_rank(neg, p, null_hi, detail), rows
 
 
-def _field_maps(m: LoadedModel, points: list[tuple[str, str]], source, opts) -> list[np.ndarray]:
-    """Per-image |gradient| maps (n, H, W) of the centre of each (module, 'in'|'out') point."""
+def _field_maps(m: LoadedModel, points: list[tuple[str, str]], source, opts, run: Run) -> list[np.ndarray]:
+    """Per-image |gradient| maps (n, H, W) of the centre of each (module, 'in'|'out') point (torchrun: this rank's
+    batches, then every rank's maps in batch order)."""
     from ..analyses.receptive import centre_gradient
+    from ..engine import dist
+    from ..inputs.data import decode
 
     prefix, grid = taps_mod.num_prefix_tokens(m.model), taps_mod.grid_size(m.model)
-    out = [[] for _ in points]
-    for batch in plan_batches(source, select(source, opts.rf_images, None), 8):
-        from ..inputs.data import decode
-
+    kept = []
+    for batch in plan_batches(source, select(source, opts.rf_images, None), 8)[run.shard[0]::run.shard[1]]:
+        dist.at_batch(batch.index)
         decode(source, batch)
         if not batch.images:
             continue
         x = to_tensor(batch.images, m)
-        for k, (module, where) in enumerate(points):
-            out[k].append(centre_gradient(m.model, module, x, where, prefix, grid).cpu().numpy())
-    if not out[0]:
+        kept.append((batch.index, [centre_gradient(m.model, module, x, where, prefix, grid).cpu().numpy()
+                                   for module, where in points]))
+    kept = run.gather_ordered(kept, "receptive-field maps")
+    if not kept:
         raise VitlabError(f"no readable image among the first {opts.rf_images} of '{source.name}'")
-    return [np.concatenate(o) for o in out]
+    return [np.concatenate([k[i] for k in kept]) for i in range(len(points))]
 
 
 def _growth(maps: list[np.ndarray], idx: np.ndarray) -> tuple[Estimate, Estimate, Estimate]:
@@ -201,9 +211,9 @@ def measure_growth(ms: Models, source, opts, run):
     from ..analyses.receptive import block_names
 
     ms.need("vit", "cnn")
-    vmaps = _field_maps(ms.vit, [("blocks.0", "in"), ("blocks.0.ls1", "out")], source, opts)
+    vmaps = _field_maps(ms.vit, [("blocks.0", "in"), ("blocks.0.ls1", "out")], source, opts, run)
     first = block_names(ms.cnn)[0]
-    cmaps = _field_maps(ms.cnn, [(first, "in"), (first, "out")], source, opts)
+    cmaps = _field_maps(ms.cnn, [(first, "in"), (first, "out")], source, opts, run)
     idx = ev.resample_indices(len(vmaps[0]), run.bootstrap, run.seed)
     vg, vb, va = _growth(vmaps, idx)
     cg, cb, ca = _growth(cmaps, idx)
@@ -218,12 +228,13 @@ def measure_growth(ms: Models, source, opts, run):
 def measure_skips(ms: Models, source, opts, run):
     ms.need("vit", "cnn")
     stat = SkipStatistic()
-    sums: list[list] = [[], []]
-    counts: list[list] = [[], []]
-    for _, f in _stream([ms.vit, ms.cnn], source, _indices(source, opts), opts.batch_size, [[stat], [stat]], run):
-        for k in range(2):
-            sums[k].append(f[k][stat.name]["ratio_sum"])
-            counts[k].append(float(np.asarray(f[k][stat.name]["count"]).sum()))
+    kept = [(b.index, [(f[k][stat.name]["ratio_sum"], float(np.asarray(f[k][stat.name]["count"]).sum()))
+                       for k in range(2)])
+            for b, f in _stream([ms.vit, ms.cnn], source, _indices(source, opts), opts.batch_size, [[stat], [stat]],
+                                run)]
+    kept = run.gather_ordered(kept, "skip-ratio sums")  # every rank's batches, in batch order
+    sums = [[per[k][0] for per in kept] for k in range(2)]
+    counts = [[per[k][1] for per in kept] for k in range(2)]
     idx = ev.resample_indices(len(counts[0]), run.bootstrap, run.seed)
     est = []
     for s, c in zip(sums, counts):
@@ -255,15 +266,17 @@ def _localization(models: list[LoadedModel], source, opts, run) -> list[tuple[Es
     """Per model: (chance-corrected rate, raw rate, positions) of its last default localization layer."""
     stats = [LocalizationStatistic((default_layers(m.model)[-1],)) for m in models]
     accs: list = [None] * len(models)
-    for _, found in _stream(models, source, _indices(source, opts), opts.batch_size, [[s] for s in stats], run):
+    for batch, found in _stream(models, source, _indices(source, opts), opts.batch_size, [[s] for s in stats], run):
         for k, (s, f) in enumerate(zip(stats, found)):
             a = f[s.name]
             if accs[k] is None:
                 accs[k] = ev.BootstrapCKA([str(t) for t in range(a["tokens_0"].shape[0])],
                                           [str(g) for g in range(a["patches_0"].shape[0])])
-            accs[k].update(cka_mod.centred(a["tokens_0"]), cka_mod.centred(a["patches_0"]))
+            accs[k].update(cka_mod.centred(a["tokens_0"]), cka_mod.centred(a["patches_0"]), key=batch.index)
     if accs[0] is None:
-        raise VitlabError("no batch of 4 or more readable images: localization needs at least 4 images")
+        raise VitlabError("no batch of 4 or more readable images: localization needs at least 4 images"
+                          + (" (on this rank: use fewer processes than batches)" if run.shard[1] > 1 else ""))
+    run.reduce_accumulators(accs)
     idx = _idx(accs[0], run)
     out = []
     for m, acc in zip(models, accs):
@@ -314,10 +327,12 @@ def _probe_margins(m: LoadedModel, source, opts, run) -> tuple[np.ndarray, list[
     feats: dict[str, list] = {}
     labels: list = []
     pool = select(source, max(opts.images, opts.probe_test + 30 * opts.probe_shots), None)
-    for batch, f in _stream([m], source, pool, opts.batch_size, [[stat]], run):
-        for key, v in f[0][stat.name].items():
+    kept = [(batch.index, (f[0][stat.name], list(batch.labels)))
+            for batch, f in _stream([m], source, pool, opts.batch_size, [[stat]], run)]
+    for values, batch_labels in run.gather_ordered(kept, "probe features"):  # every rank's, in batch order
+        for key, v in values.items():
             feats.setdefault(key, []).append(v)
-        labels += list(batch.labels)
+        labels += batch_labels
     x = {k: np.concatenate(v) for k, v in feats.items()}
     y = np.array(labels)
     classes = len(source.classes)
@@ -355,10 +370,11 @@ def measure_scale(ms: Models, source, opts, run):
     stats = [GramStatistic() for _ in models]
     accs = {(a, b): ev.BootstrapCKA(stats[specs.index(a)].taps(ms.get(a)), stats[specs.index(b)].taps(ms.get(b)))
             for a, b in scale_pairs}
-    for _, found in _stream(models, source, _indices(source, opts), opts.batch_size, [[s] for s in stats], run):
+    for batch, found in _stream(models, source, _indices(source, opts), opts.batch_size, [[s] for s in stats], run):
         c = [cka_mod.centred(f["gram"]["grams"]) for f in found]
         for (a, b), acc in accs.items():
-            acc.update(c[specs.index(a)], c[specs.index(b)])
+            acc.update(c[specs.index(a)], c[specs.index(b)], key=batch.index)
+    run.reduce_accumulators(accs)
     first = next(iter(accs.values()))
     idx = _idx(first, run)
     points, reps, texts = [], [], []
