@@ -31,7 +31,7 @@ ARGS = ["--no-sandbox", "--headless", "--disable-gpu", "--disable-dev-shm-usage"
         "--disable-component-update", "--disable-sync", "--no-first-run"]
 ZOO_READY = all((ROOT / "assets" / "zoo" / f"{n}.safetensors").is_file() for n in ("vit-cls", "resnet"))
 # the app's own defaults when the zoo is trained; timm's tiny random models on the bundled photos otherwise
-ENV = ({"VITLAB_IMAGES": "64", "VITLAB_BATCH_SIZE": "32"} if ZOO_READY else
+ENV = ({"VITLAB_IMAGES": "64", "VITLAB_BATCH_SIZE": "16"} if ZOO_READY else
        {"VITLAB_MODEL_A": "test_vit@random", "VITLAB_MODEL_B": "test_resnet@random", "VITLAB_DATA": "samples",
         "VITLAB_IMAGES": "8", "VITLAB_BATCH_SIZE": "4"})
 SLOW = 240_000  # ms: first model load and first run on a busy 2-core machine

@@ -220,7 +220,7 @@ ANALYSES: dict[str, Analysis] = {a.name: a for a in [
         "CKA between every layer of every model and every other (and itself)",
         tables=lambda r: {"cka": r.to_frame()}, charts=_cka_charts, amp=True,
         record=lambda r, o: {"images": r.images, "repeats": r.repeats, "tokens": o.tokens, "kernel": o.kernel,
-                             "estimator": o.estimator},
+                             "estimator": o.estimator, "interval": r.interval_info()},
         page="similarity", icon=":material/grid_on:", docs="similarity", claims=("cka",)),
     Analysis(
         "attention-distance", "Attention distance", "Figs 3-4", "many", attention.AttentionDistanceOptions,

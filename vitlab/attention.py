@@ -203,6 +203,19 @@ class AttentionDistanceStatistic(Statistic):
         return self.finish({t: self.reduce_tap(t, acts[t], loaded) for t in self.taps(loaded)}, loaded, batch)
 
 
+def mean_half_width(std: float, n: int, level: float = 0.95) -> float:
+    """Half-width of the t interval of a mean over n images from the population std (ddof 0): t_{n−1} s/√(n−1),
+    i.e. the jackknife-t interval of a mean (``vitlab.evidence``); NaN below ``evidence.MIN_UNITS`` images.
+    (1.96 σ/√n, used before, is narrower than it should be at few images.)"""
+    from scipy.stats import t as student
+
+    from .evidence import MIN_UNITS
+
+    if n < MIN_UNITS:
+        return float("nan")
+    return float(student.ppf(0.5 + level / 2, n - 1) * std / np.sqrt(n - 1))
+
+
 @dataclass
 class AttentionDistanceResult:
     """Mean attention distance per block and head, with its standard deviation over images."""
@@ -219,13 +232,16 @@ class AttentionDistanceResult:
     def to_frame(self):
         import pandas as pd
 
+        from .evidence import JACKKNIFE, interval_columns
+
+        unit = interval_columns("images", self.images, JACKKNIFE)
         rows = []
         for li, layer in enumerate(self.layers):
             for h in range(self.distance_px.shape[1]):
                 d, s = float(self.distance_px[li, h]), float(self.std_px[li, h])
-                half = 1.96 * s / np.sqrt(max(self.images, 1))  # 95 % interval of the mean over images (CLT)
+                half = mean_half_width(s, self.images)
                 rows.append({"layer": layer, "head": h, "distance_px": d, "std_px": s,
-                             "distance_lo": d - half, "distance_hi": d + half,
+                             "distance_lo": d - half, "distance_hi": d + half, **unit,
                              "distance_frac": d / self.image_side_px, "std_frac": s / self.image_side_px,
                              "images": self.images, "model": self.model, "renormalised": self.renormalised,
                              "uniform_px": self.uniform_px, "uniform_frac": self.uniform_px / self.image_side_px})
