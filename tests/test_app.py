@@ -387,6 +387,9 @@ def test_paper_tour_walks_every_figure_with_a_verdict_or_an_error_in_words():
             assert verdicts and not errors, (step, errors)
         if verdicts:
             assert charts(at), step
+            # both answers, and (8 images: one batch) intervals that say there were too few units
+            assert any(v.startswith("**Pattern:") for v in verdicts), verdicts
+            assert any(v.startswith("**Learned:") for v in verdicts), verdicts
         at.button(key="tour.next").click().run()
     assert seen == list(vitlab.tour.CLAIMS)
     assert at.radio(key="tour.step").value == seen[0]  # Next wraps around

@@ -330,6 +330,29 @@ def test_paper_tour_steps_through_figures(page, server):
     _no_exception(page)
 
 
+def test_every_presentation_slide_shows_its_paper_figure(page, server):
+    """Present the tour: every slide holds the paper-style figure of its claim (a chart whose title names the
+    figure "as in the paper"), beside both answers; Next walks them all."""
+    if not ZOO_READY:
+        pytest.skip("the tour compares a ViT with a ResNet: the zoo models are needed")
+    from vitlab.tour import CLAIMS
+
+    _goto(page, server, "present")
+    for k, claim in enumerate(CLAIMS.values()):
+        page.get_by_text(f"{claim.figure} · {k + 1} / {len(CLAIMS)}", exact=True).wait_for()
+        _no_exception(page)
+        page.locator(f'.present-paper[data-figure="{claim.figure}"]').wait_for()
+        chart = page.locator('[data-testid="stVegaLiteChart"]').filter(has_text=f"{claim.figure} (as in the paper)")
+        chart.first.wait_for()
+        assert chart.first.locator("g.role-mark").count() > 0, claim.figure  # drawn, not an empty frame
+        for answer in ("pattern", "learned"):
+            assert page.locator(f'[data-answer="{answer}"]').count() == 1
+        if k == 0:
+            _shot(page, "present")
+        page.get_by_role("button", name="Next ▶").click()
+        _settle(page)
+
+
 def test_long_run_can_be_cancelled(page, server):
     _goto(page, server, "")
     for label, value in (("Images", "1000"), ("Batch size", "4")):  # 250 batches: long enough to press Cancel

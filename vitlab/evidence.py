@@ -59,9 +59,12 @@ def resample_indices(units: int, resamples: int, seed: int) -> np.ndarray:
 
 def jackknife_indices(units: int) -> np.ndarray:
     """(T, T − 1) indices: row t is every unit but t (leave-one-out), in the form of :func:`resample_indices`, so
-    every ``replicates(idx)`` of a resample gives the jackknife values too."""
-    if units < 2:
-        raise VitlabError("a jackknife needs at least two batches (or images) to leave one out")
+    every ``replicates(idx)`` of a resample gives the jackknife values too. One unit has nothing to leave out: its
+    one row is the unit itself, so the count still reads 1 and the interval is "too few units"."""
+    if units < 1:
+        raise VitlabError("an interval needs at least one batch (or image)")
+    if units == 1:
+        return np.zeros((1, 1), dtype=np.int64)
     return np.array([[u for u in range(units) if u != t] for t in range(units)], dtype=np.int64)
 
 
@@ -145,6 +148,12 @@ class Estimate:
         loo = np.asarray(loo, dtype=np.float64).ravel()
         lo, hi = jackknife_interval(value, loo, level)
         return cls(float(value), float(lo), float(hi), unit, len(loo), JACKKNIFE)
+
+    def clipped(self, low: float, high: float) -> "Estimate":
+        """The interval cut to the statistic's range [low, high] (a rate, a chance-corrected rate): a t interval
+        is symmetric and can reach past a bound the statistic cannot; the cut never removes a possible value."""
+        return Estimate(self.value, float(np.clip(self.lo, low, high)), float(np.clip(self.hi, low, high)),
+                        self.unit, self.units, self.method)
 
     @property
     def too_few(self) -> bool:

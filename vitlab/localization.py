@@ -150,7 +150,7 @@ class LocalizationResult:
         # jackknife-t over batches: in simulation it covered as well as a bias-corrected bootstrap and far better
         # than the percentile bootstrap, which inherits the rate's bias toward chance at few images (coverage.py)
         lo, hi = ev.jackknife_interval(rate, self.rate_samples) if self.rate_samples is not None else (np.nan, np.nan)
-        lo, hi = float(lo), float(hi)
+        lo, hi = float(np.clip(lo, 0, 1)), float(np.clip(hi, 0, 1))  # a rate's range (NaN stays NaN)
         unit = ev.interval_columns("batches", self.rate_units, ev.JACKKNIFE if self.rate_samples is not None
                                    else "no interval (--bootstrap 0 or torchrun)")
         corr = [float(ev.chance_corrected(v, g)) for v in (rate, lo, hi)]
