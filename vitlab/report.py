@@ -230,8 +230,8 @@ def render_html(tour: TourReport, prov: dict, title: str) -> str:
     cover = f"""<section class="slide" id="cover"><h1>{e(title)}</h1>
 <p>Raghu et al. 2021, "Do Vision Transformers See Like CNNs?": each claim checked on
 {e(', '.join(tour.models))} over {prov['images']['count']} images of {e(prov['images']['source'])}.
-Two answers per claim: <b>pattern</b> ("shown" only when the statistic's 95 % interval clears the claim's own
-null) and <b>learned</b> ("yes" only when the trained models' interval clears the untrained twins').</p>
+Two answers per claim: <strong>pattern</strong> ("shown" only when the statistic's 95 % interval clears the claim's own
+null) and <strong>learned</strong> ("yes" only when the trained models' interval clears the untrained twins').</p>
 <table class="summary">{''.join(f'<tr><th>{e(k)}</th><td>{v}</td></tr>' for k, v in counts.items())}</table>
 <nav><ol>{''.join(toc)}</ol></nav><p><a href="#provenance">Provenance</a></p></section>"""
     return (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><title>{e(title)}</title>'
