@@ -17,14 +17,14 @@ for p in (str(APP.parent), str(APP)):
 
 import lab
 
-from vitlab import analyses
+from vitlab import table
 
 st.set_page_config(page_title="vitlab", page_icon=":material/biotech:", layout="wide")
 page = lab.page
 
-# every analysis page comes from the table of analyses (vitlab.analyses); home and the presenter are the app's own
+# every analysis page comes from the table of analyses (vitlab.table); home and the presenter are the app's own
 NAV: dict[str, list] = {"vitlab": [page("home", "Home", ":material/home:", default=True)]}
-for p in analyses.pages():
+for p in table.pages():
     NAV.setdefault(p.section, []).append(page(p.file, p.title, p.icon, p.url))
 NAV.setdefault("Presentation", []).append(page("present", "Present the tour", ":material/co_present:"))
 

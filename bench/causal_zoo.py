@@ -16,7 +16,7 @@ from pathlib import Path
 import pandas as pd
 
 import vitlab
-from vitlab.context import Run
+from vitlab.engine.context import Run
 
 pd.set_option("display.width", 250)
 pd.set_option("display.max_rows", 200)

@@ -4,7 +4,7 @@
     python bench/coverage_bench.py --datasets 500 --quick
 
 For each statistic, many independent data sets are drawn from a distribution whose population value is known
-(``vitlab.coverage``: Gaussian features with an analytic population CKA, checked on a 400,000-draw sample; per-image
+(``vitlab.stats.coverage``: Gaussian features with an analytic population CKA, checked on a 400,000-draw sample; per-image
 attention distances from a gamma distribution; a 4 × 4 localization grid whose population rate is 0.75), the
 interval is built with vitlab's own code at the app's defaults (64 images in batches of 16), the CLI's (256 in
 batches of 64), the tour's (256 in batches of 32) and a few more, and the share of intervals that cover the
@@ -22,8 +22,8 @@ import pandas as pd
 
 
 def main() -> None:
-    from vitlab import coverage as C
-    from vitlab import evidence as ev
+    from vitlab.stats import coverage as C
+    from vitlab.stats import evidence as ev
 
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--datasets", type=int, default=2000, help="data sets per CKA and distance setting")

@@ -61,7 +61,7 @@ def child(variant: str, png_path: str, n: int) -> None:
     import PIL.Image
     from PIL import Image, ImageOps
 
-    import vitlab.data as data
+    from vitlab.inputs import data
 
     png = Path(png_path).read_bytes()
     uploads = _uploads(png, n)

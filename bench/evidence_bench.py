@@ -19,7 +19,7 @@ import torch
 
 def main() -> None:
     import vitlab
-    from vitlab.run import cka
+    from vitlab.engine.run import cka
 
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--models", default="zoo:vit-cls,zoo:resnet")

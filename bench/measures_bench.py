@@ -41,9 +41,9 @@ def timed_statistic(stat, clock: dict):
 def bench_model(spec: str, args, source) -> list[dict]:
     import vitlab
     from vitlab import measures as ms
-    from vitlab.context import Run
-    from vitlab.run import stream
-    from vitlab.similarity import SimilarityOptions, similarity, statistics_for
+    from vitlab.engine.context import Run
+    from vitlab.engine.run import stream
+    from vitlab.analyses.similarity import SimilarityOptions, similarity, statistics_for
 
     model = vitlab.load(spec, "cpu")
     taps = vitlab.taps.default_taps(model.model)

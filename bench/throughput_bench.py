@@ -71,7 +71,7 @@ def make_jpegs(folder: Path, n: int) -> None:
     import numpy as np
     from PIL import Image
 
-    from vitlab.data import ASSETS
+    from vitlab.inputs.data import ASSETS
 
     files = sorted((ASSETS / "samples").glob("*.jpg"))
     rng = np.random.default_rng(0)
@@ -108,7 +108,7 @@ def timm_input(img, loaded):
 
 
 def _cpu(loaded):
-    from vitlab.pipeline import _Input
+    from vitlab.engine.pipeline import _Input
 
     return _Input(loaded.in_chans, loaded.transform)
 
@@ -120,7 +120,7 @@ def run_pipeline(m, source, indices, args, kind="threads"):
 
 def prefetcher(m, source, args, kind):
     from vitlab import pipeline
-    from vitlab.images import needed_side
+    from vitlab.inputs.images import needed_side
 
     # as run.stream makes it: JPEGs decoded at the smallest DCT scale that still covers the model's input
     return pipeline.Prefetcher(source, args.workers, keep_images=False, min_side=needed_side(m.data_config),
@@ -129,7 +129,7 @@ def prefetcher(m, source, args, kind):
 
 def drain(m, source, indices, args, pf):
     from vitlab import pipeline
-    from vitlab.data import plan_batches
+    from vitlab.inputs.data import plan_batches
 
     batches = plan_batches(source, indices, args.batch_size)
     plan = (lambda b: (None, [m]))
@@ -159,7 +159,7 @@ def run_forward_loader(m, source, indices, args):
 
 
 def run_forward_kept(m, source, indices, args):
-    from vitlab import hostmem
+    from vitlab.engine import hostmem
 
     os.environ["VITLAB_KEEP_FREED"] = "1"  # this process runs this one method
     with hostmem.keep_freed(args.device == "cpu"):
@@ -270,8 +270,8 @@ class _Prepared(_Images):
     (JPEGs DCT-scaled) and data.transform_image."""
 
     def __getitem__(self, i):
-        from vitlab.data import transform_image
-        from vitlab.images import needed_side
+        from vitlab.inputs.data import transform_image
+        from vitlab.inputs.images import needed_side
 
         return transform_image(self.source.load(self.indices[i], needed_side(self.loaded.data_config)),
                                _cpu(self.loaded))

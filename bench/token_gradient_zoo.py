@@ -13,7 +13,7 @@ import numpy as np
 
 import vitlab
 from vitlab import token_gradient as TG
-from vitlab.context import Run
+from vitlab.engine.context import Run
 
 IMAGES = 32
 

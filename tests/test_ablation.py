@@ -10,7 +10,7 @@ import torch
 import vitlab
 from vitlab import VitlabError
 from vitlab import ablation as ab
-from vitlab.context import Run
+from vitlab.engine.context import Run
 
 
 @pytest.fixture(scope="module")

@@ -17,8 +17,9 @@ import numpy as np
 import pytest
 import torch
 
-from vitlab import attention, cka, dist, interventions, receptive, skips
-from vitlab.cache import pack, unpack
+from vitlab import attention, cka, interventions, receptive, skips
+from vitlab.engine import dist
+from vitlab.inputs.cache import pack, unpack
 
 from .reference import hsic1_song
 

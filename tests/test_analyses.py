@@ -14,18 +14,18 @@ import pandas as pd
 import pytest
 
 import vitlab
-from vitlab import analyses
+from vitlab import table
 from vitlab.cli import build_parser, main
-from vitlab.data import iter_images, select, to_tensor
+from vitlab.inputs.data import iter_images, select, to_tensor
 from vitlab.options import DataOptions, option
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
-@pytest.mark.parametrize("name", list(analyses.ANALYSES))
+@pytest.mark.parametrize("name", list(table.ANALYSES))
 def test_every_row_is_complete(name):
-    a = analyses.ANALYSES[name]
-    assert a.arity in analyses.ARITIES and a.title and a.help and a.figure
+    a = table.ANALYSES[name]
+    assert a.arity in table.ARITIES and a.title and a.help and a.figure
     assert dataclasses.is_dataclass(a.options) and a.options.__dataclass_params__.frozen
     for f in dataclasses.fields(a.options):
         assert f.metadata.get("help"), f"{name}: option {f.name} has no help"
@@ -38,15 +38,15 @@ def test_every_row_is_complete(name):
 def test_the_tour_steps_are_the_rows_claims_and_cover_every_claim_once():
     from vitlab import tour
 
-    steps = analyses.tour_steps()
+    steps = table.tour_steps()
     assert sorted(steps) == sorted(tour.CLAIMS) and len(steps) == len(set(steps))
-    assert analyses.ANALYSES["cka"].claims == ("cka",) and not analyses.ANALYSES["attention-parity"].claims
+    assert table.ANALYSES["cka"].claims == ("cka",) and not table.ANALYSES["attention-parity"].claims
 
 
 def test_every_row_is_a_command_with_its_option_flags():
     parser = build_parser()
     sub = next(x for x in parser._actions if x.dest == "command")
-    for name, a in analyses.ANALYSES.items():
+    for name, a in table.ANALYSES.items():
         flags = {o for act in sub.choices[name]._actions for o in act.option_strings}
         for f in dataclasses.fields(a.options):
             assert (f.metadata.get("flag") or "--" + f.name.replace("_", "-")) in flags, (name, f.name)
@@ -92,13 +92,13 @@ def brightness_chart(result, opts) -> dict:
 
 @pytest.fixture
 def toy():
-    row = analyses.register(analyses.Analysis(
+    row = table.register(table.Analysis(
         "brightness", "Input brightness", "-", "one", BrightnessOptions, brightness,
         "mean input brightness per image (a toy)", tables=lambda r: {"brightness": r.to_frame()},
         charts=brightness_chart, record=lambda r, o: {"mean": float(r.values.mean())}, shards=False,
         docs="similarity"))
     yield row
-    del analyses.ANALYSES["brightness"]
+    del table.ANALYSES["brightness"]
 
 
 def test_a_new_row_is_a_cli_command_with_flags_outputs_and_run_json(toy, tmp_path, capsys):
@@ -123,8 +123,8 @@ def test_a_bad_flag_value_is_refused_by_the_parser(toy):
 
 
 def test_a_new_row_has_a_docs_line_and_runs_from_the_table(toy):
-    assert "| `vitlab brightness` | mean input brightness per image |" in analyses.markdown()
-    assert analyses.ANALYSES["brightness"].call(vitlab.load("test_vit@random", "cpu"), vitlab.open_source("samples"),
+    assert "| `vitlab brightness` | mean input brightness per image |" in table.markdown()
+    assert table.ANALYSES["brightness"].call(vitlab.load("test_vit@random", "cpu"), vitlab.open_source("samples"),
                                                 BrightnessOptions(images=2), vitlab.Run()).values.shape == (2,)
 
 
@@ -150,9 +150,9 @@ def test_a_new_row_gets_an_app_page_that_draws_it_and_no_tour_step(toy):
     sys.path.insert(0, str(ROOT / "app"))
     from streamlit.testing.v1 import AppTest
 
-    entry = next(p for p in analyses.pages() if p.url == "brightness")
-    assert (entry.file, entry.title, entry.rows) == (analyses.GENERIC_PAGE, "Input brightness", ("brightness",))
-    assert "brightness" not in analyses.tour_steps()
+    entry = next(p for p in table.pages() if p.url == "brightness")
+    assert (entry.file, entry.title, entry.rows) == (table.GENERIC_PAGE, "Input brightness", ("brightness",))
+    assert "brightness" not in table.tour_steps()
     at = AppTest.from_file(str(ROOT / "app" / "Home.py"), default_timeout=180)
     for k, v in {"lab.model_a": "test_vit@random", "lab.model_b": "test_resnet@random", "lab.source": "samples",
                  "lab.images": 4, "lab.batch_size": 4}.items():

@@ -20,7 +20,7 @@ pytest.importorskip("streamlit")
 from streamlit.testing.v1 import AppTest
 
 import vitlab
-import vitlab.tour
+import vitlab
 
 ZOO_READY = all((ROOT / "assets" / "zoo" / f"{n}.safetensors").is_file() for n in ("vit-cls", "resnet"))
 if ZOO_READY:
@@ -404,7 +404,7 @@ def test_paper_tour_needs_a_vit_and_a_resnet():
 
 # ------------------------------------------------------------------------------- nothing fails on the defaults
 
-ANALYSIS_PAGES = sorted({p.file for p in vitlab.analyses.pages()})
+ANALYSIS_PAGES = sorted({p.file for p in vitlab.table.pages()})
 
 
 @pytest.mark.skipif(not ZOO_READY, reason="the app's default models are the zoo's")

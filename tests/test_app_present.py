@@ -16,7 +16,7 @@ sys.path.insert(0, str(APP))
 pytest.importorskip("streamlit")
 from streamlit.testing.v1 import AppTest
 
-import vitlab.tour
+import vitlab
 
 SETTINGS = {"lab.model_a": "zoo:vit-cls", "lab.model_b": "zoo:resnet", "lab.source": "fashion-mnist:test",
             "lab.images": 16, "lab.batch_size": 8}

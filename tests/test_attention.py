@@ -17,8 +17,8 @@ import torch
 import vitlab
 from vitlab import VitlabError, taps
 from vitlab import attention as A
-from vitlab.activations import activations, model_view
-from vitlab.models import LoadedModel, ModelSpec
+from vitlab.engine.activations import activations, model_view
+from vitlab.inputs.models import LoadedModel, ModelSpec
 
 
 def _variant(**kwargs) -> LoadedModel:

@@ -13,8 +13,8 @@ import torch
 import vitlab
 from vitlab import VitlabError, taps
 from vitlab import attribution as at
-from vitlab.attention import rollout_matrix
-from vitlab.context import Run
+from vitlab.analyses.attention import rollout_matrix
+from vitlab.engine.context import Run
 
 
 @pytest.fixture(scope="module")

@@ -15,8 +15,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bad_inputs import FOLDER_ONLY, catalogue_bytes, make_catalogue  # noqa: E402
 
 import vitlab  # noqa: E402
-from vitlab import images  # noqa: E402
-from vitlab.data import decode, folder_source, plan_batches  # noqa: E402
+from vitlab.inputs import images  # noqa: E402
+from vitlab.inputs.data import decode, folder_source, plan_batches  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 

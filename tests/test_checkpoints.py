@@ -9,7 +9,7 @@ import torch
 import vitlab
 from vitlab import VitlabError, checkpoints, taps
 from vitlab.charts.checkpoints import checkpoint_lines
-from vitlab.data import decode, plan_batches, to_tensor
+from vitlab.inputs.data import decode, plan_batches, to_tensor
 
 from .reference import hsic1_song, linear_gram64
 

@@ -7,9 +7,9 @@ below (0.91) sit two of them under the 93 % wanted; the bench's 2000 data sets g
 import numpy as np
 import pytest
 
-from vitlab import coverage as C
-from vitlab import evidence as ev
-from vitlab.analyses import ANALYSES
+from vitlab.stats import coverage as C
+from vitlab.stats import evidence as ev
+from vitlab.table import ANALYSES
 
 APP = (64, 16)  # app/lab.py's defaults: 64 images in batches of 16
 CLI = (ANALYSES["cka"].options().images, ANALYSES["cka"].options().batch_size)  # vitlab cka: 256 in batches of 64

@@ -6,8 +6,9 @@ import numpy as np
 import pytest
 import torch
 
-from vitlab import cka, device_cka
-from vitlab.run import fold_cka
+from vitlab import cka
+from vitlab.stats import device_cka
+from vitlab.engine.run import fold_cka
 
 from .reference import hsic1_song, linear_gram64
 from .test_cka import _batches, minibatch_cka64, rbf_gram64

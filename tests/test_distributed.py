@@ -92,10 +92,10 @@ def test_cka_under_torchrun_equals_single_process_and_fills_the_cache(tmp_path):
 REDUCE_WORKER = textwrap.dedent('''
     import json, os, sys
     import numpy as np
-    from vitlab import dist
-    from vitlab.cka import MinibatchCKA, centred
+    from vitlab.engine import dist
+    from vitlab.stats.cka import MinibatchCKA, centred
     from vitlab.errors import VitlabError
-    from vitlab.run import RunInfo
+    from vitlab.engine.run import RunInfo
 
     class Extremes:
         """A statistic that is not a sum (largest value seen): it must go through merge, not a summed state."""
@@ -124,7 +124,7 @@ REDUCE_WORKER = textwrap.dedent('''
     def make():
         accs = {"cka": MinibatchCKA(list("abc"), list("abc")), "cross": MinibatchCKA(list("ab"), list("bc")),
                 "extremes": Extremes()}
-        from vitlab.attention import AttentionDistanceAccumulator
+        from vitlab.analyses.attention import AttentionDistanceAccumulator
 
         accs["attn"] = AttentionDistanceAccumulator([0, 1], 3)
         return accs
@@ -185,14 +185,14 @@ def test_reductions_equal_single_process_and_a_dead_rank_stops_the_other(tmp_pat
 
 FAIL_WORKER = textwrap.dedent('''
     import os, sys
-    import vitlab.data
+    import vitlab.inputs.data
     from vitlab import cli
     from vitlab.errors import VitlabError
 
     if os.environ["RANK"] == "1":
         def broken(text):
             raise VitlabError(f"data source '{text}': injected failure on this rank only")
-        vitlab.data.open_source = broken
+        vitlab.inputs.data.open_source = broken
     sys.exit(cli.main(sys.argv[1:]))
 ''')
 
@@ -211,8 +211,8 @@ def test_a_failing_rank_stops_the_run_with_its_message(tmp_path):
 
 
 def test_one_process_is_a_no_op_context(monkeypatch):
-    from vitlab import dist
-    from vitlab.cka import MinibatchCKA
+    from vitlab.engine import dist
+    from vitlab.stats.cka import MinibatchCKA
 
     for k in ("WORLD_SIZE", "RANK", "LOCAL_RANK"):
         monkeypatch.delenv(k, raising=False)
@@ -239,7 +239,7 @@ def test_one_process_is_a_no_op_context(monkeypatch):
      "VITLAB_DIST_BACKEND='mpi': use nccl (GPUs) or gloo (CPU)"),
 ])
 def test_bad_launch_settings_are_named(monkeypatch, env, needle):
-    from vitlab import dist
+    from vitlab.engine import dist
     from vitlab.errors import VitlabError
 
     for k in ("WORLD_SIZE", "RANK", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "VITLAB_DIST_TIMEOUT"):
@@ -252,7 +252,7 @@ def test_bad_launch_settings_are_named(monkeypatch, env, needle):
 
 
 def test_one_gpu_for_every_rank_is_refused(monkeypatch):
-    from vitlab import dist
+    from vitlab.engine import dist
     from vitlab.errors import VitlabError
 
     monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
@@ -301,10 +301,10 @@ def test_sum_commands_under_torchrun_equal_single_process(tmp_path, command):
 
 
 def test_probe_features_gathered_from_two_shards_equal_one_pass():
-    from vitlab.context import Run
-    from vitlab.data import open_source
-    from vitlab.models import load
-    from vitlab.probes import ProbeFeatures, _gather, few_shot_split
+    from vitlab.engine.context import Run
+    from vitlab.inputs.data import open_source
+    from vitlab.inputs.models import load
+    from vitlab.analyses.probes import ProbeFeatures, _gather, few_shot_split
 
     model, source = load("test_vit@random", "cpu"), open_source("fashion-mnist:test")
     split = few_shot_split(source, shots=1, test=8, seed=0)

@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from vitlab import analyses
+from vitlab import table
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"
@@ -23,18 +23,18 @@ def front_doors() -> list[Path]:
 
 
 def test_the_table_of_analyses_is_the_generated_one():
-    printed = subprocess.run([sys.executable, "-m", "vitlab.analyses", "--markdown"], capture_output=True, text=True,
+    printed = subprocess.run([sys.executable, "-m", "vitlab.table", "--markdown"], capture_output=True, text=True,
                              check=True, cwd=ROOT).stdout
-    assert printed == analyses.markdown() and printed.count("\n") == len(analyses.ANALYSES) + 2
+    assert printed == table.markdown() and printed.count("\n") == len(table.ANALYSES) + 2
     for path in front_doors():
         text = path.read_text()
         assert text[text.index(START) + len(START):text.index(END)] == printed, (
-            f"{path.name}: the table of analyses differs from `python -m vitlab.analyses --markdown`; paste it in")
+            f"{path.name}: the table of analyses differs from `python -m vitlab.table --markdown`; paste it in")
         assert len(text.splitlines()) <= 150, f"{path.name}: a front door of at most 150 lines"
 
 
 def test_every_row_links_a_docs_page_that_exists_and_names_its_command():
-    for a in analyses.ANALYSES.values():
+    for a in table.ANALYSES.values():
         assert a.docs, a.name
         page = DOCS / f"{a.docs}.md"
         assert page.is_file(), page

@@ -10,8 +10,8 @@ from timm.data import create_transform
 from torchvision import transforms as T
 
 import vitlab
-from vitlab import evaltransform
-from vitlab.data import to_tensor, transform_image
+from vitlab.inputs import evaltransform
+from vitlab.inputs.data import to_tensor, transform_image
 
 SIZES = [(500, 375), (375, 500), (224, 224), (161, 161), (170, 1000), (1000, 170), (249, 248), (33, 401),
          (160, 300), (100, 100), (7, 3), (1, 1)]

@@ -8,9 +8,9 @@ import torch
 import vitlab
 from tests.reference import hsic1_song, linear_gram64
 from vitlab import attention, evidence as ev
-from vitlab.cka import centred
+from vitlab.stats.cka import centred
 from vitlab.errors import VitlabError
-from vitlab.evidence import Estimate, verdict
+from vitlab.stats.evidence import Estimate, verdict
 
 
 def _features(rng, n, d, noise):
@@ -171,7 +171,7 @@ def test_chance_level_and_corrected_rate():
 
 
 def test_radius_fraction_matches_the_receptive_field_radius():
-    from vitlab.receptive import ReceptiveFieldResult
+    from vitlab.analyses.receptive import ReceptiveFieldResult
 
     rng = np.random.default_rng(0)
     maps = rng.random((3, 20, 20))
@@ -248,8 +248,8 @@ def test_cka_report_and_cli_carry_intervals_and_the_null(tmp_path):
 
     src = vitlab.open_source("fashion-mnist:test")
     models = [vitlab.load("zoo:vit-cls", "cpu"), vitlab.load("zoo:resnet", "cpu")]
-    from vitlab.context import Run
-    from vitlab.run import CKAOptions
+    from vitlab.engine.context import Run
+    from vitlab.engine.run import CKAOptions
 
     plain = vitlab.run.cka(models, src, CKAOptions(images=48, batch_size=8), Run(bootstrap=0))
     rep = vitlab.run.cka(models, src, CKAOptions(images=48, batch_size=8, permutations=30), Run(bootstrap=50, seed=1))
@@ -283,7 +283,7 @@ def test_localization_rates_with_chance_level_and_interval():
     from vitlab import localization
 
     src = vitlab.open_source("fashion-mnist:test")
-    from vitlab.context import Run
+    from vitlab.engine.context import Run
 
     opts = localization.LocalizationOptions(images=48, batch_size=8)
     rep = localization.localization([vitlab.load("zoo:vit-cls", "cpu")], src, opts, Run(bootstrap=100, seed=0))
@@ -308,7 +308,7 @@ def test_skip_ratio_intervals_are_a_jackknife_t_of_the_batch_sums():
 
     src = vitlab.open_source("fashion-mnist:test")
     m = vitlab.load("zoo:vit-cls", "cpu")
-    from vitlab.context import Run
+    from vitlab.engine.context import Run
 
     rep = skips.skip_ratios([m], src, skips.SkipOptions(images=40, batch_size=8), Run(bootstrap=100, seed=3))
     res = rep.results[0]
@@ -331,7 +331,7 @@ def test_receptive_field_radii_carry_intervals_and_fractions_of_the_side():
 
     samples = vitlab.open_source("samples")
     m = vitlab.load("test_vit@random:0", "cpu")
-    from vitlab.context import Run
+    from vitlab.engine.context import Run
 
     opts = receptive.ReceptiveOptions(images=4, batch_size=1, layers=("blocks.0",), residual="pre")
     res = receptive.receptive_fields(m, samples, opts, Run(bootstrap=50))
@@ -341,11 +341,11 @@ def test_receptive_field_radii_carry_intervals_and_fractions_of_the_side():
     assert frame["radius50_lo"].iloc[0] <= frame["radius50_hi"].iloc[0]
     assert res.radius_samples.shape == (50, 2, 1)
     # a resample of all four images, each once, gives the radius of the mean map
-    from vitlab.evidence import radius_fraction
+    from vitlab.stats.evidence import radius_fraction
 
     assert radius_fraction(res.maps)[0] * side == pytest.approx(res.radius_px(0.5)[0])
     # the radius chart (CLI and app) draws the intervals: error bars from lo to hi, and their numbers in the tooltip
-    from vitlab.analyses import ANALYSES
+    from vitlab.table import ANALYSES
     from vitlab.charts.attention import receptive_radius_chart
 
     lo = np.percentile(res.radius_samples[:, 0, 0], 2.5) / side  # independent: the resampled radii, in numpy

@@ -5,7 +5,7 @@ import gzip
 import numpy as np
 import pytest
 
-from vitlab import fmnist
+from vitlab.inputs import fmnist
 from vitlab.errors import VitlabError
 
 FULL = fmnist.find_dir()

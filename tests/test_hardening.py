@@ -28,9 +28,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bad_inputs import declared_png  # noqa: E402
 
 import vitlab  # noqa: E402
-from vitlab import cli, images  # noqa: E402
-from vitlab.cache import Store  # noqa: E402
-from vitlab.data import FilesSource, decode, folder_source, plan_batches  # noqa: E402
+from vitlab import cli
+from vitlab.inputs import images  # noqa: E402
+from vitlab.inputs.cache import Store  # noqa: E402
+from vitlab.inputs.data import FilesSource, decode, folder_source, plan_batches  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 CPU = ["--device", "cpu"]
@@ -131,8 +132,8 @@ def test_4_sixteen_bit_float_alpha_and_animation_are_converted_properly():
 
 
 def test_5_precision_device_and_library_versions_are_in_every_statistic_key(tiny_vit, monkeypatch):
-    from vitlab import cache
-    from vitlab.run import GramStatistic, forward_precision
+    from vitlab.inputs import cache
+    from vitlab.engine.run import GramStatistic, forward_precision
 
     src = FilesSource([(f"{k}.png", _png(Image.new("RGB", (8, 8), (k, 0, 0)))) for k in range(4)])
     batch = plan_batches(src, range(4), 4)[0]
@@ -302,7 +303,7 @@ def test_7_removing_every_upload_empties_the_source():
 
 
 def test_8_a_new_class_folder_renumbers_labels_even_from_the_cache(tmp_path, tiny_vit):
-    from vitlab.run import GramStatistic, Run, stream
+    from vitlab.engine.run import GramStatistic, Run, stream
 
     root = _folder(tmp_path / "data", 8, classes=("bird", "cat"))
     store = Store(tmp_path / "cache")

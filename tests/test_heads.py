@@ -13,7 +13,7 @@ import vitlab
 from vitlab import VitlabError, taps
 from vitlab import attention as A
 from vitlab import heads as Hd
-from vitlab.data import to_tensor
+from vitlab.inputs.data import to_tensor
 
 from .reference import cka64
 

@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from vitlab import hostmem
+from vitlab.engine import hostmem
 
 glibc = pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="glibc's mallopt")
 MIB = 2**20

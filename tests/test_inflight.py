@@ -9,11 +9,12 @@ import numpy as np
 import pytest
 import torch
 
-from vitlab import inflight, taps
-from vitlab.attention import AttentionDistanceStatistic
-from vitlab.data import decode, plan_batches, select, to_tensor
-from vitlab.run import GramStatistic
-from vitlab.skips import SkipStatistic
+from vitlab.engine import inflight
+from vitlab import taps
+from vitlab.analyses.attention import AttentionDistanceStatistic
+from vitlab.inputs.data import decode, plan_batches, select, to_tensor
+from vitlab.engine.run import GramStatistic
+from vitlab.analyses.skips import SkipStatistic
 
 
 def _batch(source, n=6):

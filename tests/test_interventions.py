@@ -9,7 +9,7 @@ import torch
 import vitlab
 from vitlab import VitlabError, taps
 from vitlab import interventions as iv
-from vitlab.run import GramStatistic
+from vitlab.engine.run import GramStatistic
 
 
 @pytest.fixture(scope="module")

@@ -13,10 +13,11 @@ import pytest
 import torch
 
 import vitlab
-from vitlab import VitlabError, cka, inflight, taps
-from vitlab.data import decode, plan_batches, select, to_tensor
-from vitlab.models import wants_channels_last
-from vitlab.run import GramStatistic, forward_precision
+from vitlab import VitlabError, cka, taps
+from vitlab.engine import inflight
+from vitlab.inputs.data import decode, plan_batches, select, to_tensor
+from vitlab.inputs.models import wants_channels_last
+from vitlab.engine.run import GramStatistic, forward_precision
 
 from .reference import hsic1_song, linear_gram64
 

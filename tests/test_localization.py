@@ -10,7 +10,7 @@ import vitlab
 from vitlab import VitlabError, taps
 from vitlab import localization as loc
 from vitlab.charts import localization as loc_charts
-from vitlab.data import decode, plan_batches, to_tensor
+from vitlab.inputs.data import decode, plan_batches, to_tensor
 
 from .reference import hsic1_song, linear_gram64
 

@@ -14,7 +14,7 @@ import torch
 
 import vitlab
 from vitlab import VitlabError, taps
-from vitlab.models import parse_spec
+from vitlab.inputs.models import parse_spec
 
 
 def test_spec_parsing():
@@ -106,7 +106,7 @@ def test_unsupported_family_names_the_supported_ones():
 
 
 def test_vit_residual_identities_and_forward_intermediates(tiny_vit, fmnist_source):
-    from vitlab.data import to_tensor
+    from vitlab.inputs.data import to_tensor
 
     model = tiny_vit.model
     x = to_tensor([fmnist_source.load(i) for i in range(4)], tiny_vit)

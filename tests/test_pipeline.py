@@ -10,8 +10,8 @@ import torch
 
 import vitlab
 from vitlab import VitlabError, pipeline
-from vitlab.data import decode, folder_source, plan_batches, select
-from vitlab.run import GramStatistic, stream
+from vitlab.inputs.data import decode, folder_source, plan_batches, select
+from vitlab.engine.run import GramStatistic, stream
 
 SAMPLES = vitlab.data.ASSETS / "samples"
 
@@ -165,7 +165,7 @@ def test_decoding_in_threads_leaves_the_warning_filters_as_they_were(jpeg_folder
 
     from PIL import Image
 
-    from vitlab import images
+    from vitlab.inputs import images
 
     monkeypatch.setattr(Image, "MAX_IMAGE_PIXELS", 100 * 80)  # every sample image is over it
     source = folder_source(jpeg_folder)

@@ -10,7 +10,7 @@ import torch
 
 import vitlab
 from vitlab import VitlabError, probes, taps
-from vitlab.data import decode, plan_batches, to_tensor
+from vitlab.inputs.data import decode, plan_batches, to_tensor
 
 
 def lstsq_weights(x, y, classes, l2):

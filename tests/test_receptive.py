@@ -12,7 +12,7 @@ import torch
 import vitlab
 from vitlab import VitlabError
 from vitlab import receptive as R
-from vitlab.data import to_tensor
+from vitlab.inputs.data import to_tensor
 
 
 @pytest.fixture(scope="module")

@@ -17,8 +17,8 @@ import vitlab
 from vitlab import report as R
 from vitlab import tour as T
 from vitlab.cli import main
-from vitlab.context import Run, RunInfo
-from vitlab.evidence import Estimate
+from vitlab.engine.context import Run, RunInfo
+from vitlab.stats.evidence import Estimate
 
 
 class Page(HTMLParser):

@@ -193,7 +193,7 @@ def test_cli_user_errors_are_one_line(args, msg):
 
 
 def test_cifar_offline_is_a_clear_error(tmp_path, monkeypatch):
-    import vitlab.hub
+    import vitlab
 
     monkeypatch.setenv("VITLAB_DATA_DIR", str(tmp_path / "datasets"))
     monkeypatch.setattr(vitlab.hub, "hub_reachable", lambda timeout=1.5: False)

@@ -12,11 +12,11 @@ import pytest
 
 import vitlab
 from vitlab import measures as ms
-from vitlab.agreement import agreement, lower_half_reach, uniformity, verdict
-from vitlab.context import Run
-from vitlab.manymodels import CompareOptions, compare_models, parse_depths, tap_at
-from vitlab.sensitivity import SensitivityOptions, sensitivity
-from vitlab.similarity import SimilarityOptions, similarity
+from vitlab.stats.agreement import agreement, lower_half_reach, uniformity, verdict
+from vitlab.engine.context import Run
+from vitlab.analyses.manymodels import CompareOptions, compare_models, parse_depths, tap_at
+from vitlab.analyses.sensitivity import SensitivityOptions, sensitivity
+from vitlab.analyses.similarity import SimilarityOptions, similarity
 
 from .reference import hsic1_song, linear_gram64
 from .test_measures import ref_mutual_knn, ref_procrustes, ref_svcca_pwcca
@@ -32,8 +32,8 @@ def _one_blas_thread():
 
 def batch_features(model, source, n=N, b=B, tokens="all"):
     """{tap: [per batch (n_b, F) float64]} captured directly, as the reference's input."""
-    from vitlab.data import decode, plan_batches, select
-    from vitlab.run import _forward
+    from vitlab.inputs.data import decode, plan_batches, select
+    from vitlab.engine.run import _forward
 
     taps = vitlab.taps.default_taps(model.model)
     out = {t: [] for t in taps}

@@ -9,7 +9,7 @@ import torch
 import vitlab
 from vitlab import VitlabError, skips, taps
 from vitlab.charts import skips as skip_charts
-from vitlab.data import decode, plan_batches, to_tensor
+from vitlab.inputs.data import decode, plan_batches, to_tensor
 
 
 def _acts(loaded, source, n=8):

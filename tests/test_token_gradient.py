@@ -13,8 +13,8 @@ import vitlab
 from vitlab import VitlabError
 from vitlab import receptive as R
 from vitlab import token_gradient as TG
-from vitlab.context import Run
-from vitlab.data import to_tensor
+from vitlab.engine.context import Run
+from vitlab.inputs.data import to_tensor
 
 
 @pytest.fixture(scope="module")

@@ -12,8 +12,8 @@ import vitlab
 from tests.reference import hsic1_song, linear_gram64
 from vitlab import VitlabError
 from vitlab import token_localization as TL
-from vitlab.context import Run
-from vitlab.data import to_tensor
+from vitlab.engine.context import Run
+from vitlab.inputs.data import to_tensor
 
 
 def _uploads(names=("astronaut.jpg", "chelsea.jpg")):

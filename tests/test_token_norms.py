@@ -12,7 +12,7 @@ import torch
 import vitlab
 from vitlab import VitlabError
 from vitlab import token_norms as tn
-from vitlab.context import Run
+from vitlab.engine.context import Run
 
 
 def injected_model(clean):

@@ -15,8 +15,8 @@ from vitlab import VitlabError, taps
 from vitlab import attention as A
 from vitlab import localization as loc
 from vitlab import token_norms as tn
-from vitlab.context import Run
-from vitlab.data import decode, plan_batches, to_tensor
+from vitlab.engine.context import Run
+from vitlab.inputs.data import decode, plan_batches, to_tensor
 
 from .reference import hsic1_song, linear_gram64
 from .test_localization import _batches

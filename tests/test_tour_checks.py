@@ -10,8 +10,8 @@ import pytest
 import vitlab
 from vitlab import evidence as ev
 from vitlab import tour
-from vitlab.context import Run
-from vitlab.evidence import Estimate
+from vitlab.engine.context import Run
+from vitlab.stats.evidence import Estimate
 
 E = Estimate
 
@@ -180,7 +180,7 @@ def test_fig_12_depth_drop():
 
 
 def test_draw_split_is_stratified_and_seeded():
-    from vitlab.tour_measure import draw_split
+    from vitlab.tour.measure import draw_split
 
     y = np.repeat(np.arange(3), 10)
     tr, va, te = draw_split(y, 2, 5, seed=1)

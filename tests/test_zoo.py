@@ -11,7 +11,8 @@ from timm.models.mlp_mixer import MlpMixer
 from timm.models.resnet import ResNet
 from timm.models.vision_transformer import Block, VisionTransformer
 
-from vitlab import fmnist, zoo
+from vitlab.inputs import fmnist
+from vitlab import zoo
 from vitlab.errors import VitlabError
 
 CLASS = {"vit": VisionTransformer, "resnet": ResNet, "mixer": MlpMixer}

@@ -1,6 +1,6 @@
 """The ``vitlab`` command (also ``python -m vitlab``): headless runs and exports.
 
-One sub-command per row of :data:`vitlab.analyses.ANALYSES`, all run by :func:`run_analysis`; plus ``taps``,
+One sub-command per row of :data:`vitlab.table.ANALYSES`, all run by :func:`run_analysis`; plus ``taps``,
 ``cache`` and ``zoo``. Every user error ends with one line on stderr and exit status 2; results go to
 ``--out DIR`` as CSV, JSON and PNG/SVG charts.
 """
@@ -14,7 +14,7 @@ import sys
 import time
 from pathlib import Path
 
-from .analyses import ANALYSES, Analysis
+from .table import ANALYSES, Analysis
 from .errors import VitlabError
 from .options import parse_ints, parse_strs
 
@@ -118,7 +118,7 @@ def add_analysis(sub, analysis: Analysis) -> argparse.ArgumentParser:
 
 
 def open_store(args):
-    from .cache import Store
+    from .inputs.cache import Store
 
     if getattr(args, "no_cache", False):
         return Store(None)
@@ -127,7 +127,7 @@ def open_store(args):
 
 def load_models(analysis: Analysis, args) -> tuple[object, list]:
     """(what the engine takes, every distinct model in order), each named as typed on the command line."""
-    from .models import load
+    from .inputs.models import load
 
     if analysis.arity == "pairs":
         loaded: dict[str, object] = {}
@@ -154,9 +154,9 @@ def relabel(loaded: list, given: list[str]) -> None:
 
 def run_analysis(analysis: Analysis, args) -> int:
     """dist context -> store, source, models -> engine (with progress) -> reduce -> rank 0 writes and prints."""
-    from . import dist
-    from .context import Run
-    from .data import open_source
+    from .engine import dist
+    from .engine.context import Run
+    from .inputs.data import open_source
 
     t0 = time.perf_counter()
     ctx = dist.context(args)  # torchrun: this rank's device, shard, reductions
@@ -214,7 +214,7 @@ def write_json(path: Path, obj) -> None:
 def _input_workers() -> dict:
     """The input workers a run used, for run.json; a bad setting (which stopped the run if it used them) as text,
     so that a command that decodes no batch still writes its record."""
-    from . import pipeline
+    from .engine import pipeline
 
     try:
         return {"count": pipeline.default_workers(), "kind": pipeline.default_kind()}
@@ -227,7 +227,7 @@ def write_run_json(out: Path, command: str, models: list, args, info, t0: float,
     """``out/run.json``: what ran (models with fingerprints, images, batches computed / from cache, per-model
     forward passes, skipped images, seconds, input workers); then skipped images and warnings are reported on
     stderr."""
-    from . import dist
+    from .engine import dist
 
     write_json(out / "run.json", {
         "command": command,
@@ -248,7 +248,7 @@ def write_run_json(out: Path, command: str, models: list, args, info, t0: float,
         "processes": dist.context().world,
         "input_workers": _input_workers(),
     })
-    from .outdir import finish, wall_from_perf
+    from .inputs.outdir import finish, wall_from_perf
 
     stale = finish(out, wall_from_perf(t0))  # charts of an earlier run that this one did not write again
     if stale:
@@ -284,8 +284,8 @@ def add_taps(sub) -> None:
 
 
 def run_taps(args) -> int:
-    from . import taps
-    from .models import load
+    from .inputs import taps
+    from .inputs.models import load
 
     m = load(args.model, args.device)
     print(f"{m.label}: family {m.family}, input {tuple(m.data_config['input_size'])}, layout {m.memory_format}, "
@@ -304,7 +304,7 @@ def add_cache(sub) -> None:
 
 
 def run_cache(args) -> int:
-    from .cache import Store, clear, default_dir
+    from .inputs.cache import Store, clear, default_dir
 
     if args.action == "clear":  # without opening a Store: clearing must work on a damaged database too
         directory = Path(args.cache_dir or default_dir()).expanduser()
@@ -345,12 +345,12 @@ def add_report(sub) -> None:
 
 
 def run_report_command(args) -> int:
-    from .context import Run
-    from .data import open_source
+    from .engine.context import Run
+    from .inputs.data import open_source
     from .errors import VitlabError
-    from .models import load
+    from .inputs.models import load
     from .progress import tqdm_progress
-    from .report import ReportOptions, report
+    from .tour.report import ReportOptions, report
 
     out = Path(args.out)
     if out.suffix.lower() not in (".html", ".htm"):
@@ -386,10 +386,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    from . import dist
+    from .engine import dist
 
     try:
-        from . import pipeline
+        from .engine import pipeline
 
         # --workers, --worker-kind: this run's defaults, given back afterwards (main() is also called in-process)
         with pipeline.defaults(getattr(args, "workers", None), getattr(args, "worker_kind", None)), dist.guard():

@@ -1,5 +1,5 @@
 """Options of an analysis: a frozen dataclass whose fields carry their help, so that one declaration gives the
-engine's defaults, the CLI's flags (``vitlab.analyses``) and the app's widget defaults.
+engine's defaults, the CLI's flags (``vitlab.table``) and the app's widget defaults.
 
     @dataclass(frozen=True)
     class SkipOptions(DataOptions):

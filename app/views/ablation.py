@@ -6,7 +6,7 @@ import streamlit as st
 
 import vitlab
 from vitlab import ablation
-from vitlab.attention import require_vit
+from vitlab.analyses.attention import require_vit
 from vitlab.charts import causal as charts
 
 st.title("Head ablation by attention distance")

@@ -1,4 +1,4 @@
-"""The page of an analysis that has no handwritten page: drawn from its row of the table (vitlab.analyses):
+"""The page of an analysis that has no handwritten page: drawn from its row of the table (vitlab.table):
 a widget per option (its defaults and help from the options dataclass), one engine call, the row's charts.
 
 Home.py registers this file once per such row, at the row's url; it tells the page which url is showing."""
@@ -9,20 +9,20 @@ import lab
 import streamlit as st
 
 import vitlab
-from vitlab import analyses, options
+from vitlab import table, options
 
 SIDEBAR_FIELDS = {"images", "batch_size", "shuffle"}  # the sidebar's choices, not the page's
 
 
-def row() -> analyses.Analysis:
+def row() -> table.Analysis:
     url = st.session_state.get("lab.page")
-    page = next((p for p in analyses.pages() if p.url == url and p.file == analyses.GENERIC_PAGE), None)
+    page = next((p for p in table.pages() if p.url == url and p.file == table.GENERIC_PAGE), None)
     if page is None:  # opened by file (AppTest switch_page): the first row drawn by this page
-        page = next(p for p in analyses.pages() if p.file == analyses.GENERIC_PAGE)
-    return analyses.ANALYSES[page.rows[0]]
+        page = next(p for p in table.pages() if p.file == table.GENERIC_PAGE)
+    return table.ANALYSES[page.rows[0]]
 
 
-def widget(a: analyses.Analysis, f: dataclasses.Field):
+def widget(a: table.Analysis, f: dataclasses.Field):
     """One option's widget, seeded with the dataclass default; returns the value for the options dataclass."""
     key, label, meta, default = f"{a.name}.{f.name}", f.name.replace("_", " "), f.metadata, f.default
     base = str(f.type).split("|")[0].strip()
@@ -46,7 +46,7 @@ def widget(a: analyses.Analysis, f: dataclasses.Field):
     return text if text or default is not None else None
 
 
-def engine_models(a: analyses.Analysis, s):
+def engine_models(a: table.Analysis, s):
     if a.arity == "one":
         return [lab.model(s.model_a, s.device)]
     pair = list(lab.models(s))

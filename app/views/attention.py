@@ -5,7 +5,7 @@ import lab
 import streamlit as st
 
 import vitlab
-import vitlab.activations
+import vitlab
 from vitlab import attention
 from vitlab.charts import attention as charts
 

@@ -4,7 +4,7 @@ rollout, Grad-CAM for CNNs), each scored by deletion and insertion curves agains
 import lab
 import streamlit as st
 
-import vitlab.activations
+import vitlab
 from vitlab import attribution
 from vitlab.charts import causal as charts
 from vitlab.charts.attention import overlay

@@ -6,7 +6,7 @@ import streamlit as st
 
 import vitlab
 from vitlab import heads
-from vitlab.attention import require_vit
+from vitlab.analyses.attention import require_vit
 from vitlab.charts import attention as charts
 
 st.title("Head subsets vs the other model")

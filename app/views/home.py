@@ -4,7 +4,7 @@ import lab
 import streamlit as st
 
 import vitlab
-from vitlab import analyses
+from vitlab import table
 
 st.title("vitlab: do vision transformers see like CNNs?")
 st.markdown(
@@ -43,8 +43,8 @@ with right:
             st.caption(f"skipped: {why}")
 
 st.subheader("Pages")
-for p in analyses.pages():
-    rows = [analyses.ANALYSES[name] for name in p.rows]
+for p in table.pages():
+    rows = [table.ANALYSES[name] for name in p.rows]
     what = "; ".join(f"{a.help.split(' (')[0]}" + (f" ({a.figure})" if a.figure != "-" else "") for a in rows)
     st.page_link(lab.page(p.file, p.title, p.icon, p.url), label=f"{p.title}: {what}", icon=p.icon)
 st.page_link("views/tour.py", label="Paper tour: every figure, its claim, and whether these models show it",

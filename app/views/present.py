@@ -11,7 +11,7 @@ import streamlit as st
 
 from vitlab import report as report_mod
 from vitlab import tour
-from vitlab.context import Run
+from vitlab.engine.context import Run
 
 STEPS = list(tour.CLAIMS)
 BOOTSTRAP = 200  # the Paper tour page's default: the two pages share one computed tour

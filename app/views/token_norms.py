@@ -4,7 +4,7 @@ and drawn on the image, their share of each Gram's energy, and CKA / attention d
 import lab
 import streamlit as st
 
-import vitlab.activations
+import vitlab
 from vitlab import attention, localization, token_norms
 from vitlab.charts import causal as charts
 from vitlab.charts import cka_heatmap

@@ -9,9 +9,9 @@ import lab
 import streamlit as st
 
 import vitlab
-from vitlab import analyses, tour
+from vitlab import table, tour
 
-STEPS = analyses.tour_steps()  # in table order: each row names the paper's claims its results bear on
+STEPS = table.tour_steps()  # in table order: each row names the paper's claims its results bear on
 VERDICT_BOX = {"shown": st.success, "not shown": st.warning, "can't tell": st.info}
 LEARNED_BOX = {"yes": st.success, "no": st.warning, "can't tell": st.info, "n.a.": st.info}
 
@@ -52,11 +52,11 @@ with lab.guard():
     report = lab.compute(("tour", s.key, opts, boot), lambda run: tour.run_tour(
         [vit, cnn], src, opts, replace(run, bootstrap=boot, seed=0)), "Paper tour")
 if report is not None:
-    table = report.to_frame()
-    st.dataframe(table[["figure", "pattern", "statistic", "lo", "hi", "control", "learned", "effect", "twin",
+    frame = report.to_frame()
+    st.dataframe(frame[["figure", "pattern", "statistic", "lo", "hi", "control", "learned", "effect", "twin",
                         "interval_unit", "interval_units", "interval_method", "evidence"]], hide_index=True,
                  key="tour.table", column_config={"evidence": st.column_config.TextColumn(width="large")})
-    st.download_button("tour.csv", table.to_csv(index=False).encode(), "tour.csv", "text/csv", key="tour.csv",
+    st.download_button("tour.csv", frame.to_csv(index=False).encode(), "tour.csv", "text/csv", key="tour.csv",
                        on_click="ignore")
     st.caption(lab.run_caption(report.info, s.images) + f"; intervals: jackknife t over batches (images, draws), "
                f"percentile bootstrap ({boot} resamples, seed 0) for rank correlations and radii; pattern: against "

@@ -7,7 +7,7 @@ import math
 import altair as alt
 import pandas as pd
 
-from ..measures import MEASURES
+from ..stats.measures import MEASURES
 
 
 def _scale(measure: str) -> alt.Scale:

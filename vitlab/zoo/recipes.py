@@ -25,7 +25,7 @@ import torch
 from timm.models.vision_transformer import Block
 from torch import nn
 
-from vitlab import fmnist
+from vitlab.inputs import fmnist
 from vitlab.errors import VitlabError
 
 ZOO_DIR = Path(__file__).resolve().parent.parent.parent / "assets" / "zoo"

@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from vitlab import fmnist
+from vitlab.inputs import fmnist
 from vitlab.errors import VitlabError
 
 from .recipes import (INPUT_SIZE, MEAN, SLICE_N, SLICE_TOL, STD, ZOO_DIR, Recipe, _sha256, build, create, recipe,

@@ -1,0 +1,484 @@
+"""Attribution maps for one image and target class, each scored by deletion and insertion curves.
+
+Maps (shapes: B batch, H heads, N tokens = P prefix + Ns spatial on a gh x gw grid, C channels, h x w a CNN map):
+
+- ``rollout``: attention rollout (Abnar & Zuidema 2020, eq. 1; :func:`vitlab.attention.rollout_matrix`).
+- ``rollout:FUSION:DISCARD``: rollout with head fusion (mean | max | min over heads) and a discard ratio, as in
+  vit-explain (Gildenblat 2020): per block the fused (N, N) matrix has its lowest ``DISCARD`` fraction of entries
+  set to zero (never the CLS→CLS entry), then ``A ← (A + I) / 2`` with rows renormalised, ``R ← A R``.
+  ``rollout:mean:0`` is ``rollout``.
+- ``grad-rollout``: gradient-weighted rollout (Chefer, Gur & Wolf 2021, "Generic Attention-model Explainability",
+  eqs. 5-6 for self-attention): ``R = I``; per block ``Ā = mean_h (∇A ⊙ A)⁺``, ``R ← R + Ā R``, with
+  ``∇A = ∂y_t/∂A`` the gradient of the target class's logit with respect to the block's attention probabilities.
+- ``gradcam[:TAP]`` (CNNs): Grad-CAM (Selvaraju et al. 2017, eqs. 1-2) at a block output (default the last):
+  ``α_c = 1/(h w) Σ_ij ∂y_t/∂A_cij``, map ``ReLU(Σ_c α_c A_c)``.
+- ``random``: uniform random values (a control: its scores should match the random order's).
+
+A token map is the CLS row of R over the spatial tokens (prefix tokens dropped); for a model without a CLS token
+(global average pooling) it is the mean of the spatial rows.
+
+Faithfulness (Petsiuk et al. 2018, RISE, Sec. 4.1): the model's input is cut into square cells of ``cell_px``
+pixels (default: the patch size of a token model, side // 14 for a CNN). A map is resampled to pixels (nearest for
+token maps, bilinear for Grad-CAM) and averaged per cell; cells are ordered by that score, most important first,
+ties in a seeded random order. **Deletion** replaces the cells of the original image, in that order, by the
+baseline; **insertion** starts from the baseline and restores them. The baseline fill is ``mean`` (0 in the
+normalised input: the data set's mean pixel; the default) or ``black`` (pixel value 0). The curve is the softmax
+probability of the target class after each step (n + 1 points); its score is the area under it over the fraction
+of cells, by the trapezoid rule. Deletion: lower is better; insertion: higher is better. The control is the
+mean AUC over ``random_orders`` seeded random orders of the same cells.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..inputs import taps as taps_mod
+from ..engine.activations import as_source
+from .attention import probs_taps, rollout_matrix
+from ..engine.context import Run
+from ..inputs.data import ImageSource, select, to_tensor
+from ..errors import VitlabError
+from ..inputs.models import LoadedModel
+from ..options import DataOptions, option
+
+FUSIONS = ("mean", "max", "min")
+BASELINES = ("mean", "black")
+TARGETS = ("pred", "label")
+VIT_METHODS = ("rollout", "rollout:max:0.9", "rollout:min:0.9", "grad-rollout")
+CNN_METHODS = ("gradcam",)
+
+
+# ---------------------------------------------------------------- pure maps
+
+
+def fused_rollout(probs_layers: Sequence[np.ndarray], fusion: str = "mean", discard: float = 0.0) -> np.ndarray:
+    """Rollout with head fusion and discard ratio (module docstring): (H, N, N) per block -> (N, N), float64."""
+    if fusion not in FUSIONS:
+        raise VitlabError(f"head fusion must be one of {', '.join(FUSIONS)}, not '{fusion}'")
+    if not 0.0 <= discard < 1.0:
+        raise VitlabError(f"discard ratio must be in [0, 1), not {discard}")
+    n = probs_layers[0].shape[-1]
+    out = np.eye(n)
+    for a in probs_layers:
+        fused = getattr(np, fusion)(np.asarray(a, dtype=np.float64), axis=0)
+        flat = fused.ravel()  # a view: discarding writes into `fused`
+        drop = np.argsort(flat, kind="stable")[: int(flat.size * discard)]
+        flat[drop[drop != 0]] = 0.0  # index 0 is CLS→CLS, which vit-explain keeps
+        m = (fused + np.eye(n)) / 2
+        out = (m / m.sum(-1, keepdims=True)) @ out
+    return out
+
+
+def grad_rollout(probs_layers: Sequence[np.ndarray], grads_layers: Sequence[np.ndarray]) -> np.ndarray:
+    """Chefer et al. 2021, eqs. 5-6: R = I; R ← R + mean_h((∇A ⊙ A)⁺) R per block. (H, N, N) each -> (N, N)."""
+    n = probs_layers[0].shape[-1]
+    r = np.eye(n)
+    for a, g in zip(probs_layers, grads_layers):
+        cam = np.clip(np.asarray(g, dtype=np.float64) * np.asarray(a, dtype=np.float64), 0, None).mean(0)
+        r = r + cam @ r
+    return r
+
+
+def gradcam(acts: np.ndarray, grads: np.ndarray) -> np.ndarray:
+    """Grad-CAM of one image: activations and gradients (C, h, w) -> ReLU(Σ_c α_c A_c), α_c the mean gradient."""
+    alpha = np.asarray(grads, dtype=np.float64).mean(axis=(1, 2))
+    return np.clip(np.einsum("c,chw->hw", alpha, np.asarray(acts, dtype=np.float64)), 0, None)
+
+
+def token_map(r: np.ndarray, prefix: int, grid: tuple[int, int], has_cls: bool) -> np.ndarray:
+    """The CLS row of a relevance matrix (N, N) over the spatial tokens (gh, gw); mean spatial row without CLS."""
+    rows = r[0] if has_cls else r[prefix:].mean(0)
+    return np.asarray(rows[prefix:prefix + grid[0] * grid[1]], dtype=np.float64).reshape(grid)
+
+
+# ---------------------------------------------------------------- forward/backward of a batch
+
+
+def parse_method(loaded: LoadedModel, method: str) -> tuple[str, tuple]:
+    """('rollout', (fusion, discard)) | ('grad-rollout', ()) | ('gradcam', (tap,)) | ('random', ())."""
+    fam = taps_mod.family(loaded.model)
+    name, *args = method.split(":")
+    if name == "random":
+        return name, ()
+    if name in ("rollout", "grad-rollout"):
+        if fam != "vit":
+            raise VitlabError(f"{name} needs a ViT-family model with attention; '{loaded.label}' is a {fam} model: "
+                              "use gradcam")
+        if name == "grad-rollout":
+            return name, ()
+        try:
+            return name, (args[0] if args else "mean", float(args[1]) if len(args) > 1 else 0.0)
+        except ValueError:
+            raise VitlabError(f"method '{method}': write rollout:FUSION:DISCARD, e.g. rollout:max:0.9") from None
+    if name == "gradcam":
+        if fam not in ("resnet", "resnetv2"):
+            raise VitlabError(f"gradcam is for CNN stages; '{loaded.label}' is a {fam} model: use grad-rollout")
+        tap = args[0] if args else taps_mod.default_taps(loaded.model)[-1]
+        taps_mod.check_taps(loaded.model, [tap])
+        if tap.endswith(taps_mod.CNN_SKIP_SUFFIXES):
+            raise VitlabError(f"gradcam needs a block output (e.g. {taps_mod.default_taps(loaded.model)[-1]}), "
+                              f"not '{tap}'")
+        return name, (tap,)
+    raise VitlabError(f"unknown attribution method '{method}': rollout[:FUSION:DISCARD], grad-rollout, "
+                      "gradcam[:TAP] or random")
+
+
+def _grad_pass(loaded: LoadedModel, x, targets, taps: list[str]) -> tuple[np.ndarray, dict, dict]:
+    """Logits (B, classes), activations and gradients of Σ_i y_{i, t_i} at ``taps`` (images are independent)."""
+    import torch
+
+    model = loaded.model
+    x = x.detach().clone().requires_grad_(True)  # parameters are frozen: the input carries the graph
+    with torch.enable_grad(), taps_mod.capture(model, taps, detach=False) as acts:
+        logits = model(x)
+        y = logits[torch.arange(len(targets)), torch.as_tensor(targets, device=logits.device)].sum()
+        grads = torch.autograd.grad(y, [acts[t] for t in taps]) if taps else []
+        kept = {t: acts[t].detach().double().cpu().numpy() for t in taps}
+    return (logits.detach().double().cpu().numpy(), kept,
+            {t: g.detach().double().cpu().numpy() for t, g in zip(taps, grads)})
+
+
+def maps_for_batch(loaded: LoadedModel, x, targets: Sequence[int] | None, methods: Sequence[str],
+                   seed: int = 0) -> tuple[np.ndarray, list[dict[str, np.ndarray]]]:
+    """(logits (B, classes), per image {method: map grid}) for a batch x (B, C, H, W); ``targets`` None: top-1."""
+    import torch
+
+    parsed = {m: parse_method(loaded, m) for m in methods}
+    model = loaded.model
+    taps: list[str] = []
+    if any(p[0] in ("rollout", "grad-rollout") for p in parsed.values()):
+        taps += probs_taps(loaded)
+    taps += sorted({p[1][0] for p in parsed.values() if p[0] == "gradcam"})
+    if targets is None:
+        with torch.no_grad():
+            targets = model(x).argmax(-1).tolist()
+    logits, acts, grads = _grad_pass(loaded, x, list(targets), taps)
+    rng = np.random.default_rng(seed)
+    fam = taps_mod.family(model)
+    prefix = taps_mod.num_prefix_tokens(model)
+    grid = taps_mod.grid_size(model) if fam in ("vit", "mixer") else None
+    out = []
+    for i in range(x.shape[0]):
+        maps = {}
+        for m, (name, args) in parsed.items():
+            if name == "random":
+                maps[m] = rng.random(grid or cell_grid(tuple(x.shape[-2:]), default_cell_px(loaded)))
+            elif name == "gradcam":
+                maps[m] = gradcam(acts[args[0]][i], grads[args[0]][i])
+            else:
+                probs = [acts[t][i] for t in taps if t.endswith(".attn_probs")]
+                if name == "grad-rollout":
+                    r = grad_rollout(probs, [grads[t][i] for t in taps if t.endswith(".attn_probs")])
+                else:  # plain rollout is the attention page's (identical to fused_rollout(mean, 0), tested)
+                    r = rollout_matrix(probs) if args == ("mean", 0.0) else fused_rollout(probs, *args)
+                maps[m] = token_map(r, prefix, grid, taps_mod.has_cls_token(model))
+        out.append(maps)
+    return logits, out
+
+
+# ---------------------------------------------------------------- deletion and insertion
+
+
+def default_cell_px(loaded: LoadedModel) -> int:
+    """The patch side of a token model; side // 14 for a CNN (14 x 14 cells at 224 px)."""
+    patch = taps_mod.patch_size(loaded.model)
+    if patch is not None:
+        return int(patch[0])
+    _, h, w = loaded.data_config["input_size"]
+    return max(1, int(np.sqrt(h * w)) // 14)
+
+
+def cell_grid(hw: tuple[int, int], cell_px: int) -> tuple[int, int]:
+    return (-(-hw[0] // cell_px), -(-hw[1] // cell_px))
+
+
+def cell_scores(grid: np.ndarray, hw: tuple[int, int], cell_px: int, smooth: bool) -> np.ndarray:
+    """A map (gh, gw) resampled to the input's pixels (nearest, or bilinear if ``smooth``), mean per cell (ch, cw)."""
+    import torch
+    import torch.nn.functional as F
+
+    t = torch.as_tensor(np.asarray(grid, dtype=np.float64))[None, None]
+    mode = {"mode": "bilinear", "align_corners": False} if smooth else {"mode": "nearest"}
+    pix = F.interpolate(t, size=tuple(hw), **mode)
+    return F.avg_pool2d(pix, cell_px, ceil_mode=True)[0, 0].numpy()  # partial edge cells: mean of their pixels
+
+
+def cell_order(scores: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """Cells by descending score; ties in a random order (so a flat map is a random order, not raster order)."""
+    flat = scores.ravel()
+    return np.lexsort((rng.random(flat.size), -flat))
+
+
+def _step_masks(order: np.ndarray, hw: tuple[int, int], cell_px: int):
+    """(n + 1, 1, H, W) masks: step s covers the first s cells of ``order``."""
+    import torch
+
+    ch, cw = cell_grid(hw, cell_px)
+    cell_of = (np.arange(hw[0])[:, None] // cell_px) * cw + np.arange(hw[1])[None, :] // cell_px  # (H, W)
+    rank = np.empty(ch * cw, dtype=np.int64)
+    rank[order] = np.arange(len(order))
+    pix_rank = rank[cell_of]  # when each pixel's cell goes
+    steps = np.arange(len(order) + 1)[:, None, None]
+    return torch.as_tensor(pix_rank[None] < steps, dtype=torch.float32)[:, None]
+
+
+def curves(loaded: LoadedModel, x, target: int, orders: Sequence[np.ndarray], cell_px: int, baseline: str,
+           batch_size: int = 64) -> np.ndarray:
+    """Deletion and insertion curves of one image x (C, H, W) for each cell order: (len(orders), 2, n + 1)."""
+    import torch
+
+    if baseline not in BASELINES:
+        raise VitlabError(f"baseline must be one of {', '.join(BASELINES)}, not '{baseline}'")
+    hw = tuple(x.shape[-2:])
+    if baseline == "mean":
+        base = torch.zeros_like(x)
+    else:
+        mean = torch.as_tensor(loaded.data_config["mean"], dtype=x.dtype, device=x.device)[:, None, None]
+        std = torch.as_tensor(loaded.data_config["std"], dtype=x.dtype, device=x.device)[:, None, None]
+        base = ((0 - mean) / std).expand_as(x)
+    out = []
+    for order in orders:
+        m = _step_masks(order, hw, cell_px).to(x.device)
+        deletion = x[None] * (1 - m) + base[None] * m
+        insertion = base[None] * (1 - m) + x[None] * m
+        batch = torch.cat([deletion, insertion])
+        probs = []
+        with torch.no_grad():
+            for s in range(0, len(batch), batch_size):
+                probs.append(loaded.model(batch[s:s + batch_size]).double().softmax(-1)[:, target].cpu())
+        out.append(torch.cat(probs).numpy().reshape(2, -1))
+    return np.stack(out)
+
+
+def auc(curve: np.ndarray) -> np.ndarray:
+    """Area under curves (..., n + 1) over the fraction of cells in [0, 1] (trapezoid rule)."""
+    x = np.linspace(0.0, 1.0, curve.shape[-1])
+    return np.trapezoid(curve, x, axis=-1)
+
+
+# ---------------------------------------------------------------- one image, many images
+
+
+@dataclass(frozen=True)
+class FaithfulnessOptions(DataOptions):
+    """Options of :func:`attribution`, :func:`faithfulness` and :func:`attribution_report`."""
+
+    images: int | None = option(64, "images scored (first N, or shuffled)", short="-n")
+    batch_size: int = option(16, "images per map batch", short="-b")
+    methods: tuple[str, ...] | None = option(None, "maps: rollout[:FUSION:DISCARD], grad-rollout, gradcam[:TAP], "
+                                                   "random (default: rollout, rollout:max:0.9, rollout:min:0.9, "
+                                                   "grad-rollout for ViTs; gradcam for CNNs)", kind="strs")
+    target: str = option("pred", "target class: pred (the model's top-1) or label (the source's label)",
+                         choices=TARGETS)
+    cell_px: int | None = option(None, "side of the deleted/inserted cells in input pixels (default: patch size; "
+                                       "side // 14 for CNNs)")
+    baseline: str = option("mean", "fill of deleted cells: mean (the data set's mean pixel, 0 after normalisation) "
+                                   "or black", choices=BASELINES)
+    random_orders: int = option(8, "random cell orders averaged for the control")
+    image: int = option(0, "the image whose maps and curves are drawn")
+
+
+def _methods(loaded: LoadedModel, opts: FaithfulnessOptions) -> tuple[str, ...]:
+    if opts.methods:
+        return tuple(opts.methods)
+    return VIT_METHODS if taps_mod.family(loaded.model) == "vit" else CNN_METHODS
+
+
+def _targets(loaded: LoadedModel, opts: FaithfulnessOptions, source: ImageSource, indices) -> list[int] | None:
+    if opts.target == "pred":
+        return None
+    if opts.target != "label":
+        raise VitlabError(f"target must be one of {', '.join(TARGETS)}, not '{opts.target}'")
+    if not source.has_labels or len(source.classes) != getattr(loaded.model, "num_classes", -1):
+        raise VitlabError(f"target 'label' needs labels whose classes match the model's outputs; '{source.name}' "
+                          "has none that do: use target 'pred'")
+    return [int(source.label(i)) for i in indices]
+
+
+def _score_batch(loaded, x, targets, methods, opts: FaithfulnessOptions, cell_px: int, rng) -> list[dict]:
+    """Maps, curves and AUCs of a batch of images: one dict per image."""
+    logits, maps = maps_for_batch(loaded, x, targets, methods, seed=int(rng.integers(2**31)))
+    hw = tuple(x.shape[-2:])
+    n_cells = int(np.prod(cell_grid(hw, cell_px)))
+    rows = []
+    for i, per in enumerate(maps):
+        t = int(logits[i].argmax()) if targets is None else int(targets[i])
+        orders = [cell_order(cell_scores(per[m], hw, cell_px, m.startswith("gradcam")), rng) for m in methods]
+        orders += [rng.permutation(n_cells) for _ in range(opts.random_orders)]
+        c = curves(loaded, x[i], t, orders, cell_px, opts.baseline)  # (methods + R, 2, n + 1)
+        rows.append({"target": t, "maps": per, "curves": c[: len(methods)], "random_curve": c[len(methods):].mean(0),
+                     "auc": auc(c[: len(methods)]), "random_auc": auc(c[len(methods):]).mean(0)})
+    return rows
+
+
+@dataclass
+class AttributionResult:
+    """The maps of one image with their deletion/insertion curves and scores."""
+
+    model: str
+    image: str
+    target: int
+    maps: dict[str, np.ndarray]  # method -> (gh, gw) (or the CNN map's (h, w))
+    curves: dict[str, np.ndarray]  # method and 'random order' -> (2, n + 1): deletion, insertion
+    scores: dict[str, tuple[float, float]]  # method and 'random order' -> (deletion AUC, insertion AUC)
+    cell_px: int
+    baseline: str
+
+    def to_frame(self):
+        """Curves: method, curve (deletion | insertion), step, fraction of cells, probability of the target."""
+        import pandas as pd
+
+        rows = []
+        for m, c in self.curves.items():
+            for k, name in enumerate(("deletion", "insertion")):
+                n = c.shape[1]
+                rows += [{"model": self.model, "image": self.image, "method": m, "curve": name, "step": s,
+                          "fraction": s / (n - 1), "probability": float(c[k, s])} for s in range(n)]
+        return pd.DataFrame(rows)
+
+    def summary(self):
+        import pandas as pd
+
+        return pd.DataFrame([{"method": m, "deletion_auc": d, "insertion_auc": i, "target": self.target,
+                              "baseline": self.baseline, "cell_px": self.cell_px}
+                             for m, (d, i) in self.scores.items()])
+
+    def map_frame(self, method: str):
+        import pandas as pd
+
+        g = self.maps[method]
+        r, c = np.meshgrid(np.arange(g.shape[0]), np.arange(g.shape[1]), indexing="ij")
+        return pd.DataFrame({"row": r.ravel(), "col": c.ravel(), "value": g.ravel(), "method": method,
+                             "model": self.model, "image": self.image, "target": self.target})
+
+
+def attribution(loaded: LoadedModel, images, index: int = 0, opts: FaithfulnessOptions = FaithfulnessOptions(),
+                run: Run | None = None) -> AttributionResult:
+    """Every map of image ``index`` of ``images`` (a source, PIL images or uploads) with its faithfulness."""
+    run = run or Run()
+    source = as_source(images)
+    if not 0 <= index < len(source):
+        raise VitlabError(f"image {index} does not exist: the source has images 0..{len(source) - 1}")
+    methods = _methods(loaded, opts)
+    cell_px = int(opts.cell_px or default_cell_px(loaded))
+    x = to_tensor([source.load(index)], loaded)
+    row = _score_batch(loaded, x, _targets(loaded, opts, source, [index]), methods, opts, cell_px,
+                       np.random.default_rng(run.seed))[0]
+    curves_ = {m: row["curves"][k] for k, m in enumerate(methods)} | {"random order": row["random_curve"]}
+    scores = {m: tuple(float(v) for v in row["auc"][k]) for k, m in enumerate(methods)}
+    scores["random order"] = tuple(float(v) for v in row["random_auc"])
+    return AttributionResult(loaded.label, source.item_id(index), row["target"], row["maps"], curves_, scores,
+                             cell_px, opts.baseline)
+
+
+@dataclass
+class FaithfulnessResult:
+    """Deletion and insertion AUCs of every method and of the random order, per image."""
+
+    model: str
+    methods: list[str]
+    ids: list[str]
+    auc: np.ndarray  # (n, methods, 2): deletion, insertion
+    random_auc: np.ndarray  # (n, 2)
+    cell_px: int
+    cells: int
+    baseline: str
+    bootstrap: np.ndarray  # (R, n) resampled image indices
+    skipped: list = field(default_factory=list)
+
+    @property
+    def images(self) -> int:
+        return len(self.ids)
+
+    def to_frame(self):
+        import pandas as pd
+
+        rows = []
+        for i, image in enumerate(self.ids):
+            for k, m in enumerate(self.methods):
+                rows.append({"model": self.model, "image": image, "method": m, "deletion_auc": self.auc[i, k, 0],
+                             "insertion_auc": self.auc[i, k, 1], "deletion_auc_random": self.random_auc[i, 0],
+                             "insertion_auc_random": self.random_auc[i, 1]})
+        return pd.DataFrame(rows)
+
+    def summary(self):
+        """Per method and curve: mean AUC, the random order's, their difference with a 95 % bootstrap over images."""
+        import pandas as pd
+
+        rows = []
+        for k, m in enumerate(self.methods):
+            for c, curve in enumerate(("deletion", "insertion")):
+                d = self.auc[:, k, c] - self.random_auc[:, c]
+                boot = d[self.bootstrap].mean(1)
+                rows.append({"model": self.model, "method": m, "curve": curve, "auc": float(self.auc[:, k, c].mean()),
+                             "auc_random_order": float(self.random_auc[:, c].mean()), "minus_random": float(d.mean()),
+                             "lo": float(np.percentile(boot, 2.5)), "hi": float(np.percentile(boot, 97.5)),
+                             "images": self.images, "better": "lower" if curve == "deletion" else "higher"})
+        return pd.DataFrame(rows)
+
+
+def faithfulness(loaded: LoadedModel, source: ImageSource, opts: FaithfulnessOptions = FaithfulnessOptions(),
+                 run: Run | None = None) -> FaithfulnessResult:
+    """Deletion/insertion AUCs of every method over ``opts.images`` images of ``source``, against random orders."""
+    run = run or Run()
+    methods = _methods(loaded, opts)
+    for m in methods:
+        parse_method(loaded, m)
+    cell_px = int(opts.cell_px or default_cell_px(loaded))
+    indices = select(source, opts.images, opts.shuffle)
+    rng = np.random.default_rng(run.seed)
+    ids, aucs, rand, skipped = [], [], [], []
+    for s in range(0, len(indices), opts.batch_size):
+        if run.progress:
+            run.progress(s, len(indices), f"image {s + 1}/{len(indices)}")
+        chunk, imgs = [], []
+        for i in indices[s:s + opts.batch_size]:
+            try:
+                imgs.append(source.load(i))
+                chunk.append(i)
+            except VitlabError as e:
+                skipped.append((source.item_id(i), str(e)))
+        if not chunk:
+            continue
+        x = to_tensor(imgs, loaded)
+        for i, row in zip(chunk, _score_batch(loaded, x, _targets(loaded, opts, source, chunk), methods, opts,
+                                              cell_px, rng)):
+            ids.append(source.item_id(i))
+            aucs.append(row["auc"])
+            rand.append(row["random_auc"])
+    if run.progress:
+        run.progress(len(indices), len(indices), "done")
+    if not ids:
+        raise VitlabError("no readable image to score")
+    _, h, w = loaded.data_config["input_size"]
+    boot = np.random.default_rng(run.seed).integers(0, len(ids), size=(max(1, run.bootstrap), len(ids)))
+    return FaithfulnessResult(loaded.label, list(methods), ids, np.stack(aucs), np.stack(rand), cell_px,
+                              int(np.prod(cell_grid((h, w), cell_px))), opts.baseline, boot, skipped)
+
+
+@dataclass
+class AttributionReport:
+    """Faithfulness over a set of images, and the maps and curves of one of them (what the CLI writes)."""
+
+    scores: FaithfulnessResult
+    one: AttributionResult
+    view: np.ndarray  # (H, W, 3) uint8: the image as the model sees it
+
+    def headline(self) -> list[str]:
+        s, r = self.scores.summary(), self.scores
+        return [s[["method", "curve", "auc", "auc_random_order", "minus_random", "lo", "hi"]].to_string(index=False),
+                f"{r.images} images, {r.cells} cells of {r.cell_px} px, baseline {r.baseline}"]
+
+
+def attribution_report(loaded: LoadedModel, source: ImageSource, opts: FaithfulnessOptions = FaithfulnessOptions(),
+                       run: Run | None = None) -> AttributionReport:
+    """:func:`faithfulness` over the images and :func:`attribution` of image ``opts.image``."""
+    from ..engine.activations import model_view
+
+    run = run or Run()
+    scores = faithfulness(loaded, source, opts, run)
+    one = attribution(loaded, source, opts.image, opts, run.with_progress(None))
+    return AttributionReport(scores, one, model_view(loaded, source.load(opts.image)))

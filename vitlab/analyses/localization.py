@@ -1,0 +1,349 @@
+"""Spatial localization of tokens (Raghu et al. 2021, Sec. 5, Figs 9-10 and App. D).
+
+For one layer, the representation of token t across images (n, D) is compared by linear CKA with the raw input
+patch at every grid position g (n, C·p·p): CKA(X_t, P_g) for all t, g. A token that keeps spatial information
+has its highest CKA at its own position. The patches are non-overlapping squares of the model's patch size, taken
+from the model's input tensor (after its eval transform: what the model sees). For a CNN, a token is one position
+of a block's feature map (all channels) and its patch is the input region that the position covers on the h x w grid
+(region edges at floor(i·H/h)). Prefix tokens (CLS) have no position: their rows show no localization by design.
+
+Flagged tokens left out (``flagged_k``, ViT and Mixer): token positions whose norm exceeds median + k · 1.4826 · MAD
+(:func:`vitlab.token_norms.flagged_positions`, per tap over all images) in at least one image are left out whole:
+their CKA rows are NaN, their summary kind is 'left out', and the localized rate counts the remaining spatial tokens
+only. A token's CKA runs over images, so a token cannot be left out of some images only.
+
+Minibatch CKA (Nguyen et al. 2021, eq. 3) over images: per batch, one Gram per token and one per patch; all
+token x patch HSICs of the batch are one matrix product (``cka.hsic_all_pairs``).
+
+Shapes: B batch, T tokens (prefix + spatial, or h·w positions), G grid positions, n images in a Gram.
+
+    input (B, C, H, W) ─patches─► (G, B, F) ┐
+    acts[tap] ─tokens─► (T, B, D)            ├─ grams ─► MinibatchCKA(T x G) ─► LocalizationResult (T, G)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..stats import cka as cka_mod
+from ..inputs import taps as taps_mod
+from ..engine.context import Run, RunInfo
+from ..inputs.data import Batch, ImageSource, select, to_tensor
+from ..errors import VitlabError
+from ..inputs.models import LoadedModel
+from ..options import DataOptions, option
+from ..engine.run import Statistic, stream
+
+MAX_POSITIONS = 1024  # T x G CKAs per layer; beyond this a CNN stage is too fine-grained to be worth it
+
+
+def token_grid(loaded: LoadedModel, tap: str, x=None) -> tuple[int, int]:
+    """(rows, cols) of the positions of ``tap``: the patch grid for token models, the feature map for CNNs."""
+    grid = taps_mod.grid_size(loaded.model)
+    if grid is not None:
+        return tuple(int(g) for g in grid)
+    if x is None:
+        raise VitlabError(f"the grid of CNN tap {tap} is known only from its activations")
+    return int(x.shape[-2]), int(x.shape[-1])
+
+
+def patches(x, grid: tuple[int, int]):
+    """(B, C, H, W) input -> list of G (B, F) patches, row-major over the grid (regions edged at floor(i·H/h))."""
+    H, W = x.shape[-2:]
+    gh, gw = grid
+    rows = [(i * H) // gh for i in range(gh + 1)]
+    cols = [(j * W) // gw for j in range(gw + 1)]
+    return [x[:, :, rows[i]:rows[i + 1], cols[j]:cols[j + 1]].reshape(x.shape[0], -1)
+            for i in range(gh) for j in range(gw)]
+
+
+def token_features(act):
+    """(B, N, D) or (B, C, h, w) activations -> (T, B, F): every token's (or position's) features."""
+    if act.dim() == 4:
+        return act.flatten(2).permute(2, 0, 1)
+    return act.permute(1, 0, 2)
+
+
+def batched_gram(x):
+    """(T, B, F) -> (T, B, B) linear Grams of batch-centred features, float32 (as ``cka.gram``)."""
+    import torch
+
+    x = x.to(torch.float32)
+    x = x - x.mean(dim=1, keepdim=True)
+    return x @ x.transpose(1, 2)
+
+
+@dataclass(frozen=True)
+class LocalizationStatistic(Statistic):
+    """Per-batch Grams of every token of each tap, and of the input patch at every grid position."""
+
+    layers: tuple[str, ...]
+    name: str = "localization"
+    version: int = 1
+    needs_images = True  # compute() re-reads the decoded images (batch.images) for the input patches
+
+    def params(self, loaded: LoadedModel) -> dict:
+        return {"layers": list(self.layers)}
+
+    def taps(self, loaded: LoadedModel) -> list[str]:
+        return list(self.layers)
+
+    def compute(self, acts: dict, loaded: LoadedModel, batch: Batch) -> dict[str, np.ndarray]:
+        import torch
+
+        with torch.inference_mode():
+            x = to_tensor(batch.images, loaded)
+            out, patch_grams = {}, {}
+            for i, tap in enumerate(self.layers):
+                act = acts[tap]
+                grid = token_grid(loaded, tap, act)
+                if grid[0] * grid[1] > MAX_POSITIONS:
+                    raise VitlabError(f"{tap} has a {grid[0]}x{grid[1]} grid: too many positions for a localization "
+                                      f"map (at most {MAX_POSITIONS}); pick a later block or smaller images")
+                if grid not in patch_grams:
+                    patch_grams[grid] = batched_gram(torch.stack(patches(x, grid))).cpu().numpy()
+                out[f"tokens_{i}"] = batched_gram(token_features(act)).cpu().numpy()
+                out[f"patches_{i}"] = patch_grams[grid]
+                out[f"grid_{i}"] = np.array(grid)
+        return out
+
+
+@dataclass
+class LocalizationResult:
+    """CKA (T, G) between every token of one layer and the input patch at every grid position."""
+
+    model: str
+    layer: str
+    grid: tuple[int, int]
+    prefix: int  # tokens without a position (CLS) come first
+    cka: np.ndarray  # (T, G)
+    images: int
+    warnings: list[str] = field(default_factory=list)
+    rate_samples: np.ndarray | None = None  # (T,) localized rate leaving out each batch in turn (jackknife)
+    left_out: np.ndarray | None = None  # (T,) bool: flagged high-norm tokens left out (rows of cka are NaN)
+    rate_units: int = 0  # batches behind rate_samples
+
+    def kinds(self) -> np.ndarray:
+        """(T,) 'cls' (prefix), 'spatial', 'left out' (flagged), 'extra' (after the grid: no position)."""
+        t = np.arange(self.cka.shape[0]) - self.prefix
+        g = self.grid[0] * self.grid[1]
+        k = np.where(t < 0, "cls", np.where(t < g, "spatial", "extra")).astype(object)
+        if self.left_out is not None:
+            k[np.asarray(self.left_out, dtype=bool) & (t >= 0)] = "left out"
+        return k
+
+    def spatial_kept(self) -> np.ndarray:
+        """(G,) bool: the grid positions whose token counts in the localized rate."""
+        return self.kinds()[self.prefix:self.prefix + self.grid[0] * self.grid[1]] == "spatial"
+
+    def rate_evidence(self) -> dict[str, float]:
+        """Fraction of spatial tokens best matched at their own patch, its 95 % interval over batches, the chance
+        level 1/positions and the chance-corrected rate (rate − chance) / (1 − chance) (vitlab.evidence)."""
+        from ..stats import evidence as ev
+
+        g = self.grid[0] * self.grid[1]
+        keep = self.spatial_kept()
+        rate = float(ev.localized_rate(self.cka[:self.prefix + g], self.prefix, keep))
+        # jackknife-t over batches: in simulation it covered as well as a bias-corrected bootstrap and far better
+        # than the percentile bootstrap, which inherits the rate's bias toward chance at few images (coverage.py)
+        lo, hi = ev.jackknife_interval(rate, self.rate_samples) if self.rate_samples is not None else (np.nan, np.nan)
+        lo, hi = float(np.clip(lo, 0, 1)), float(np.clip(hi, 0, 1))  # a rate's range (NaN stays NaN)
+        unit = ev.interval_columns("batches", self.rate_units, ev.JACKKNIFE if self.rate_samples is not None
+                                   else "no interval (--bootstrap 0 or torchrun)")
+        corr = [float(ev.chance_corrected(v, g)) for v in (rate, lo, hi)]
+        return {"model": self.model, "layer": self.layer, "positions": g, "rate": rate, "rate_lo": lo,
+                "rate_hi": hi, "chance": ev.chance_level(g), "corrected": corr[0], "corrected_lo": corr[1],
+                "corrected_hi": corr[2], "left_out": 0 if self.left_out is None else int(np.sum(self.left_out)), "images": self.images,
+                **unit}
+
+    def own_position(self, t: int) -> int | None:
+        own = t - self.prefix
+        return own if 0 <= own < self.grid[0] * self.grid[1] else None
+
+    def summary(self):
+        """Per token: argmax position, CKA at its own position, rank of its own position (1 = best), localized."""
+        import pandas as pd
+
+        rows, kinds = [], self.kinds()
+        for t in range(self.cka.shape[0]):
+            own, row = self.own_position(t), self.cka[t]
+            best = int(np.nanargmax(row)) if np.isfinite(row).any() else -1
+            rows.append({"model": self.model, "layer": self.layer, "token": t, "kind": kinds[t],
+                         "token_row": -1 if own is None else own // self.grid[1],
+                         "token_col": -1 if own is None else own % self.grid[1], "argmax_position": best,
+                         "own_cka": np.nan if own is None else float(row[own]),
+                         "max_cka": float(np.nanmax(row)) if best >= 0 else np.nan,
+                         "own_rank": np.nan if own is None else int((row > row[own]).sum() + 1),
+                         "localized": kinds[t] == "spatial" and best == own})
+        return pd.DataFrame(rows)
+
+    def rate(self) -> float:
+        """Fraction of spatial tokens whose best-matching input patch is their own (Figs 9-10's headline)."""
+        summary = self.summary()
+        return float(summary[summary["kind"] == "spatial"]["localized"].mean())
+
+    def to_frame(self):
+        """One row per (token, grid position): model, layer, token, kind, token_row/col, position, pos_row/col, cka."""
+        import pandas as pd
+
+        T, G = self.cka.shape
+        t, g = np.meshgrid(np.arange(T), np.arange(G), indexing="ij")
+        own = t - self.prefix
+        return pd.DataFrame({
+            "model": self.model, "layer": self.layer, "token": t.ravel(), "kind": self.kinds()[t.ravel()],
+            "token_row": np.where(own >= 0, own // self.grid[1], -1).ravel(),
+            "token_col": np.where(own >= 0, own % self.grid[1], -1).ravel(),
+            "position": g.ravel(), "pos_row": (g // self.grid[1]).ravel(), "pos_col": (g % self.grid[1]).ravel(),
+            "own": (own == g).ravel(), "cka": self.cka.ravel()})
+
+
+@dataclass
+class LocalizationReport:
+    results: list[LocalizationResult]
+    info: RunInfo
+
+    def to_frame(self):
+        import pandas as pd
+
+        return pd.concat([r.to_frame() for r in self.results], ignore_index=True)
+
+    def summary(self):
+        import pandas as pd
+
+        return pd.concat([r.summary() for r in self.results], ignore_index=True)
+
+    def rates(self):
+        """Per model and layer: the fraction of spatial tokens localized (own patch best), their mean own CKA, the
+        fraction's 95 % interval over batches, the chance level 1/positions and the chance-corrected rate."""
+        import pandas as pd
+
+        summary = self.summary()
+        if not (summary["kind"].isin(["spatial", "left out"])).any():
+            raise VitlabError("no spatial tokens to summarise")
+        # layers whose every position is left out (flagged) keep their row, with NaN rates
+        base = summary.assign(localized=summary["localized"].astype(float).where(summary["kind"] == "spatial"),
+                              own_cka=summary["own_cka"].where(summary["kind"] == "spatial")).groupby(
+            ["model", "layer"], sort=False, as_index=False).agg(localized=("localized", "mean"),
+                                                                own_cka=("own_cka", "mean"))
+        extra = pd.DataFrame([r.rate_evidence() for r in self.results]).drop(columns=["images"])
+        return base.merge(extra, on=["model", "layer"], how="left")
+
+    @property
+    def images(self) -> int:
+        return self.results[0].images
+
+    def headline(self) -> list[str]:
+        lines = [f"{r.model} {r.layer}: {r.localized:.0%} of spatial tokens best match their own input patch "
+                 f"(95 % {r.rate_lo:.0%}-{r.rate_hi:.0%}; chance {r.chance:.0%}, chance-corrected {r.corrected:.2f})"
+                 + (f"; {r.left_out} flagged token positions left out" if r.left_out else "")
+                 for r in self.rates().itertuples()]
+        return lines + [f"localization over {self.images} images"]
+
+    @property
+    def warnings(self) -> list[str]:
+        return [w for r in self.results for w in r.warnings]
+
+
+def rates_with_and_without(all_tokens: LocalizationReport, left_out: LocalizationReport):
+    """Both reports' ``rates()`` in one frame with ``tokens`` = 'all' | 'flagged left out' and ``model`` labelled
+    'model · tokens' (the rate chart colours by model), for the with/without comparison of flagged tokens."""
+    import pandas as pd
+
+    parts = []
+    for tokens, rep in (("all", all_tokens), ("flagged left out", left_out)):
+        r = rep.rates()
+        r["tokens"], r["model"] = tokens, r["model"] + " · " + tokens
+        parts.append(r)
+    return pd.concat(parts, ignore_index=True)
+
+
+def default_layers(model) -> list[str]:
+    """First, middle and last block outputs (ViT/Mixer resid_post; CNN blocks)."""
+    fam = taps_mod.family(model)
+    names = [t for t in taps_mod.default_taps(model) if fam not in ("vit", "mixer") or t.endswith(".resid_post")]
+    picks = sorted({0, len(names) // 2, len(names) - 1})
+    return [names[i] for i in picks]
+
+
+@dataclass(frozen=True)
+class LocalizationOptions(DataOptions):
+    """Options of the localization maps (``vitlab localization``)."""
+
+    layers: tuple[str, ...] | None = option(None, "comma-separated taps (default: first, middle and last block "
+                                            "outputs)", kind="strs")
+    tokens: tuple[int, ...] | None = option(None, "comma-separated token indices to draw (default: a spread)",
+                                            kind="ints")
+    flagged_k: float | None = option(None, "leave out token positions whose norm exceeds median + k · 1.4826 · MAD "
+                                     "(vitlab.token_norms) in any image; ViT/Mixer (default: keep every token)",
+                                     metavar="K")
+
+
+def localization(models: Sequence[LoadedModel], source: ImageSource,
+                 opts: LocalizationOptions = LocalizationOptions(), run: Run | None = None) -> LocalizationReport:
+    """Token-to-input-patch CKA maps of ``opts.layers`` of every model (default: first, middle and last block).
+
+    ``run.shard`` and ``run.reduce`` (``vitlab.dist``: sums the CKA states across ranks) run it under torchrun.
+    ``run.bootstrap`` resamples of the batches (``run.seed``) give each layer's localized rate a 95 % interval
+    (``report.rates()``; single process only).
+    """
+    if not models:
+        raise VitlabError("give at least one model")
+    run = run or Run()
+    stats, indices = [], select(source, opts.images, opts.shuffle)
+    for m in models:
+        ls = tuple(opts.layers) if opts.layers else tuple(default_layers(m.model))
+        taps_mod.check_taps(m.model, ls)
+        stats.append(LocalizationStatistic(ls))
+    left = [None] * len(models)
+    if opts.flagged_k is not None:
+        from .token_norms import flagged_positions
+
+        left = [flagged_positions(m, source, indices, list(st.layers), float(opts.flagged_k), opts.batch_size, run)
+                for m, st in zip(models, stats)]
+    accs: list[list[cka_mod.MinibatchCKA] | None] = [None] * len(models)
+    grids: list[list] = [[] for _ in models]
+    for _, found in stream(models, source, indices, opts.batch_size,
+                           [[s] for s in stats], run):
+        for k, (stat, per_model) in enumerate(zip(stats, found)):
+            arrays = per_model[stat.name]
+            if accs[k] is None:
+                accs[k] = [_accumulator(arrays[f"tokens_{i}"].shape[0], arrays[f"patches_{i}"].shape[0])
+                           for i in range(len(stat.layers))]
+                grids[k] = [tuple(int(v) for v in arrays[f"grid_{i}"]) for i in range(len(stat.layers))]
+            for i, acc in enumerate(accs[k]):
+                acc.update(cka_mod.centred(arrays[f"tokens_{i}"]), cka_mod.centred(arrays[f"patches_{i}"]))
+    if accs[0] is None:
+        raise VitlabError("no batch of 4 or more readable images: localization needs at least 4 images"
+                          + (" (on this rank: use fewer processes than batches)" if run.shard[1] > 1 else ""))
+    run.reduce_accumulators([acc for acc_list in accs for acc in acc_list])
+    results = []
+    for m, stat, acc_list, grid_list, flags in zip(models, stats, accs, grids, left):
+        prefix = taps_mod.num_prefix_tokens(m.model)
+        for tap, acc, grid in zip(stat.layers, acc_list, grid_list):
+            res = acc.compute(m.label, "input")
+            out = LocalizationResult(m.label, tap, grid, prefix, res.cka, res.images, res.warnings, None,
+                                     None if flags is None else flags[tap])
+            if out.left_out is not None:
+                out.cka = np.where(out.left_out[:, None], np.nan, out.cka)  # left out of the per-token statistic
+                if not out.spatial_kept().any():
+                    out.warnings.append(f"{m.label} {tap}: every grid position is flagged in some image (k = "
+                                        f"{opts.flagged_k:g}): no localized rate without flagged tokens")
+            if run.shard[1] == 1 and run.bootstrap:  # every batch's terms are here only in a single process
+                from ..stats import evidence as ev
+
+                reps = acc.replicates(ev.jackknife_indices(acc.batches)) if acc.batches > 1 else None
+                g = grid[0] * grid[1]
+                out.rate_units = acc.batches
+                if reps is not None:
+                    out.rate_samples = ev.localized_rate(reps[..., :prefix + g, :], prefix, out.spatial_kept())
+            results.append(out)
+    return LocalizationReport(results, run.info)
+
+
+def _accumulator(tokens: int, positions: int) -> cka_mod.MinibatchCKA:
+    from ..stats.evidence import BootstrapCKA  # keeps per-batch terms for the rate's interval
+
+    return BootstrapCKA([f"token {t}" for t in range(tokens)], [f"patch {g}" for g in range(positions)])

@@ -1,0 +1,179 @@
+"""Many models at once: a models x models similarity matrix per relative depth, and a 2-D map of the models.
+
+    compare_models(models, source, CompareOptions(depths=(0.25, 0.5, 0.75, 1.0), measure="cka"), run)
+        -> ManyModelsResult     matrices (D, M, M), classical-MDS coordinates (D, M, 2)
+
+Relative depth t in (0, 1] picks tap ceil(t L) - 1 of a model's L default CKA taps (t = 1: the last one). The
+per-batch statistics are the same cached entries as ``vitlab cka`` and ``vitlab similarity`` (all default taps),
+so each model runs once over the images however many pairs and depths it is in, and a rerun runs no model.
+The models at one depth are stacked as the "layers" of one representation, so every pair comes from one call of
+the same kernels as the layer x layer maps.
+
+The embedding is Torgerson's classical MDS of the distances ``measures.as_distance`` (Procrustes' angle; for a
+similarity s, sqrt(2 - 2 s)); PWCCA, which is not symmetric, is averaged with its transpose first.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..stats import measures as ms
+from ..inputs import taps as taps_mod
+from ..engine.context import Run
+from ..inputs.data import ImageSource, select
+from ..errors import VitlabError
+from ..options import option
+from ..engine.run import stream
+from .similarity import (
+    MeasureParams,
+    PairAccumulator,
+    SimilarityOptions,
+    _Derived,
+    _min_batch,
+    cca_maps,
+    check_params,
+    statistics_for,
+)
+
+
+def parse_depths(text: str | Sequence[float]) -> tuple[float, ...]:
+    """'0.25,0.5,1' or a sequence -> checked relative depths in (0, 1]."""
+    try:
+        vals = [float(v) for v in (text.split(",") if isinstance(text, str) else text) if str(v).strip()]
+    except ValueError:
+        raise VitlabError(f"--depth takes comma-separated numbers in (0, 1], e.g. 0.25,0.5,1; not '{text}'") from None
+    if not vals or any(not 0 < v <= 1 for v in vals):
+        raise VitlabError(f"relative depths must lie in (0, 1] (1 = the last tap), not {vals}")
+    return tuple(vals)
+
+
+def tap_at(taps: list[str], depth: float) -> str:
+    return taps[max(0, math.ceil(depth * len(taps)) - 1)]
+
+
+@dataclass(frozen=True)
+class CompareOptions(MeasureParams):
+    """Options of ``vitlab compare-models``: the measure's parameters, which measure, which depths."""
+
+    depths: tuple[float, ...] | str = option((0.25, 0.5, 0.75, 1.0), "relative depths in (0, 1], comma-separated; "
+                                             "t picks tap ceil(t L) - 1 of L", flag="--depth")
+    measure: str = option("cka", "the measure", choices=tuple(ms.MEASURES))
+
+    def __post_init__(self):
+        ms.check_measures([self.measure])
+        check_params(self)
+        parse_depths(self.depths)
+
+    def similarity_options(self) -> SimilarityOptions:
+        common = {f.name: getattr(self, f.name) for f in dataclasses.fields(MeasureParams)}
+        return SimilarityOptions(measures=(self.measure,), **common)
+
+
+@dataclass
+class ManyModelsResult:
+    labels: list[str]
+    depths: tuple[float, ...]
+    taps: list[list[str]]  # [model][depth]
+    measure: str
+    matrices: np.ndarray  # (D, M, M) the measure
+    coords: np.ndarray  # (D, M, 2) classical MDS
+    explained: np.ndarray  # (D,) share of B's positive eigenvalue mass in the 2-D plane
+    images: int
+    batches: int
+
+    def to_frame(self):
+        import pandas as pd
+
+        rows = [{"depth": d, "measure": self.measure, "model_a": a, "tap_a": self.taps[i][k], "model_b": b,
+                 "tap_b": self.taps[j][k], "value": float(self.matrices[k, i, j])}
+                for k, d in enumerate(self.depths) for i, a in enumerate(self.labels)
+                for j, b in enumerate(self.labels)]
+        return pd.DataFrame(rows)
+
+    def coords_frame(self):
+        import pandas as pd
+
+        return pd.DataFrame([{"depth": d, "model": m, "tap": self.taps[i][k], "x": float(self.coords[k, i, 0]),
+                              "y": float(self.coords[k, i, 1]), "explained": float(self.explained[k])}
+                             for k, d in enumerate(self.depths) for i, m in enumerate(self.labels)])
+
+    def headline(self) -> list[str]:
+        return self.summary()
+
+    def summary(self) -> list[str]:
+        """Per depth: the most and the least alike pair of different models."""
+        lines = []
+        sim = ms.as_similarity(self.measure, self.matrices)
+        iu = np.triu_indices(len(self.labels), 1)
+        for k, d in enumerate(self.depths):
+            if not iu[0].size:
+                break
+            vals = sim[k][iu]
+            hi, lo = int(np.nanargmax(vals)), int(np.nanargmin(vals))
+            pair = lambda p: f"{self.labels[iu[0][p]]} and {self.labels[iu[1][p]]}"
+            lines.append(f"depth {d:g}: most alike {pair(hi)} ({self.matrices[k][iu][hi]:.3f}), least alike "
+                         f"{pair(lo)} ({self.matrices[k][iu][lo]:.3f})")
+        return lines
+
+
+def compare_models(models: Sequence, source: ImageSource, opts: CompareOptions = CompareOptions(),
+                   run: Run | None = None) -> ManyModelsResult:
+    """The measure between every two models at each relative depth, and their MDS map."""
+    run = run or Run()
+    if len(models) < 2:
+        raise VitlabError(f"compare-models needs at least two models, not {len(models)}")
+    sim, measure = opts.similarity_options(), opts.measure
+    depths = parse_depths(opts.depths)
+    all_taps = [taps_mod.default_taps(m.model) for m in models]
+    idx = [[all_taps[i].index(tap_at(all_taps[i], d)) for d in depths] for i in range(len(models))]
+    stats = [statistics_for([measure], sim) for _ in models]
+    accs = [PairAccumulator([measure], len(models), len(models)) for _ in depths]
+    sketches: list[list[np.ndarray]] = [[] for _ in depths]
+    images = batches = 0
+    for batch, found in stream(models, source, select(source, sim.images, sim.shuffle), sim.batch_size, stats,
+                               run, min_batch=_min_batch(sim)):
+        with ms.blas_single_thread():
+            for k in range(len(depths)):
+                if ms.MEASURES[measure].source == "gram":
+                    stack = np.stack([f["gram"]["grams"][idx[i][k]] for i, f in enumerate(found)])
+                    d = _Derived(stack, sim)
+                    accs[k].update(d, d)
+                else:
+                    sketches[k].append(np.stack([f["sketch"]["sketch"][idx[i][k]] for i, f in enumerate(found)]))
+        images += len(batch.ids)
+        batches += 1
+    if batches == 0:
+        raise VitlabError(f"no batch of {_min_batch(sim)} or more readable images: compare-models needs one")
+    with ms.blas_single_thread():
+        mats = np.stack([_matrix(acc, sk, measure, sim) for acc, sk in zip(accs, sketches)])
+        coords, explained = _embed(mats, measure)
+    taps = [[all_taps[i][j] for j in idx[i]] for i in range(len(models))]
+    return ManyModelsResult([m.label for m in models], depths, taps, measure, mats, coords, explained, images,
+                            batches)
+
+
+def _matrix(acc: PairAccumulator, sketches: list, measure: str, sim: SimilarityOptions) -> np.ndarray:
+    if ms.MEASURES[measure].source == "gram":
+        return acc.compute()[measure]
+    sv, pw = cca_maps(np.concatenate(sketches, axis=1), None, sim.svd_dims)
+    return sv if measure == "svcca" else pw
+
+
+def _embed(mats: np.ndarray, measure: str) -> tuple[np.ndarray, np.ndarray]:
+    coords, explained = [], []
+    for m in mats:
+        d = ms.as_distance(measure, (m + m.T) / 2)
+        np.fill_diagonal(d, 0.0)  # a model with itself: 0 by definition (rounding leaves ~1e-8)
+        if not np.all(np.isfinite(d)):
+            raise VitlabError(f"{measure} between some models is NaN (constant features at that depth): "
+                              "no embedding can be drawn; see the matrix for which")
+        xy, lam = ms.classical_mds(d, 2)
+        pos = lam[lam > 0]
+        explained.append(float(np.sum(np.maximum(lam[:2], 0)) / pos.sum()) if pos.size else float("nan"))
+        coords.append(xy)
+    return np.stack(coords), np.array(explained)

@@ -1,0 +1,415 @@
+"""Few-shot linear probes per layer and per representation (Raghu et al. 2021, Sec. 5, Figs 11 and 13, App. F).
+
+The probe is the closed-form regularised least-squares classifier of the paper and of big_vision's few-shot
+evaluator (``big_vision/evaluators/fewshot_lsr.py``): features are standardised with the training mean and
+standard deviation (+1e-5), a constant feature of 100 is appended for the bias (large, so it is almost
+unregularised), targets are one-hot vectors rescaled to {-1, 1}^C, and
+
+    W = (XᵀX + λI)⁻¹ Xᵀ Y   (N >= D),   W = Xᵀ (X Xᵀ + λI)⁻¹ Y   (N < D),
+
+computed from one eigendecomposition for every λ. λ is chosen from 2^-10 .. 2^19 (big_vision's grid) by accuracy
+on a held-out split of labelled examples (ties go to the larger λ); accuracy is then measured on a test split.
+
+Representations of a layer's tokens (B, N, D); prefix tokens (CLS) come first:
+
+- ``cls``: token 0 of a CLS model;  ``gap``: the mean of the spatial tokens (positions, for a CNN);
+- ``gap_cls``: the mean of all tokens, CLS included;  ``first``: token 0, whatever it is (a spatial token in a GAP
+  model);  ``token``: one probe per individual spatial token, accuracies averaged over a spread sample of tokens.
+
+    labelled source ─few_shot_split─► train/val/test ─run.stream(ProbeFeatures)─► features ─probe─► ProbeResult
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..inputs import taps as taps_mod
+from ..engine.context import Run, RunInfo
+from ..inputs.data import Batch, ImageSource
+from ..errors import VitlabError
+from ..inputs.models import LoadedModel
+from ..options import option
+from ..engine.run import Statistic, stream
+
+L2_GRID = tuple(2.0**i for i in range(-10, 20))
+BIAS_CONSTANT = 100.0
+REPRESENTATIONS = ("cls", "gap", "gap_cls", "first", "token")
+
+
+# ---------------------------------------------------------------- the closed-form probe
+
+
+@dataclass
+class RidgeProbe:
+    """An eigendecomposition of the standardised training features: W for any λ without refactoring."""
+
+    mean: np.ndarray
+    std: np.ndarray
+    eigs: np.ndarray
+    lhs: np.ndarray
+    rhs: np.ndarray
+
+    def weights(self, l2: float) -> np.ndarray:
+        """(D + 1, C): the regularised least-squares solution for ``l2``."""
+        return (self.lhs / (self.eigs + l2)[None, :]) @ self.rhs
+
+    def design(self, x: np.ndarray) -> np.ndarray:
+        """Standardise with the training statistics and append the bias feature: (n, D) -> (n, D + 1)."""
+        x = (np.asarray(x, dtype=np.float64) - self.mean) / self.std
+        return np.pad(x, ((0, 0), (0, 1)), constant_values=BIAS_CONSTANT)
+
+    def accuracy(self, x: np.ndarray, y: np.ndarray, l2: float) -> float:
+        return float(np.mean(np.argmax(self.design(x) @ self.weights(l2), axis=1) == np.asarray(y)))
+
+
+def targets(y: np.ndarray, num_classes: int) -> np.ndarray:
+    """One-hot rescaled to {-1, 1}: (n,) -> (n, C)."""
+    return 2.0 * np.eye(num_classes)[np.asarray(y)] - 1.0
+
+
+def fit(x: np.ndarray, y: np.ndarray, num_classes: int) -> RidgeProbe:
+    """Precompute the probe of features ``x`` (n, D) and labels ``y`` (n,) in float64 (big_vision's cache)."""
+    x = np.asarray(x, dtype=np.float64)
+    mean, std = x.mean(axis=0, keepdims=True), x.std(axis=0, keepdims=True) + 1e-5
+    probe = RidgeProbe(mean, std, np.empty(0), np.empty(0), np.empty(0))
+    xd, t = probe.design(x), targets(y, num_classes)
+    if xd.shape[0] >= xd.shape[1]:
+        probe.eigs, q = np.linalg.eigh(xd.T @ xd)
+        probe.rhs, probe.lhs = q.T @ (xd.T @ t), q
+    else:
+        probe.eigs, q = np.linalg.eigh(xd @ xd.T)
+        probe.rhs, probe.lhs = q.T @ t, xd.T @ q
+    return probe
+
+
+def select_l2(probe: RidgeProbe, x_val: np.ndarray, y_val: np.ndarray, grid: Sequence[float] = L2_GRID
+              ) -> tuple[float, float]:
+    """(λ, validation accuracy): the best λ on the held-out split; ties go to the larger λ."""
+    accs = [probe.accuracy(x_val, y_val, l2) for l2 in grid]
+    best = max(range(len(grid)), key=lambda i: (accs[i], grid[i]))
+    return float(grid[best]), float(accs[best])
+
+
+# ---------------------------------------------------------------- splits and features
+
+
+@dataclass(frozen=True)
+class Split:
+    train: list[int]
+    val: list[int]
+    test: list[int]
+    classes: int
+
+
+def few_shot_split(source: ImageSource, shots: int = 10, val_shots: int | None = None, test: int = 500,
+                   seed: int = 0) -> Split:
+    """Per class ``shots`` training and ``val_shots`` (default = shots) held-out images, then ``test`` others,
+    all drawn from a seeded permutation of a labelled source."""
+    if not source.has_labels:
+        raise VitlabError(f"data source '{source.name}' has no labels: probes need Fashion-MNIST, CIFAR, or a "
+                          "folder with one sub-folder per class")
+    if shots < 1:
+        raise VitlabError(f"--shots must be positive, not {shots}")
+    val_shots = shots if val_shots is None else val_shots
+    if val_shots < 1:
+        raise VitlabError(f"the held-out split needs at least one image per class to choose λ, not {val_shots}")
+    order = np.random.default_rng(seed).permutation(len(source))
+    need, train, val = len(source.classes), {}, {}
+    for i in order:
+        c = source.label(int(i))
+        if len(train.setdefault(c, [])) < shots:
+            train[c].append(int(i))
+        elif len(val.setdefault(c, [])) < val_shots:
+            val[c].append(int(i))
+        elif sum(map(len, val.values())) >= need * val_shots:
+            break
+    used = {i for part in (train, val) for v in part.values() for i in v}
+    rest = [int(i) for i in order if int(i) not in used][:test]
+    short = [source.classes[c] for c in range(need) if len(train.get(c, [])) < shots or len(val.get(c, [])) < val_shots]
+    if short or len(rest) < 1:
+        raise VitlabError(f"data source '{source.name}' has too few images for {shots}+{val_shots} per class and a "
+                          f"test split (short: {', '.join(short) or 'test'}); lower --shots or add images")
+    return Split(sorted(i for v in train.values() for i in v), sorted(i for v in val.values() for i in v), rest, need)
+
+
+def draw_split(labels: np.ndarray, shots: int, test: int, seed: int, val_shots: int | None = None
+               ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Indices into ``labels`` (n,): ``shots`` training and ``val_shots`` (default = shots) held-out images per
+    class, then up to ``test`` others, from ``default_rng(seed)``'s permutation: one few-shot draw from a pool of
+    extracted features (the draws behind the probes' intervals and the tour's Fig 11)."""
+    val_shots = shots if val_shots is None else val_shots
+    order = np.random.default_rng(seed).permutation(len(labels))
+    train, val, rest = [], [], []
+    seen: dict = {}
+    for i in order:
+        k = seen.get(labels[i], 0)
+        seen[labels[i]] = k + 1
+        (train if k < shots else val if k < shots + val_shots else rest).append(int(i))
+    short = [c for c, k in seen.items() if k < shots + val_shots]
+    if short or not rest:
+        raise VitlabError(f"the probe pool has too few images for {shots}+{val_shots} per class and a test split: "
+                          "raise the number of images or lower the shots")
+    return np.array(train), np.array(val), np.array(rest[:test])
+
+
+def representations(model) -> list[str]:
+    """The representations that exist for ``model``'s family."""
+    if taps_mod.family(model) in ("resnet", "resnetv2"):
+        return ["gap", "token"]
+    prefix = taps_mod.num_prefix_tokens(model)
+    return (["cls"] if taps_mod.has_cls_token(model) else []) + ["gap"] + (["gap_cls"] if prefix else []) + [
+        "first", "token"]
+
+
+def token_sample(spatial: int, count: int) -> list[int]:
+    """``count`` spatial token indices spread evenly over ``spatial`` tokens (all when fewer)."""
+    if count >= spatial:
+        return list(range(spatial))
+    return sorted({int(v) for v in np.rint(np.linspace(0, spatial - 1, count))})
+
+
+def represent(act, model, rep: str, tokens: int):
+    """(B, N, D) or (B, C, h, w) -> (B, D) or, for 'token', (B, K, D)."""
+    x = act.flatten(2).transpose(1, 2) if act.dim() == 4 else act
+    prefix = taps_mod.num_prefix_tokens(model)
+    if rep == "cls" or rep == "first":
+        return x[:, 0]
+    if rep == "gap":
+        return x[:, prefix:].mean(dim=1)
+    if rep == "gap_cls":
+        return x.mean(dim=1)
+    if rep == "token":
+        return x[:, [prefix + k for k in token_sample(x.shape[1] - prefix, tokens)]]
+    raise VitlabError(f"representation must be one of {', '.join(REPRESENTATIONS)}, not '{rep}'")
+
+
+@dataclass(frozen=True)
+class ProbeFeatures(Statistic):
+    """Per-batch features of each layer and representation (float32; small image sets, cached per batch)."""
+
+    layers: tuple[str, ...]
+    reps: tuple[str, ...]
+    tokens: int = 8  # individual tokens probed per layer (spread over the grid)
+    name: str = "probe-features"
+    version: int = 1
+
+    def params(self, loaded: LoadedModel) -> dict:
+        return {"layers": list(self.layers), "reps": list(self.reps), "tokens": self.tokens}
+
+    def taps(self, loaded: LoadedModel) -> list[str]:
+        return list(self.layers)
+
+    def compute(self, acts: dict, loaded: LoadedModel, batch: Batch) -> dict[str, np.ndarray]:
+        return {f"{rep}|{tap}": represent(acts[tap], loaded.model, rep, self.tokens).float().cpu().numpy()
+                for tap in self.layers for rep in self.reps}
+
+
+def default_layers(model) -> list[str]:
+    """Every block output (ViT/Mixer ``resid_post``; each CNN block)."""
+    fam = taps_mod.family(model)
+    return [t for t in taps_mod.default_taps(model) if fam not in ("vit", "mixer") or t.endswith(".resid_post")]
+
+
+# ---------------------------------------------------------------- running
+
+
+@dataclass
+class ProbeResult:
+    """Test accuracy of the few-shot probe for every layer and representation of one model."""
+
+    model: str
+    rows: list[dict]
+    shots: int
+    images: dict[str, int]
+    warnings: list[str] = field(default_factory=list)
+
+    def to_frame(self):
+        """model, layer, layer_index, depth (normalised, (i+1)/L), representation, accuracy (mean over draws),
+        accuracy_lo, accuracy_hi (its 95 % t interval over draws; NaN below 4 draws), interval_unit,
+        interval_units, interval_method, chance (the test images' most
+        common class's share, mean over draws: :func:`majority_rate`), above_chance (:func:`above_chance`: yes, no,
+        can't tell; None for one draw), val_accuracy, l2 (means over the draws), shots, tokens (individual tokens
+        averaged; 1 otherwise), draws."""
+        import pandas as pd
+
+        return pd.DataFrame(self.rows)
+
+
+@dataclass
+class ProbeReport:
+    results: list[ProbeResult]
+    split: Split
+    info: RunInfo
+
+    def to_frame(self):
+        import pandas as pd
+
+        return pd.concat([r.to_frame() for r in self.results], ignore_index=True)
+
+    def best(self, by: tuple[str, ...] = ("model",)):
+        """The best layer's row per group (default: per model; ``("model", "representation")`` for each curve)."""
+        frame = self.to_frame()
+        return frame.loc[frame.groupby(list(by))["accuracy"].idxmax()]
+
+    def headline(self) -> list[str]:
+        lines = [f"{r['model']}: best {r['accuracy']:.3f} at {r['layer']} ({r['representation']})"
+                 + (f", above chance: {r['above_chance']}" if isinstance(r.get("above_chance"), str) else "")
+                 for _, r in self.best().iterrows()]
+        shots = len(self.split.train) // self.split.classes
+        frame = self.to_frame()
+        chance = f"; chance {frame['chance'].max():.3f} (the most common test class's share)" \
+            if "chance" in frame else ""
+        return lines + [f"{shots}-shot probes on {len(self.split.test)} test images{chance}"]
+
+
+def majority_rate(y: np.ndarray) -> float:
+    """The share of the most common label in ``y``: the best accuracy a guess that ignores the image can reach on
+    these test images (always answering that class); 1/classes when the classes are balanced."""
+    return float(np.bincount(np.asarray(y)).max() / len(y))
+
+
+def above_chance(lo: float, hi: float, chance: float) -> str | None:
+    """'yes' when the accuracy's whole 95 % interval is above chance, 'no' when it is at or below it, "can't tell"
+    when the interval contains it; None without an interval (one draw)."""
+    if np.isnan(lo) or np.isnan(hi):
+        return None
+    return "yes" if lo > chance else "no" if hi <= chance else "can't tell"
+
+
+def _probe_one(xs: dict[str, np.ndarray], ys: dict[str, np.ndarray], classes: int) -> tuple[float, float, float]:
+    """(test accuracy, validation accuracy, λ) of one feature set."""
+    probe = fit(xs["train"], ys["train"], classes)
+    l2, val = select_l2(probe, xs["val"], ys["val"])
+    return probe.accuracy(xs["test"], ys["test"], l2), val, l2
+
+
+def _probe_draw(x: np.ndarray, y: np.ndarray, parts: dict[str, np.ndarray], classes: int
+                ) -> tuple[float, float, float, int]:
+    """(test accuracy, validation accuracy, λ, tokens) of one draw ``parts`` (indices into the pool ``x``, ``y``);
+    'token' features (n, K, D) get one probe per token, and the means are reported."""
+    ys = {p: y[ix] for p, ix in parts.items()}
+    if x.ndim == 2:
+        return (*_probe_one({p: x[ix] for p, ix in parts.items()}, ys, classes), 1)
+    per = [_probe_one({p: x[ix, k] for p, ix in parts.items()}, ys, classes) for k in range(x.shape[1])]
+    return (*(float(np.mean([r[j] for r in per])) for j in range(3)), len(per))
+
+
+def _draws(labels: dict[str, np.ndarray], split: Split, draws: int, seed: int) -> list[dict[str, np.ndarray]]:
+    """Index sets into the pool (train, val, test features concatenated): draw 0 is ``split`` itself; draw d ≥ 1
+    re-draws the pool with ``draw_split`` (seed + d), so the features are extracted once."""
+    sizes = [len(labels[p]) for p in ("train", "val", "test")]
+    edges = np.cumsum([0] + sizes)
+    out = [{p: np.arange(edges[i], edges[i + 1]) for i, p in enumerate(("train", "val", "test"))}]
+    pool = np.concatenate([labels[p] for p in ("train", "val", "test")])
+    shots, val_shots = len(split.train) // split.classes, len(split.val) // split.classes
+    for d in range(1, draws):
+        out.append(dict(zip(("train", "val", "test"), draw_split(pool, shots, sizes[2], seed + d, val_shots))))
+    return out
+
+
+def _gather(model: LoadedModel, source: ImageSource, split: Split, stat: ProbeFeatures, batch_size: int, run: Run
+            ) -> tuple[dict, dict]:
+    """Features {split: {key: (n, ...)}} and labels {split: (n,)} (unreadable images are left out).
+
+    Under torchrun each rank computes its ``run.shard`` of the batches; ``run.gather`` (``vitlab.dist``: every
+    rank's object, in rank order) collects all ranks' batches, which are put back in batch order.
+    """
+    mine: dict[str, list] = {}
+    for part in ("train", "val", "test"):
+        # per-image features: a short last batch is kept (the default drops batches under 4, for unbiased HSIC)
+        for batch, found in stream([model], source, getattr(split, part), batch_size, [[stat]], run, min_batch=1):
+            mine.setdefault(part, []).append((batch.index, found[0][stat.name], list(batch.labels)))
+    everyone = run.gather_objects(mine)
+    pieces = {p: sorted((b for d in everyone for b in d.get(p, [])), key=lambda b: b[0])
+              for p in ("train", "val", "test")}
+    if not all(pieces.values()):
+        raise VitlabError("a split has no readable image: check the data source")
+    feats = {p: {k: np.concatenate([b[1][k] for b in bs]) for k in bs[0][1]} for p, bs in pieces.items()}
+    return feats, {p: np.array([y for b in bs for y in b[2]]) for p, bs in pieces.items()}
+
+
+def probe_model(model: LoadedModel, source: ImageSource, split: Split, *, layers: Sequence[str] | None = None,
+                reps: Sequence[str] | None = None, tokens: int = 8, batch_size: int = 64, draws: int = 1,
+                seed: int = 0, run: Run | None = None) -> ProbeResult:
+    """Few-shot probe accuracy of every layer x representation of one model (Figs 11, 13).
+
+    ``draws`` few-shot draws (``split``, then re-draws of its images, seeds ``seed + d``): the accuracy is their
+    mean, with its 95 % jackknife-t interval over the draws (the t interval of a mean; NaN below
+    ``evidence.MIN_UNITS`` draws or with ``run.bootstrap`` 0), as the tour's Fig 11. ``run.shard``/``run.gather`` (``vitlab.dist``): each rank extracts its
+    batches' features; after the gather every rank holds all of them in batch order and fits the same probes.
+    """
+    from ..stats import evidence as ev
+
+    layers = tuple(layers or default_layers(model.model))
+    taps_mod.check_taps(model.model, layers)
+    allowed = representations(model.model)
+    reps = tuple(reps or allowed)
+    bad = [r for r in reps if r not in allowed]
+    if bad:
+        raise VitlabError(f"{model.label} has no representation {', '.join(bad)}: choose from {', '.join(allowed)}")
+    if draws < 1:
+        raise VitlabError(f"--draws must be at least 1, not {draws}")
+    run = run or Run()
+    feats, labels = _gather(model, source, split, ProbeFeatures(layers, reps, tokens), batch_size, run)
+    parts = _draws(labels, split, draws, seed)
+    y = np.concatenate([labels[p] for p in ("train", "val", "test")])
+    chance = float(np.mean([majority_rate(y[d["test"]]) for d in parts]))
+    rows = []
+    for i, tap in enumerate(layers):
+        for rep in reps:
+            x = np.concatenate([feats[p][f"{rep}|{tap}"] for p in ("train", "val", "test")])
+            per = np.array([_probe_draw(x, y, d, split.classes) for d in parts])  # (draws, 4)
+            acc = ev.mean_estimate(per[:, 0], "draws") if draws > 1 and run.bootstrap else None
+            lo, hi = (acc.lo, acc.hi) if acc else (np.nan, np.nan)
+            unit = ev.interval_columns("draws", draws, ev.JACKKNIFE if acc else "no interval (one draw or "
+                                       "--bootstrap 0)")
+            rows.append({"model": model.label, "layer": tap, "layer_index": i, "depth": (i + 1) / len(layers),
+                         "representation": rep, "accuracy": float(per[:, 0].mean()),
+                         "accuracy_lo": lo, "accuracy_hi": hi, "chance": chance,
+                         "above_chance": above_chance(lo, hi, chance),
+                         "val_accuracy": float(per[:, 1].mean()), "l2": float(per[:, 2].mean()),
+                         "shots": len(split.train) // split.classes, "tokens": int(per[0, 3]), "draws": draws,
+                         **unit})
+    return ProbeResult(model.label, rows, len(split.train) // split.classes,
+                       {p: len(v) for p, v in labels.items()})
+
+
+@dataclass(frozen=True)
+class ProbeOptions:
+    """Options of the few-shot linear probes (``vitlab probe``)."""
+
+    shots: int = option(10, "training images per class")
+    val_shots: int | None = option(None, "held-out images per class for choosing λ (default: --shots)")
+    test: int = option(500, "test images")
+    seed: int = option(0, "seed of the split")
+    layers: tuple[str, ...] | None = option(None, "comma-separated taps (default: every block output)", kind="strs")
+    reps: tuple[str, ...] | None = option(None, "comma-separated representations: cls, gap, gap_cls, first, token "
+                                          "(default: all that the model has)", kind="strs")
+    tokens: int = option(8, "individual tokens probed per layer for 'token'")
+    draws: int = option(5, "few-shot draws of the split's images (seeds seed, seed+1, ...): the accuracy is their "
+                        "mean with a 95 % t interval (4 or more draws); 1: no interval")
+    batch_size: int = option(64, "images per batch", short="-b")
+
+
+def probes(models: Sequence[LoadedModel], source: ImageSource, opts: ProbeOptions = ProbeOptions(),
+           run: Run | None = None) -> ProbeReport:
+    """Few-shot linear probes of every model on one labelled source (the same split for every model).
+
+    ``opts.reps`` given explicitly are used where a model has them (e.g. 'cls' is left out for a GAP model).
+    """
+    if not models:
+        raise VitlabError("give at least one model")
+    run = run or Run()
+    split = few_shot_split(source, opts.shots, opts.val_shots, opts.test, opts.seed)
+    reps = opts.reps
+    results = []
+    for m in models:
+        mine = [r for r in reps if r in representations(m.model)] if reps else None
+        if reps and not mine:
+            raise VitlabError(f"{m.label} has none of the representations {', '.join(reps)}")
+        results.append(probe_model(m, source, split, layers=opts.layers, reps=mine, tokens=opts.tokens,
+                                   batch_size=opts.batch_size, draws=opts.draws, seed=opts.seed, run=run))
+    return ProbeReport(results, split, run.info)

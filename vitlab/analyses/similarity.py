@@ -1,0 +1,315 @@
+"""Many measures between the taps of several models, streamed and cached like CKA, and where they agree.
+
+    similarity(models, source, SimilarityOptions(measures=...), run) -> SimilarityReport   (La, Lb) map per measure
+    agreement(report, a, b) -> AgreementResult      rank correlation between measures, the paper's Figs 1-2 checks
+
+Where the numbers come from (each model's statistics are computed once per batch, however many pairs it is in):
+
+- linear CKA, RBF CKA, Procrustes, mutual k-NN: the runner's cached per-batch linear Grams (``GramStatistic``,
+  the same cache entries as ``vitlab cka``). RBF kernels come from the linear Gram (``cka.rbf_from_linear``);
+  PCA to k and k-NN sets from its eigenvectors and cosines (``vitlab.measures``). Per batch, each model's derived
+  arrays (``_Derived``) are formed once and shared by every pair.
+- SVCCA, PWCCA: a cached per-batch ``SketchStatistic`` (each tap's features through a fixed CountSketch to
+  ``sketch_dims`` columns); the sketches of all images are kept (N x sketch_dims per tap, float32) and CCA runs
+  once over all images, each tap's SVD once per model.
+
+Minibatch conventions, stated: CKA sums per-batch HSIC (Nguyen et al. 2021); Procrustes is the mean of per-batch
+distances (a mean of metrics is a metric); mutual k-NN looks for neighbours within the batch. With
+``batch_size >= images`` all three are the full-set measures. One process only (no torchrun sharding here).
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..stats import cka as cka_mod
+from ..stats import measures as ms
+from ..inputs import taps as taps_mod
+from ..engine.context import Run
+from ..inputs.data import ImageSource, select
+from ..errors import VitlabError
+from ..options import DataOptions, option
+from ..engine.run import GramStatistic, Statistic, stream
+
+
+@dataclass(frozen=True)
+class MeasureParams(DataOptions):
+    """The parameters of the measures (shared by ``vitlab similarity`` and ``vitlab compare-models``)."""
+
+    tokens: str = option("all", "representation: all tokens flattened, CLS token, or mean of spatial tokens",
+                         choices=("all", "cls", "gap"))
+    rbf_threshold: float = option(1.0, "RBF CKA width as a fraction of the median distance")
+    pca_dims: int = option(256, "Procrustes: PCA to k = min(batch - 1, this) dimensions per batch")
+    svd_dims: int = option(20, "SVCCA/PWCCA: number of top SVD directions kept per side")
+    sketch_dims: int = option(256, "SVCCA/PWCCA: CountSketch width of the cached features")
+    sketch_seed: int = option(0, "SVCCA/PWCCA: seed of the CountSketch")
+    knn_k: int = option(10, "mutual k-NN: neighbours per image, within its batch")
+
+
+@dataclass(frozen=True)
+class SimilarityOptions(MeasureParams):
+    """Options of ``vitlab similarity``."""
+
+    measures: tuple[str, ...] = option(tuple(ms.MEASURES), f"measures, comma-separated, of {', '.join(ms.MEASURES)}",
+                                       kind="strs", flag="--measure")
+
+    def __post_init__(self):
+        ms.check_measures(self.measures)
+        check_params(self)
+
+    def settings(self, measure: str) -> str:
+        return describe(self, measure)
+
+
+def check_params(p: MeasureParams) -> None:
+    for name in ("pca_dims", "svd_dims", "sketch_dims", "knn_k", "batch_size"):
+        if getattr(p, name) < 1:
+            raise VitlabError(f"{name.replace('_', '-')} must be positive, not {getattr(p, name)}")
+    if p.svd_dims > p.sketch_dims:
+        raise VitlabError(f"svd-dims ({p.svd_dims}) cannot exceed sketch-dims ({p.sketch_dims})")
+
+
+def describe(p: MeasureParams, measure: str) -> str:
+    """The parameters a measure's values depend on, in words (for captions and run.json)."""
+    return {"cka": "unbiased HSIC_1, summed over batches",
+            "cka-rbf": f"RBF threshold {p.rbf_threshold} x median distance, unbiased HSIC_1",
+            "procrustes": f"PCA to k = min(batch - 1, {p.pca_dims}) per batch, mean over batches",
+            "svcca": f"top {p.svd_dims} SVD directions of a {p.sketch_dims}-column CountSketch",
+            "pwcca": f"top {p.svd_dims} SVD directions of a {p.sketch_dims}-column CountSketch",
+            "mutual-knn": f"k = {p.knn_k} within each batch of {p.batch_size}"}[measure]
+
+
+@dataclass(frozen=True)
+class SketchStatistic(Statistic):
+    """Per-batch CountSketch of every tap's features, (L, n, dims) float32: what CCA needs, O(n dims) per tap."""
+
+    taps_: tuple[str, ...] | None = None
+    tokens: str = "all"
+    dims: int = 256
+    seed: int = 0
+    name: str = "sketch"
+    version: int = 1
+
+    def taps(self, loaded) -> list[str]:
+        return list(self.taps_) if self.taps_ else taps_mod.default_taps(loaded.model)
+
+    def params(self, loaded) -> dict:
+        return {"taps": self.taps(loaded), "tokens": self.tokens, "dims": self.dims, "seed": self.seed}
+
+    def compute(self, acts: dict, loaded, batch) -> dict[str, np.ndarray]:
+        import torch
+
+        out = [ms.count_sketch(taps_mod.features(acts[t], loaded.model, self.tokens).float(), self.dims, self.seed)
+               for t in self.taps(loaded)]
+        return {"sketch": torch.stack(out).cpu().numpy()}
+
+
+class _Derived:
+    """One batch's arrays of one stack of taps, each formed once on first use and shared by every pair."""
+
+    def __init__(self, grams: np.ndarray, opts: SimilarityOptions):
+        self.grams, self.opts = grams, opts
+        self.n = grams.shape[-1]
+
+    @functools.cached_property
+    def linear(self) -> np.ndarray:
+        return cka_mod.u_center(self.grams)
+
+    @functools.cached_property
+    def rbf(self) -> np.ndarray:
+        import torch
+
+        k = cka_mod.rbf_from_linear(torch.from_numpy(np.asarray(self.grams, dtype=np.float64)), self.opts.rbf_threshold)
+        return cka_mod.u_center(k.numpy())
+
+    @functools.cached_property
+    def pca(self) -> np.ndarray:
+        return ms.pca_scores(self.grams, min(self.n - 1, self.opts.pca_dims))
+
+    @functools.cached_property
+    def knn(self) -> np.ndarray:
+        return ms.knn_membership(self.grams, self.opts.knn_k)
+
+
+GRAM_MEASURES = tuple(m for m, info in ms.MEASURES.items() if info.source == "gram")
+
+
+class PairAccumulator:
+    """Float64 sums of every Gram-based measure between a stack of La taps and a stack of Lb taps."""
+
+    def __init__(self, measures: Sequence[str], la: int, lb: int):
+        self.measures = [m for m in measures if m in GRAM_MEASURES]
+        self.cka = {m: cka_mod.MinibatchCKA(list(range(la)), list(range(lb))) for m in ("cka", "cka-rbf")
+                    if m in self.measures}
+        self.angle_sum, self.knn_shared = np.zeros((la, lb)), np.zeros((la, lb))
+        self.batches, self.knn_slots = 0, 0
+
+    def update(self, da: _Derived, db: _Derived) -> None:
+        same = da is db
+        if "cka" in self.cka:
+            self.cka["cka"].update(da.linear, None if same else db.linear)
+        if "cka-rbf" in self.cka:
+            self.cka["cka-rbf"].update(da.rbf, None if same else db.rbf)
+        if "procrustes" in self.measures:
+            self.angle_sum += ms.procrustes_angles(da.pca, db.pca)
+        if "mutual-knn" in self.measures:
+            self.knn_shared += ms.mutual_knn_counts(da.knn, db.knn)
+            self.knn_slots += da.n * da.opts.knn_k
+        self.batches += 1
+
+    def compute(self) -> dict[str, np.ndarray]:
+        out = {m: acc.compute().cka for m, acc in self.cka.items()}
+        if "procrustes" in self.measures:
+            out["procrustes"] = self.angle_sum / self.batches
+        if "mutual-knn" in self.measures:
+            out["mutual-knn"] = self.knn_shared / self.knn_slots
+        return out
+
+
+def cca_maps(sketch_a: np.ndarray, sketch_b: np.ndarray | None, d: int,
+             bases_a: list | None = None, bases_b: list | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """(La, N, P), (Lb, N, P) sketched features of all images -> (La, Lb) SVCCA and PWCCA maps (PWCCA weighted by
+    A's features). ``sketch_b=None`` compares A with itself; bases can be passed in to reuse each tap's SVD."""
+    bases_a = bases_a or [ms.svd_basis(x, d) for x in sketch_a]
+    bases_b = bases_a if sketch_b is None and bases_b is None else (bases_b or [ms.svd_basis(x, d) for x in sketch_b])
+    sv, pw = np.empty((len(bases_a), len(bases_b))), np.empty((len(bases_a), len(bases_b)))
+    for i, a in enumerate(bases_a):
+        for j, b in enumerate(bases_b):
+            sv[i, j], pw[i, j] = ms.cca_pair(a, b)
+    return sv, pw
+
+
+def statistics_for(measures: Sequence[str], opts: SimilarityOptions, taps_: tuple[str, ...] | None = None
+                   ) -> list[Statistic]:
+    """The per-batch statistics the measures need: the shared Gram, and the sketch only for SVCCA/PWCCA."""
+    stats: list[Statistic] = []
+    if any(ms.MEASURES[m].source == "gram" for m in measures):
+        stats.append(GramStatistic(taps_, opts.tokens))
+    if any(ms.MEASURES[m].source == "features" for m in measures):
+        stats.append(SketchStatistic(taps_, opts.tokens, opts.sketch_dims, opts.sketch_seed))
+    return stats
+
+
+@dataclass
+class SimilarityReport:
+    """Every measure between the taps of every ordered pair of models (each model with itself included)."""
+
+    labels: list[str]
+    families: list[str]
+    layers: list[list[str]]
+    maps: dict[tuple[str, int, int], np.ndarray]  # (measure, i, j) -> (L_i, L_j)
+    opts: SimilarityOptions
+    images: int
+    batches: int
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def measures(self) -> list[str]:
+        return list(dict.fromkeys(m for m, _, _ in self.maps))
+
+    def pair_frame(self, measure: str, i: int, j: int):
+        import pandas as pd
+
+        values = self.maps[(measure, i, j)]
+        la, lb = self.layers[i], self.layers[j]
+        return pd.DataFrame({"measure": measure, "model_a": self.labels[i], "layer_a": np.repeat(la, len(lb)),
+                             "model_b": self.labels[j], "layer_b": np.tile(lb, len(la)),
+                             "value": values.ravel()})
+
+    def to_frame(self):
+        import pandas as pd
+
+        return pd.concat([self.pair_frame(*key) for key in self.maps], ignore_index=True)
+
+    def headline(self) -> list[str]:
+        """The agreement view's sentences for the first two models when there are two measures or more."""
+        from ..stats.agreement import agreement
+
+        lines = [f"{len(self.measures)} measure(s) between {len(self.labels)} model(s) over {self.images} images"]
+        if len(self.labels) >= 2 and len(self.measures) >= 2:
+            lines += agreement(self, 0, 1).summary()
+        return lines
+
+
+def _nan_warnings(report: SimilarityReport) -> list[str]:
+    out = []
+    for (m, i, j), v in report.maps.items():
+        bad = int(np.sum(~np.isfinite(v)))
+        if bad:
+            out.append(f"{m}: {bad} of {v.size} values between {report.labels[i]} and {report.labels[j]} are NaN "
+                       "(a tap with constant or rank-deficient features)")
+    return out
+
+
+def similarity(models: Sequence, source: ImageSource, opts: SimilarityOptions = SimilarityOptions(),
+               run: Run | None = None) -> SimilarityReport:
+    """Every requested measure between all default taps of every pair of models, one pass per model."""
+    run = run or Run()
+    if not models:
+        raise VitlabError("give at least one model")
+    measures = list(opts.measures)
+    stats = [statistics_for(measures, opts) for _ in models]
+    layers = [taps_mod.default_taps(m.model) for m in models]
+    k = len(models)
+    pairs = [(i, j) for i in range(k) for j in range(i, k)]
+    accs = {p: PairAccumulator(measures, len(layers[p[0]]), len(layers[p[1]])) for p in pairs}
+    sketches: list[list[np.ndarray]] = [[] for _ in models]
+    images = batches = 0
+    indices = select(source, opts.images, opts.shuffle)
+    for batch, found in stream(models, source, indices, opts.batch_size, stats, run,
+                               min_batch=_min_batch(opts)):
+        with ms.blas_single_thread():
+            _fold(accs, found, sketches, opts)
+        images += len(batch.ids)
+        batches += 1
+    if batches == 0:
+        raise VitlabError("no batch was usable: the measures need at least one batch of "
+                          f"{_min_batch(opts)} or more readable images")
+    with ms.blas_single_thread():
+        maps = _collect(accs, sketches, measures, opts)
+    report = SimilarityReport([m.label for m in models], [taps_mod.family(m.model) for m in models], layers, maps,
+                              opts, images, batches)
+    report.warnings = _nan_warnings(report)
+    return report
+
+
+def _fold(accs: dict, found: list[dict], sketches: list[list], opts: SimilarityOptions) -> None:
+    """Add one batch: each model's derived arrays are formed once, then every pair's accumulator reads them."""
+    derived = [_Derived(f["gram"]["grams"], opts) if "gram" in f else None for f in found]
+    for (i, j), acc in accs.items():
+        if acc.measures:
+            acc.update(derived[i], derived[j])
+    for i, f in enumerate(found):
+        if "sketch" in f:
+            sketches[i].append(f["sketch"]["sketch"])
+
+
+def _min_batch(opts: SimilarityOptions) -> int:
+    need = cka_mod.MIN_UNBIASED_BATCH
+    if "mutual-knn" in opts.measures:
+        need = max(need, opts.knn_k + 1)
+    return need
+
+
+def _collect(accs: dict, sketches: list, measures: list[str], opts: SimilarityOptions) -> dict:
+    maps: dict[tuple[str, int, int], np.ndarray] = {}
+    for (i, j), acc in accs.items():
+        for m, v in acc.compute().items() if acc.measures else ():
+            maps[(m, i, j)] = v
+            if i != j:
+                maps[(m, j, i)] = v.T
+    if any(ms.MEASURES[m].source == "features" for m in measures):
+        feats = [np.concatenate(s, axis=1) for s in sketches]  # (L, N, P) per model
+        bases = [[ms.svd_basis(x, opts.svd_dims) for x in f] for f in feats]
+        for i in range(len(feats)):
+            for j in range(len(feats)):
+                sv, pw = cca_maps(feats[i], feats[j], opts.svd_dims, bases[i], bases[j])
+                for m, v in (("svcca", sv), ("pwcca", pw)):
+                    if m in measures:
+                        maps[(m, i, j)] = v
+    order = {m: n for n, m in enumerate(measures)}
+    return dict(sorted(maps.items(), key=lambda kv: (order[kv[0][0]], kv[0][1], kv[0][2])))

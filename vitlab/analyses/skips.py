@@ -1,0 +1,307 @@
+"""Skip-connection norm ratios (Raghu et al. 2021, Sec. 6, Fig 7 and App. E).
+
+A residual sublayer maps z to z + f(z): z is the skip (identity) branch, f(z) the long branch. The paper plots,
+per block and per token, the ratio of norms  r_i = ‖z_i‖ / ‖f(z_i)‖  (Fig 7), averaged over images; a large ratio
+means the sublayer mostly passes its input through. App. E (Fig E.2) also gives the cosine similarity of the
+two branches,  cos_i = <z_i, f(z_i)> / (‖z_i‖ ‖f(z_i)‖).
+
+Where the branches are (shapes: B batch, N tokens, D width, C channels, h/w feature map, S sublayers):
+
+- ViT: attention sublayer z = ``resid_pre``, f(z) = ``attn_out``; MLP sublayer z = ``resid_mid``, f(z) = ``mlp_out``.
+  The sums are checked: ``resid_mid = resid_pre + attn_out`` and ``resid_post = resid_mid + mlp_out``.
+- MLP-Mixer: the token-mixing and channel-mixing sublayers, likewise.
+- ResNet / BiT: z = ``{block}.shortcut`` (the input, or its downsample projection), f(z) = ``{block}.sum`` - z.
+  A "token" is one spatial position (all channels); a CNN's ratio is the mean over positions, reported as the
+  spatial aggregate (token -1), since stages have different grids.
+
+    acts ─branch_stats─► ratio, cos (B, N) ─SkipStatistic─► sums (S, N) ─SkipAccumulator─► SkipResult ─► frame
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..inputs import taps as taps_mod
+from ..engine.context import Run, RunInfo
+from ..inputs.data import Batch, ImageSource, select
+from ..errors import VitlabError
+from ..inputs.models import LoadedModel
+from ..options import DataOptions, option
+from ..engine.run import Statistic, stream
+
+TOKEN_SUBLAYERS = {
+    "vit": (("attn", "resid_pre", "attn_out", "resid_mid"), ("mlp", "resid_mid", "mlp_out", "resid_post")),
+    "mixer": (("token_mix", "resid_pre", "token_mix_out", "resid_mid"),
+              ("channel_mix", "resid_mid", "channel_mix_out", "resid_post")),
+}
+
+
+def sublayers(model) -> list[tuple[str, str, str, str]]:
+    """(name, skip tap, branch tap, sum tap) of every residual sublayer in network order.
+
+    For CNNs the branch tap is empty: f(z) = sum - shortcut.
+    """
+    fam = taps_mod.family(model)
+    if fam in TOKEN_SUBLAYERS:
+        return [(f"blocks.{i}.{kind}", f"blocks.{i}.{z}", f"blocks.{i}.{fz}", f"blocks.{i}.{s}")
+                for i in range(len(model.blocks)) for kind, z, fz, s in TOKEN_SUBLAYERS[fam]]
+    return [(b, f"{b}.shortcut", "", f"{b}.sum") for b in taps_mod.default_taps(model)]
+
+
+def _as_tokens(x):
+    """(B, C, h, w) -> (B, h*w, C); token tensors unchanged."""
+    return x.flatten(2).transpose(1, 2) if x.dim() == 4 else x
+
+
+def branch_stats(z, fz):
+    """Per image and token: ‖z‖/‖f(z)‖ and cos(z, f(z)), float64 (B, N) each. No clamping: a zero branch gives inf."""
+    import torch
+
+    z, fz = _as_tokens(z).double(), _as_tokens(fz).double()
+    nz, nf = torch.linalg.vector_norm(z, dim=-1), torch.linalg.vector_norm(fz, dim=-1)
+    return nz / nf, (z * fz).sum(-1) / (nz * nf)
+
+
+def _identity_error(z, fz, total) -> float:
+    """max |sum - (z + f(z))| / max |sum|: how exactly the captured sum is the sum of its branches."""
+    return float(((total - (z + fz)).abs().max() / total.abs().max()).cpu())
+
+
+@dataclass(frozen=True)
+class SkipStatistic(Statistic):
+    """Per-batch sums over images of ‖z‖/‖f(z)‖ and cos(z, f(z)) for every sublayer and token (Raghu et al. Fig 7)."""
+
+    name: str = "skips"
+    version: int = 1
+
+    def params(self, loaded: LoadedModel) -> dict:
+        return {"sublayers": [s[0] for s in sublayers(loaded.model)]}
+
+    def taps(self, loaded: LoadedModel) -> list[str]:
+        return sorted({t for s in sublayers(loaded.model) for t in s[1:] if t})
+
+    def compute(self, acts: dict, loaded: LoadedModel, batch: Batch) -> dict[str, np.ndarray]:
+        ratios, coss, errs = [], [], []
+        cnn = taps_mod.family(loaded.model) in ("resnet", "resnetv2")
+        for _, z_tap, fz_tap, sum_tap in sublayers(loaded.model):
+            z, total = acts[z_tap], acts[sum_tap]
+            fz = total - z if cnn else acts[fz_tap]
+            r, c = branch_stats(z, fz)
+            if cnn:  # grids differ between stages: keep the mean over positions
+                r, c = r.mean(dim=1, keepdim=True), c.mean(dim=1, keepdim=True)
+            ratios.append(r.sum(0).cpu().numpy())
+            coss.append(c.sum(0).cpu().numpy())
+            errs.append(np.nan if cnn else _identity_error(z, fz, total))
+        return {"ratio_sum": np.stack(ratios), "cos_sum": np.stack(coss), "identity_err": np.array(errs),
+                "count": np.array([z.shape[0]])}
+
+
+class SkipAccumulator:
+    """Float64 sums of per-image ratios and cosines (S, N); identity errors are kept as a running max."""
+
+    def __init__(self, layers: Sequence[str]):
+        self.layers = list(layers)
+        self.ratio_sum = self.cos_sum = None
+        self.identity_err = np.full(len(self.layers), np.nan)
+        self.images = 0
+
+    def update(self, stat: dict[str, np.ndarray]) -> SkipAccumulator:
+        if stat["ratio_sum"].shape[0] != len(self.layers):
+            raise VitlabError(f"skip statistics for {stat['ratio_sum'].shape[0]} sublayers given to an accumulator "
+                              f"of {len(self.layers)}")
+        r, c = (np.asarray(stat[k], dtype=np.float64) for k in ("ratio_sum", "cos_sum"))
+        self.ratio_sum = r.copy() if self.ratio_sum is None else self.ratio_sum + r
+        self.cos_sum = c.copy() if self.cos_sum is None else self.cos_sum + c
+        self.identity_err = np.fmax(self.identity_err, stat["identity_err"])
+        self.images += int(np.asarray(stat["count"]).sum())
+        return self
+
+    def merge(self, other: SkipAccumulator) -> SkipAccumulator:
+        if other.layers != self.layers:
+            raise VitlabError("cannot merge skip accumulators of different sublayers")
+        if other.images:
+            self.update({"ratio_sum": other.ratio_sum, "cos_sum": other.cos_sum,
+                         "identity_err": other.identity_err, "count": np.array([other.images])})
+        return self
+
+    def state(self) -> dict[str, np.ndarray]:
+        return {"ratio_sum": self.ratio_sum, "cos_sum": self.cos_sum, "identity_err": self.identity_err,
+                "count": np.array([self.images])}
+
+    def load_state(self, state: dict[str, np.ndarray]) -> SkipAccumulator:
+        self.ratio_sum, self.cos_sum = (np.array(state[k], dtype=np.float64) for k in ("ratio_sum", "cos_sum"))
+        self.identity_err = np.array(state["identity_err"], dtype=np.float64)
+        self.images = int(np.asarray(state["count"]).sum())
+        return self
+
+    def compute(self, model: str, prefix: int, family: str) -> SkipResult:
+        if not self.images:
+            raise VitlabError("no batch was accumulated: the skip ratios need at least one batch of 4 or more images")
+        ratio, cos = self.ratio_sum / self.images, self.cos_sum / self.images
+        warnings = [f"{model} {layer}: the long branch f(z) is zero for some token or image, so ‖z‖/‖f(z)‖ is "
+                    "infinite (e.g. a zero-initialised last norm in an untrained block)"
+                    for layer, row in zip(self.layers, ratio) if not np.all(np.isfinite(row))]
+        return SkipResult(model, family, self.layers, ratio, cos, prefix, self.images, self.identity_err, warnings)
+
+
+@dataclass
+class SkipResult:
+    """Mean over images of ‖z‖/‖f(z)‖ and cos(z, f(z)) per sublayer (S) and token (N; one column for CNNs)."""
+
+    model: str
+    family: str
+    layers: list[str]
+    ratio: np.ndarray  # (S, N)
+    cosine: np.ndarray  # (S, N)
+    prefix: int  # prefix (CLS) tokens before the spatial ones
+    images: int
+    # (S,) max relative error of sum = z + f(z); NaN for CNNs (there f(z) is defined as the difference)
+    identity_err: np.ndarray
+    warnings: list[str] = field(default_factory=list)
+    ratio_lo: np.ndarray | None = None  # (S, N) 95 % interval of the mean ratio, bootstrap over batches
+    ratio_hi: np.ndarray | None = None
+    # kind ('cls' | 'spatial') -> (lo, hi), each (S,): 95 % interval of the mean ratio over that kind's tokens
+    kind_intervals: dict[str, tuple[np.ndarray, np.ndarray]] | None = None
+    interval_units: int = 0  # batches behind the intervals (evidence.MIN_UNITS or more for an interval)
+
+    def kinds(self) -> dict[str, slice]:
+        """The token columns of each kind ('cls': prefix tokens; a CNN's one column is 'spatial')."""
+        if self.family in ("resnet", "resnetv2") or not self.prefix:
+            return {"spatial": slice(None)}
+        return {"cls": slice(0, self.prefix), "spatial": slice(self.prefix, None)}
+
+    def to_frame(self):
+        """One row per (sublayer, token): model, layer, block, sublayer, depth in (0, 1], token, kind, ratio, cosine.
+
+        ``kind`` is 'cls' (prefix tokens) or 'spatial'; a CNN has one row per block, token -1, the mean over positions.
+        """
+        import pandas as pd
+
+        cnn = self.family in ("resnet", "resnetv2")
+        blocks = list(dict.fromkeys(layer if cnn else layer.rsplit(".", 1)[0] for layer in self.layers))
+        rows = []
+        for s, layer in enumerate(self.layers):
+            block = layer if cnn else layer.rsplit(".", 1)[0]
+            for t in range(self.ratio.shape[1]):
+                rows.append({"model": self.model, "layer": layer, "block": block, "block_index": blocks.index(block),
+                             "sublayer": "block" if cnn else layer.rsplit(".", 1)[1],
+                             "depth": (blocks.index(block) + 1) / len(blocks), "token": -1 if cnn else t,
+                             "kind": "cls" if t < self.prefix and not cnn else "spatial",
+                             "ratio": float(self.ratio[s, t]), "cosine": float(self.cosine[s, t]),
+                             **({"ratio_lo": float(self.ratio_lo[s, t]), "ratio_hi": float(self.ratio_hi[s, t]),
+                                 **self.interval_info()} if self.ratio_lo is not None else {})})
+        return pd.DataFrame(rows)
+
+    def interval_info(self) -> dict:
+        from ..stats.evidence import JACKKNIFE, interval_columns
+
+        return interval_columns("batches", self.interval_units, JACKKNIFE)
+
+    def summary(self):
+        """Per sublayer: mean ratio and cosine over CLS tokens and over spatial tokens (the lines of Fig 7), with
+        ``ratio_lo``/``ratio_hi``, the 95 % interval of that mean, when the run had intervals."""
+        frame = self.to_frame()
+        out = frame.groupby(["model", "layer", "block", "sublayer", "depth", "kind"], sort=False,
+                            as_index=False)[["ratio", "cosine"]].mean()
+        if self.kind_intervals:
+            s = out["layer"].map({layer: i for i, layer in enumerate(self.layers)}).to_numpy()
+            for j, col in enumerate(("ratio_lo", "ratio_hi")):
+                out[col] = [float(self.kind_intervals[k][j][i]) for k, i in zip(out["kind"], s)]
+            for col, v in self.interval_info().items():
+                out[col] = v
+        return out
+
+
+@dataclass
+class SkipReport:
+    results: list[SkipResult]
+    info: RunInfo
+
+    def to_frame(self):
+        import pandas as pd
+
+        return pd.concat([r.to_frame() for r in self.results], ignore_index=True)
+
+    @property
+    def warnings(self) -> list[str]:
+        return [w for r in self.results for w in r.warnings]
+
+    @property
+    def images(self) -> int:
+        return self.results[0].images
+
+    def summary(self):
+        """Per model and sublayer: mean ratio and cosine over CLS and over spatial tokens (the lines of Fig 7)."""
+        import pandas as pd
+
+        return pd.concat([r.summary() for r in self.results], ignore_index=True)
+
+    def headline(self) -> list[str]:
+        return [f"skip ratios over {self.images} images"]
+
+    def identity_errors(self) -> dict[str, float]:
+        """Per token model (ViT, Mixer): the largest relative error of sum = z + f(z) over its sublayers."""
+        return {r.model: float(max(r.identity_err.tolist(), default=0.0)) for r in self.results
+                if r.family not in ("resnet", "resnetv2")}
+
+
+@dataclass(frozen=True)
+class SkipOptions(DataOptions):
+    """Options of the skip ratios (``vitlab skip-ratio``)."""
+
+    images: int | None = option(128, "number of images (first N, or shuffled)", short="-n")
+    batch_size: int = option(32, "images per batch", short="-b")
+
+
+def skip_ratios(models: Sequence[LoadedModel], source: ImageSource, opts: SkipOptions = SkipOptions(),
+                run: Run | None = None) -> SkipReport:
+    """Skip/long-branch norm ratios and cosines of every model over the images (one cached pass).
+
+    ``run.bootstrap`` resamples of the batches (``run.seed``) give every ratio a 95 % interval (single process)."""
+    if not models:
+        raise VitlabError("give at least one model")
+    run = run or Run()
+    stat = SkipStatistic()
+    accs = [SkipAccumulator(stat.params(m)["sublayers"]) for m in models]
+    kept: list[list] = [[] for _ in models]  # per model, per batch: (index, ratio sums, images), for intervals
+    for batch, found in stream(models, source, select(source, opts.images, opts.shuffle), opts.batch_size,
+                               [[stat]] * len(models), run):
+        for k, (acc, per_model) in enumerate(zip(accs, found)):
+            acc.update(per_model[stat.name])
+            kept[k].append((batch.index, per_model[stat.name]["ratio_sum"],
+                            float(np.sum(per_model[stat.name]["count"]))))
+    run.reduce_accumulators(accs)
+    results = [acc.compute(m.label, taps_mod.num_prefix_tokens(m.model), taps_mod.family(m.model))
+               for acc, m in zip(accs, models)]
+    if run.bootstrap:
+        _intervals(results, run.gather_objects(kept) if run.shard[1] > 1 else [kept], run)
+    return SkipReport(results, run.info)
+
+
+def _intervals(results: list[SkipResult], ranks: list[list[list]], run: Run) -> None:
+    """Every ratio's 95 % jackknife-t interval over the batches of all ranks, in batch order (so torchrun equals
+    one process); a ratio of sums is smooth in the batch sums, where the jackknife covers (vitlab.evidence)."""
+    import warnings
+
+    from ..stats import evidence as ev
+
+    for k, res in enumerate(results):
+        batches = sorted((b for kept in ranks for b in kept[k]), key=lambda b: b[0])
+        res.interval_units = len(batches)
+        if len(batches) < 2:
+            continue
+        sums, counts = np.stack([b[1] for b in batches]), np.array([b[2] for b in batches])
+        idx = ev.jackknife_indices(len(batches))
+        with np.errstate(invalid="ignore", divide="ignore"):
+            point = sums.sum(0) / counts.sum()
+            reps = ev.ratio_replicates(sums, counts, idx)
+        res.ratio_lo, res.ratio_hi = ev.jackknife_interval(point, reps)
+        with np.errstate(invalid="ignore"), warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)  # a sublayer whose ratios are all NaN (zero branch)
+            # the mean over a kind's tokens, as summary() averages them (NaN left out)
+            res.kind_intervals = {k: ev.jackknife_interval(np.nanmean(point[..., cols], axis=-1),
+                                                           np.nanmean(reps[..., cols], axis=-1))
+                                  for k, cols in res.kinds().items()}

@@ -1,0 +1,90 @@
+"""The ``Run`` context: where and how an analysis runs, passed to every engine function.
+
+Instead of threading store, progress, precision, shard and reduce through every signature, an engine function
+takes ``run: Run`` and reads what it needs. ``Run()`` is a plain single-process run with no cache; the CLI builds
+one from its flags (and torchrun's environment), the app from its sidebar.
+
+    run = Run(store=Store(), progress=tqdm_progress("cka"))
+    report = vitlab.run.cka([a, b], source, CKAOptions(images=512), run)
+    run.info            # what happened: batches computed / from cache, skipped images, forward passes
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Any, Callable
+
+from ..inputs.cache import Store
+from ..progress import Progress
+
+
+@dataclass
+class RunInfo:
+    """What a run did: the counts reported in run.json and in the app."""
+
+    batches_computed: int = 0
+    batches_from_cache: int = 0
+    skipped_images: list[tuple[str, str]] = field(default_factory=list)
+    dropped_batches: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+    forward_passes: dict[str, int] = field(default_factory=dict)  # per model label: batches it had to run
+    notices: list[tuple[str, str]] = field(default_factory=list)  # (image, what was done to it: first frame, ...)
+
+    def merge(self, other: "RunInfo") -> None:
+        self.batches_computed += other.batches_computed
+        self.batches_from_cache += other.batches_from_cache
+        self.skipped_images += [s for s in other.skipped_images if s not in self.skipped_images]
+        self.notices += [s for s in other.notices if s not in self.notices]
+        self.dropped_batches += other.dropped_batches
+        self.seconds += other.seconds
+        for label, n in other.forward_passes.items():
+            self.forward_passes[label] = self.forward_passes.get(label, 0) + n
+
+
+def _no_store() -> Store:
+    return Store(None)
+
+
+@dataclass
+class Run:
+    """How an analysis runs. Engine functions read these; they never take them as separate keywords.
+
+    - ``store``: the disk cache (``Store(None)``: none);
+    - ``progress``: ``cb(done, total, text)`` or None;
+    - ``amp``: bf16 autocast on CUDA (goes into every cache key through ``precision``);
+    - ``shard``: ``(rank, world)``: this process takes batches rank, rank + world, ... (torch.distributed);
+    - ``reduce``: sums accumulator states across ranks in place (None: one process);
+    - ``gather``: every rank's object in rank order, for statistics that are not sums (None: ``[obj]``);
+    - ``info``: filled in as the run goes (shared by every engine call made with this run);
+    - ``seed``, ``bootstrap``: resampling for intervals (evidence), where an analysis reports them;
+    - ``workers``: threads decoding and transforming images ahead of the forward (vitlab.pipeline);
+      ``worker_kind``: "threads" or "processes" (None: ``pipeline.default_kind()``).
+    """
+
+    store: Store = field(default_factory=_no_store)
+    progress: Progress | None = None
+    amp: bool = False
+    shard: tuple[int, int] = (0, 1)
+    reduce: Callable[[Any], Any] | None = None
+    gather: Callable[[Any], list] | None = None
+    info: RunInfo = field(default_factory=RunInfo)
+    seed: int = 0
+    bootstrap: int = 200
+    workers: int | None = None  # input threads of vitlab.pipeline (None: pipeline.default_workers(); 0: none)
+    worker_kind: str | None = None
+
+    @property
+    def precision(self) -> str:
+        """The activations' precision, part of every cache key: 'bf16' under autocast, else 'float32'
+        (``run.forward_precision`` adds the device kind, and bf16 only where autocast applies: CUDA)."""
+        return "bf16" if self.amp else "float32"
+
+    def with_progress(self, progress: Progress | None) -> "Run":
+        """The same run (same store, shard, info) reporting to another progress callback."""
+        return replace(self, progress=progress)
+
+    def reduce_accumulators(self, accumulators):
+        return accumulators if self.reduce is None else self.reduce(accumulators)
+
+    def gather_objects(self, obj) -> list:
+        return [obj] if self.gather is None else self.gather(obj)

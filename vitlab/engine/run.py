@@ -1,0 +1,363 @@
+"""The single-pass runner: models x images x requested statistics -> per-batch statistics, cached.
+
+For each batch, every statistic of every model is looked up in the disk cache; only a model with a missing
+statistic runs its forward pass, once, with the union of the taps its missing statistics need. Activations are
+dropped after the batch (memory O(batch)); the per-batch statistics are what the caller folds into accumulators.
+"""
+
+from __future__ import annotations
+
+import time
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import ClassVar, Iterator, Sequence
+
+import numpy as np
+
+from ..stats import cka as cka_mod
+from ..stats import device_cka
+from . import hostmem, inflight, pipeline
+from ..inputs import taps as taps_mod
+from ..inputs.cache import make_key
+from .context import Run, RunInfo
+from ..inputs.data import Batch, ImageSource, plan_batches, select, to_tensor
+from ..errors import VitlabError
+from ..inputs.images import needed_side
+from ..inputs.models import LoadedModel
+from ..options import DataOptions, option
+from ..progress import Progress, scaled
+
+__all__ = ["CKAOptions", "CKAReport", "GramStatistic", "Progress", "Run", "RunInfo", "Statistic", "cka", "stream"]
+
+
+class Statistic(ABC):
+    """A per-batch statistic of one model's activations: the unit the cache stores."""
+
+    name: str = "statistic"
+    version: int = 1  # bump when the meaning changes, so stale cache entries cannot look valid
+    # True: computable one tap at a time (reduce_tap + finish), formed inside the forward (vitlab.inflight)
+    streams: ClassVar[bool] = False
+    # True: compute() reads the decoded PIL images (batch.images); otherwise the pipeline drops them once transformed
+    needs_images: ClassVar[bool] = False
+
+    @abstractmethod
+    def params(self, loaded: LoadedModel) -> dict:
+        """Everything besides model and images that the value depends on (goes into the cache key)."""
+
+    @abstractmethod
+    def taps(self, loaded: LoadedModel) -> list[str]:
+        """Taps to capture for this statistic."""
+
+    @abstractmethod
+    def compute(self, acts: dict, loaded: LoadedModel, batch: Batch) -> dict[str, np.ndarray]:
+        """Pure function of one batch's activations (``acts['logits']`` holds the model output)."""
+
+    def reduce_tap(self, tap: str, act, loaded: LoadedModel):
+        """Streaming statistics: the part that depends on one tap's activation (called from its forward hook)."""
+        raise NotImplementedError(f"{type(self).__name__} does not stream")
+
+    def finish(self, parts: dict, loaded: LoadedModel, batch: Batch) -> dict[str, np.ndarray]:
+        """Streaming statistics: the per-batch value from ``{tap: reduce_tap(...)}`` of every tap."""
+        raise NotImplementedError(f"{type(self).__name__} does not stream")
+
+    def cache_key(self, loaded: LoadedModel, batch: Batch, precision: str = "float32") -> str:
+        """Name, version, weights, images, parameters and the forward pass's numerics (``precision``:
+        :func:`forward_precision`); make_key adds the library versions."""
+        return make_key(self.name, self.version, loaded.fingerprint, batch.key, self.params(loaded), precision)
+
+
+def forward_precision(loaded: LoadedModel, amp: bool) -> str:
+    """What changes a forward pass's numbers besides weights and images: bf16 autocast (only on CUDA), the
+    device kind (CUDA convolutions use TF32 by default; CPU and GPU kernels round differently) and a
+    channels-last layout (CNNs: its convolutions sum in another order)."""
+    kind = str(loaded.device).split(":")[0]
+    return "/".join([f"{'bf16' if amp and kind == 'cuda' else 'float32'}", kind, *loaded.layout_key])
+
+
+@dataclass(frozen=True)
+class GramStatistic(Statistic):
+    """Per-batch Gram matrices (L, n, n) of every tap: the unit from which CKA between any models is computed."""
+
+    taps_: tuple[str, ...] | None = None  # None: the family's default CKA taps
+    tokens: str = "all"
+    kernel: str = "linear"
+    threshold: float = 1.0
+    precision: str = "float32"  # 'float64': verify mode
+    name: str = "gram"
+    version: int = 1
+    streams: ClassVar[bool] = True
+
+    def taps(self, loaded: LoadedModel) -> list[str]:
+        return list(self.taps_) if self.taps_ else taps_mod.default_taps(loaded.model)
+
+    def params(self, loaded: LoadedModel) -> dict:
+        return {"taps": self.taps(loaded), "tokens": self.tokens, "kernel": self.kernel,
+                "threshold": self.threshold, "precision": self.precision}
+
+    def reduce_tap(self, tap: str, act, loaded: LoadedModel):
+        import torch
+
+        # bf16/fp16 activations are cast up before centring (cka.gram)
+        dtype = torch.float64 if self.precision == "float64" else torch.float32
+        # a channels-last model's numbers already differ from the default layout's by round-off (its own cache
+        # keys): its maps are flattened in memory order and centred in chunks; other models' Grams stay as they were
+        relaid = loaded.memory_format == "channels_last"
+        feats = taps_mod.features(act, loaded.model, self.tokens, any_order=relaid)
+        return cka_mod.gram(feats, self.kernel, self.threshold, dtype=dtype,
+                            chunk=cka_mod.GRAM_CHUNK if relaid else None)
+
+    def finish(self, parts: dict, loaded: LoadedModel, batch: Batch) -> dict[str, np.ndarray]:
+        import torch
+
+        return {"grams": torch.stack([parts[t] for t in self.taps(loaded)]).cpu().numpy()}
+
+    def compute(self, acts: dict, loaded: LoadedModel, batch: Batch) -> dict[str, np.ndarray]:
+        return self.finish({t: self.reduce_tap(t, acts[t], loaded) for t in self.taps(loaded)}, loaded, batch)
+
+
+def _forward(loaded: LoadedModel, images: list, tap_names: list[str], amp: bool) -> dict:
+    """Every tap of one batch held at once (PIL images in): the path before in-capture statistics, kept for
+    references that need the activations themselves; the runner uses vitlab.inflight."""
+    import torch
+
+    x = to_tensor(images, loaded)
+    use_amp = amp and loaded.device.startswith("cuda")
+    with taps_mod.capture(loaded.model, tap_names) as acts, torch.inference_mode():
+        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=use_amp):
+            acts["logits"] = loaded.model(x)
+        acts = {k: (v.float() if v.dtype in (torch.bfloat16, torch.float16) else v) for k, v in acts.items()}
+    return acts
+
+
+def stream(models: Sequence[LoadedModel], source: ImageSource, indices: Sequence[int], batch_size: int,
+           statistics: Sequence[Sequence[Statistic]], run: Run | None = None, *,
+           min_batch: int = cka_mod.MIN_UNBIASED_BATCH
+           ) -> Iterator[tuple[Batch, list[dict[str, dict[str, np.ndarray]]]]]:
+    """Yield ``(batch, [per model: {statistic name: arrays}])`` for each batch of ``indices``.
+
+    ``statistics[m]`` lists the statistics of ``models[m]``. ``run.shard=(rank, world)`` takes every world-th batch
+    (torch.distributed). Batches left with fewer than ``min_batch`` readable images (4, for the unbiased HSIC)
+    are dropped and reported in ``run.info``; per-image statistics (attention distance) pass ``min_batch=1``.
+    Inputs are decoded and transformed by ``run.workers`` threads (or processes, ``run.worker_kind``) ahead of the
+    forward (vitlab.pipeline); each model's statistics are formed inside its forward (vitlab.inflight).
+    """
+    run = run or Run()
+    store, info, progress, amp, shard = run.store, run.info, run.progress, run.amp, run.shard
+    batches = plan_batches(source, indices, batch_size)[shard[0]::shard[1]]
+    precision = [forward_precision(m, amp) for m in models]
+    min_side = max((needed_side(m.data_config) for m in models), default=None)
+    t0 = time.perf_counter()
+
+    def plan(batch: Batch):
+        """Cache lookups, ahead of the consumer; decoding is needed for any missing statistic or batch record."""
+        # the label mapping is part of the key: a new class folder renumbers every label
+        meta = store.get_json(make_key("batch-meta", batch.key, source.classes))
+        found = [{s.name: store.get(s.cache_key(m, batch, p)) for s in stats}
+                 for m, stats, p in zip(models, statistics, precision)]
+        need = [m for m, per_model in zip(models, found) if any(v is None for v in per_model.values())]
+        return (meta, found, bool(need)), (need if need or not _meta_ok(meta) else None)
+
+    cuda = any(str(m.device).startswith("cuda") for m in models)
+    prefetcher = pipeline.Prefetcher(source, run.workers, pin=cuda, min_side=min_side, kind=run.worker_kind,
+                                     keep_images=any(s.needs_images for stats in statistics for s in stats))
+    # one batch ahead hides preparation behind a CPU forward at the least memory (each batch ahead holds its
+    # inputs); a GPU forward is short, so two keep the workers busy while a batch is stacked and copied
+    ahead = pipeline.prefetched(batches, plan, prefetcher, depth=2 if cuda else 1)
+    # VITLAB_KEEP_FREED=1: a CPU forward reuses freed activation memory instead of faulting fresh pages in
+    # (vitlab.hostmem; faster, but the heap grows to ~2x the forward's live peak)
+    with prefetcher, hostmem.keep_freed(any(_device_type(m.device) == "cpu" for m in models)):
+        yield from _consume(models, statistics, precision, ahead, len(batches), source, run, min_batch)
+    info.seconds += time.perf_counter() - t0
+    if progress:
+        progress(len(batches), len(batches), "done")
+
+
+def _consume(models, statistics, precision, planned, total, source, run, min_batch):
+    store, info, progress = run.store, run.info, run.progress
+    for done, (batch, (meta, found, missing), prepared) in enumerate(planned):
+        if progress:
+            progress(done, total, f"batch {done + 1}/{total}")
+        if prepared is not None:
+            meta = {"ids": batch.ids, "labels": batch.labels, "skipped": batch.skipped, "notices": batch.notices}
+            store.put_json(make_key("batch-meta", batch.key, source.classes), meta)
+        batch.ids, batch.labels = meta["ids"], meta["labels"]
+        batch.skipped = [tuple(s) for s in meta["skipped"]]
+        info.skipped_images += [s for s in batch.skipped if s not in info.skipped_images]
+        info.notices += [tuple(s) for s in meta["notices"] if tuple(s) not in info.notices]
+        if len(batch.ids) < max(1, min_batch):
+            info.dropped_batches.append(f"batch {batch.index}: {len(batch.ids)} readable image(s), "
+                                        f"fewer than {max(1, min_batch)}")
+            continue
+        if missing:
+            info.batches_computed += 1
+            for m, stats, per_model, p in zip(models, statistics, found, precision):
+                todo = [s for s in stats if per_model[s.name] is None]
+                if not todo:
+                    continue
+                with taps_mod.holding(m.model, progress, m.label):  # says so while another run holds it
+                    values = inflight.forward_statistics(m, prepared.inputs[pipeline.input_key(m)], todo, batch,
+                                                         run.amp)
+                info.forward_passes[m.label] = info.forward_passes.get(m.label, 0) + 1
+                for s in todo:
+                    per_model[s.name] = values[s.name]
+                    store.put(s.cache_key(m, batch, p), per_model[s.name])
+                del values
+        else:
+            info.batches_from_cache += 1
+        batch.images = None
+        yield batch, found
+
+
+def _device_type(device) -> str:
+    """'cpu', 'cuda', 'mps', ... of a device string."""
+    return str(device).split(":")[0]
+
+
+def _meta_ok(meta) -> bool:
+    """A batch's cached ids/labels/skips are usable (an entry from another version, or damaged, is a miss)."""
+    return isinstance(meta, dict) and all(isinstance(meta.get(k), list) for k in ("ids", "skipped", "notices"))
+
+
+@dataclass
+class CKAReport:
+    """CKA of every ordered pair of models (including each with itself), with run information."""
+
+    labels: list[str]
+    results: dict[tuple[int, int], cka_mod.CKAResult]
+    info: RunInfo
+    images: int
+    repeats: int
+    taps: list[list[str]] | None = None  # per model: the taps compared
+
+    def headline(self) -> list[str]:
+        return [f"CKA over {self.images} images ({self.info.batches_computed} batches computed, "
+                f"{self.info.batches_from_cache} from cache)"]
+
+    def interval_info(self) -> dict | None:
+        """The CKA intervals' unit, how many and method (run.json); None when no interval was computed."""
+        ev = next((r.evidence for r in self.results.values() if r.evidence is not None), None)
+        return None if ev is None else ev.interval_info()
+
+    def pair(self, i: int, j: int) -> cka_mod.CKAResult:
+        return self.results[(i, j)]
+
+    def to_frame(self):
+        import pandas as pd
+
+        return pd.concat([r.to_frame() for r in self.results.values()], ignore_index=True)
+
+    @property
+    def warnings(self) -> list[str]:
+        seen: list[str] = []
+        for r in self.results.values():
+            seen += [w for w in r.warnings if w not in seen]
+        return seen
+
+
+def _transpose(r: cka_mod.CKAResult) -> cka_mod.CKAResult:
+    return cka_mod.CKAResult(r.model_b, r.model_a, r.layers_b, r.layers_a, r.cka.T,
+                             None if r.std is None else r.std.T, r.images, r.batches, r.warnings,
+                             None if r.evidence is None else r.evidence.transposed())
+
+
+def cka_accumulators(models: Sequence[LoadedModel], statistics: Sequence[GramStatistic], estimator: str,
+                     permutations: int = 0, seed: int = 0) -> dict[tuple[int, int], cka_mod.MinibatchCKA]:
+    """One accumulator per unordered pair (with itself); they keep per-batch terms for the intervals (evidence)."""
+    from ..stats.evidence import BootstrapCKA
+
+    layers = [s.taps(m) for m, s in zip(models, statistics)]
+    k = len(models)
+    return {(i, j): BootstrapCKA(layers[i], layers[j], estimator, permutations, seed)
+            for i in range(k) for j in range(i, k)}
+
+
+def fold_cka(accs: dict, found: list[dict], estimator: str, device: str = "cpu") -> None:
+    """Add one batch's Grams of every model to every pair's accumulator: each Gram centred once and every
+    pair's HSIC formed on ``device`` (vitlab.device_cka); only the (La, Lb) estimates come back to the host."""
+    import torch
+
+    mode = device_cka.mode_for(device)
+    centred = [device_cka.centred(torch.from_numpy(f["gram"]["grams"]).to(device), estimator, mode) for f in found]
+    selfs = [device_cka.hsic_self(c, estimator, mode) for c in centred]
+    host = None
+    for (i, j), acc in accs.items():
+        if getattr(acc, "permutations", 0):  # the permutation null (evidence) permutes the centred Grams on the host
+            host = host or [cka_mod.centred(f["gram"]["grams"], estimator) for f in found]
+            acc.update(host[i], None if i == j else host[j])
+            continue
+        xy = device_cka.hsic_all_pairs(centred[i], centred[j], estimator, mode)
+        acc.add(xy, selfs[i], selfs[j], centred[i].shape[-1])
+
+
+@dataclass(frozen=True)
+class CKAOptions(DataOptions):
+    """Options of minibatch CKA (``vitlab cka``)."""
+
+    tokens: str = option("all", "representation: all tokens flattened, CLS token, or mean of spatial tokens",
+                         choices=("all", "cls", "gap"))
+    kernel: str = option("linear", "Gram kernel", choices=("linear", "rbf"))
+    rbf_threshold: float = option(1.0, "RBF width as a fraction of the median distance")
+    estimator: str = option("unbiased", "unbiased minibatch HSIC_1 (Nguyen et al. 2021) or biased HSIC_0 "
+                            "(full-batch CKA when --batch-size >= --images)", choices=("unbiased", "biased"))
+    taps: tuple[str, ...] | None = option(None, "comma-separated tap names (default: the family's CKA taps)",
+                                          kind="strs")
+    repeats: int = option(1, "average over R reshuffled image subsets")
+    verify: bool = option(False, "float64 Grams (slower; for checking precision)")
+    permutations: int = option(0, "random pairings of the permutation null (p_null, null_lo, null_hi), e.g. 100; "
+                               "costs P small products per batch and model pair (docs/evidence.md); 0: none")
+
+
+def gram_statistics(models: Sequence[LoadedModel], opts: CKAOptions) -> list[GramStatistic]:
+    """One Gram statistic per model, as ``opts`` asks (explicit taps only for a single model)."""
+    if opts.taps is not None and len(models) > 1:
+        raise VitlabError("--taps applies to a single model; with several models use their default taps")
+    return [GramStatistic(opts.taps, opts.tokens, opts.kernel, opts.rbf_threshold,
+                          "float64" if opts.verify else "float32") for _ in models]
+
+
+def cka(models: Sequence[LoadedModel], source: ImageSource, opts: CKAOptions = CKAOptions(), run: Run | None = None,
+        *, statistic: GramStatistic | Sequence[GramStatistic] | None = None) -> CKAReport:
+    """Minibatch CKA between all taps of every model and every other (and itself), over ``opts.repeats`` subsets.
+
+    Repeat r > 0 (or every repeat when ``opts.shuffle`` is set) uses the seeded permutation ``shuffle + r``.
+    ``run.reduce`` (torch.distributed) sums accumulator states across ranks before computing. ``statistic``
+    overrides the Gram statistics built from ``opts`` (one for all models, or one per model). ``run.bootstrap``
+    > 0 adds a 95 % interval over batches to every cell and ``opts.permutations`` > 0 a permutation null
+    (``vitlab.evidence``), pooled over the repeats' batches; both need every batch's terms in one process.
+    """
+    if not models:
+        raise VitlabError("give at least one model")
+    run = run or Run()
+    if statistic is None:
+        stats = gram_statistics(models, opts)
+    else:
+        stats = list(statistic) if isinstance(statistic, (list, tuple)) else [statistic] * len(models)
+    repeats, shuffle = max(1, opts.repeats), opts.shuffle
+    per_repeat = []
+    pooled = None  # every repeat's per-batch terms, for the intervals
+    evidence = run.bootstrap > 0 and run.shard[1] == 1
+    for r in range(repeats):
+        seed = None if (repeats <= 1 and shuffle is None) else (shuffle or 0) + r
+        indices = select(source, opts.images, seed)
+        accs = cka_accumulators(models, stats, opts.estimator, opts.permutations if evidence else 0, run.seed + r)
+        part = run.with_progress(scaled(run.progress, r, repeats, "repeat"))
+        for _, found in stream(models, source, indices, opts.batch_size, [[s] for s in stats], part):
+            fold_cka(accs, found, opts.estimator, models[0].device)
+        run.reduce_accumulators(accs)
+        per_repeat.append({p: a.compute(models[p[0]].label, models[p[1]].label) for p, a in accs.items()})
+        pooled = accs if pooled is None else {p: pooled[p].merge(a) for p, a in accs.items()}
+    results = {}
+    for p in per_repeat[0]:
+        stack = np.stack([rep[p].cka for rep in per_repeat])
+        res = per_repeat[0][p]
+        if evidence:
+            res.evidence = pooled[p].evidence(run.bootstrap, run.seed)
+        res.cka = stack.mean(axis=0)
+        res.std = stack.std(axis=0, ddof=1) if len(per_repeat) > 1 else None
+        res.batches = sum(rep[p].batches for rep in per_repeat)
+        results[p] = res
+        if p[0] != p[1]:
+            results[(p[1], p[0])] = _transpose(res)
+    n_images = per_repeat[0][(0, 0)].images
+    return CKAReport([m.label for m in models], results, run.info, n_images, repeats,
+                     [s.taps(m) for m, s in zip(models, stats)])

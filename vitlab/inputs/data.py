@@ -1,0 +1,349 @@
+"""Image sources and deterministic batching.
+
+A source is named by a string:
+
+- ``samples``: the natural photographs bundled in ``assets/samples`` (public domain, from scikit-image);
+- ``fashion-mnist`` / ``fashion-mnist:test`` / ``fashion-mnist:train`` (Debian's ``dataset-fashion-mnist`` idx files,
+  or the bundled test slice); ``fashion-mnist:test:/some/folder`` reads the idx files from that folder;
+- ``cifar10[:train|test]``, ``cifar100[:train|test]`` through torchvision (downloaded only when online);
+- any other string: a folder of images (recursive, sorted by path; class labels from sub-folder names).
+
+Uploaded images (name, bytes) and lists of files make a :class:`FilesSource`. Images are decoded once per batch
+and converted per model (EXIF orientation applied; RGB or greyscale as the model expects).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from abc import ABC, abstractmethod
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator, Sequence
+
+import numpy as np
+
+from . import evaltransform
+from ..errors import VitlabError
+
+ASSETS = Path(__file__).resolve().parents[2] / "assets"
+IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".gif", ".tif", ".tiff", ".webp", ".ppm", ".pgm")
+
+
+class ImageSource(ABC):
+    """Indexable images with stable per-item keys (for cache fingerprints) and optional labels."""
+
+    name: str = "images"
+    classes: list[str] | None = None
+
+    @abstractmethod
+    def __len__(self) -> int: ...
+
+    @abstractmethod
+    def item_id(self, i: int) -> str:
+        """Human-readable id (file name, dataset index)."""
+
+    def item_key(self, i: int) -> str:
+        """Changes whenever the item's content may have changed."""
+        return self.item_id(i)
+
+    @abstractmethod
+    def load(self, i: int, min_side: int | None = None):
+        """The i-th image as a PIL image; VitlabError when it cannot be read.
+
+        ``min_side``: the shorter side the caller needs (files are shrunk to it while decoding, vitlab.images)."""
+
+    def label(self, i: int) -> int | None:
+        return None
+
+    @property
+    def has_labels(self) -> bool:
+        return self.classes is not None
+
+
+def _decode(data: bytes | str | Path, name: str, min_side: int | None = None):
+    from .images import decode as safe_decode
+
+    return safe_decode(data, name, min_side)
+
+
+class FilesSource(ImageSource):
+    """A list of image files, or of uploaded (name, bytes) pairs, with optional labels."""
+
+    def __init__(self, items: Sequence, labels: Sequence[int] | None = None, classes: Sequence[str] | None = None,
+                 name: str = "files"):
+        self.items = list(items)
+        self.name = name
+        self._labels = list(labels) if labels is not None else None
+        self.classes = list(classes) if classes is not None else None
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def item_id(self, i: int) -> str:
+        it = self.items[i]
+        return it[0] if isinstance(it, tuple) else str(it)
+
+    def item_key(self, i: int) -> str:
+        it = self.items[i]
+        if isinstance(it, tuple):
+            return f"{it[0]}:{hashlib.sha1(it[1]).hexdigest()}"
+        try:
+            st = os.stat(it)
+            return f"{it}:{st.st_size}:{st.st_mtime_ns}"
+        except OSError:
+            return f"{it}:missing"
+
+    def load(self, i: int, min_side: int | None = None):
+        from .images import check_file
+
+        it = self.items[i]
+        if isinstance(it, tuple):
+            return _decode(it[1], it[0], min_side)
+        check_file(it)  # a FIFO named like an image would block open() forever; loops and dead links are named
+        return _decode(it if isinstance(it, Path) else Path(it), str(it), min_side)
+
+    def label(self, i: int) -> int | None:
+        return None if self._labels is None else int(self._labels[i])
+
+
+def _list_images(root: Path) -> list[Path]:
+    """Every non-folder entry named like an image under ``root``, sorted: regular files, and also pipes, dead links
+    and link loops, which then fail to load with their reason instead of vanishing (symlinked folders not followed:
+    a loop cannot recurse)."""
+    found = []
+    for folder, _, names in os.walk(root, followlinks=False):
+        found += [Path(folder) / n for n in names if Path(n).suffix.lower() in IMAGE_SUFFIXES]
+    return sorted(found)
+
+
+def listing_key(text: str) -> str:
+    """Changes whenever a folder source gains, loses or changes an image (names, sizes, mtimes); for other
+    sources (data sets, 'samples'), the text itself. Cheap: one stat per file, nothing is read."""
+    root = Path(str(text).strip()).expanduser()
+    if not root.is_dir():
+        return str(text)
+    h = hashlib.sha256(str(root.resolve()).encode())
+    for p in _list_images(root):
+        try:
+            st = os.stat(p)
+            h.update(f"{p}\0{st.st_size}\0{st.st_mtime_ns}\0".encode())
+        except OSError as e:
+            h.update(f"{p}\0{e.errno}\0".encode())
+    return f"{text}#{h.hexdigest()[:16]}"
+
+
+def folder_source(path: str | Path) -> FilesSource:
+    """Images under ``path`` (recursive, sorted); class labels from first-level sub-folders when all have one."""
+    root = Path(path).expanduser()
+    if not root.is_dir():
+        raise VitlabError(
+            f"data source '{path}' is neither a folder nor a known data set "
+            "(samples, fashion-mnist[:train|test], cifar10, cifar100)"
+        )
+    files = _list_images(root)
+    if not files:
+        raise VitlabError(f"folder '{root}' holds no images ({', '.join(IMAGE_SUFFIXES)})")
+    rel = [f.relative_to(root) for f in files]
+    if all(len(r.parts) >= 2 for r in rel):
+        classes = sorted({r.parts[0] for r in rel})
+        index = {c: k for k, c in enumerate(classes)}
+        return FilesSource(files, [index[r.parts[0]] for r in rel], classes, name=str(root))
+    return FilesSource(files, name=str(root))
+
+
+class ArraySource(ImageSource):
+    """In-memory uint8 images (N, h, w) or (N, h, w, 3) with labels: Fashion-MNIST, CIFAR."""
+
+    def __init__(self, images: np.ndarray, labels: np.ndarray | None, classes: Sequence[str] | None, name: str):
+        self.images = images
+        self.labels = labels
+        self.classes = list(classes) if classes is not None else None
+        self.name = name
+
+    def __len__(self) -> int:
+        return len(self.images)
+
+    def item_id(self, i: int) -> str:
+        return f"{self.name}#{i}"
+
+    def load(self, i: int, min_side: int | None = None):
+        from PIL import Image
+
+        return Image.fromarray(self.images[i])
+
+    def label(self, i: int) -> int | None:
+        return None if self.labels is None else int(self.labels[i])
+
+
+def _fashion_mnist(split: str, folder: str | None) -> ArraySource:
+    from . import fmnist
+
+    if split not in ("train", "test"):
+        raise VitlabError(f"fashion-mnist split must be 'train' or 'test', not '{split}'")
+    images, labels = fmnist.load(split, folder)
+    return ArraySource(images, labels, fmnist.CLASSES, name=fmnist.describe(split, folder))
+
+
+def _cifar(which: str, split: str) -> ArraySource:
+    from .hub import hub_reachable
+
+    if split not in ("train", "test"):
+        raise VitlabError(f"{which} split must be 'train' or 'test', not '{split}'")
+    try:
+        import torchvision.datasets as tvd
+    except ImportError as e:
+        raise VitlabError(f"{which} needs torchvision: pip install torchvision") from e
+    root = Path(os.environ.get("VITLAB_DATA_DIR", Path.home() / ".cache" / "vitlab" / "datasets"))
+    cls = tvd.CIFAR10 if which == "cifar10" else tvd.CIFAR100
+    try:
+        ds = cls(str(root), train=split == "train", download=False)
+    except RuntimeError:
+        if not hub_reachable():
+            raise VitlabError(
+                f"{which} is not in {root} and this machine is offline: go online once (it is then kept), "
+                "or put the extracted data set there"
+            ) from None
+        ds = cls(str(root), train=split == "train", download=True)
+    return ArraySource(np.asarray(ds.data), np.asarray(ds.targets), ds.classes, name=f"{which}:{split}")
+
+
+def open_source(text: str) -> ImageSource:
+    """Open a data source by name (see the module docstring)."""
+    text = str(text).strip()
+    head, _, rest = text.partition(":")
+    if text == "samples":
+        return folder_source(ASSETS / "samples")
+    if head in ("fashion-mnist", "fmnist"):
+        split, _, folder = rest.partition(":")
+        return _fashion_mnist(split or "test", folder or None)
+    if head in ("cifar10", "cifar100"):
+        return _cifar(head, rest or "test")
+    return folder_source(text)
+
+
+def uploads_source(uploads: Sequence[tuple[str, bytes]]) -> FilesSource:
+    """Uploaded images as a source; the order is the order given. Files over ``images.MAX_UPLOAD_BYTES`` or that do
+    not decode are skipped (and named) when their batch is decoded."""
+    if not uploads:
+        raise VitlabError("no images uploaded")
+    return FilesSource([(n, bytes(b)) for n, b in uploads], name="uploads")
+
+
+def check_uploads(uploads: Sequence[tuple[str, bytes]], min_side: int = 256
+                  ) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
+    """Decode every upload once (shrunk, one at a time): ``(skipped, notices)`` as (name, reason) pairs, for
+    showing what cannot be used right when it is uploaded."""
+    from .images import NOTES
+
+    skipped, notices = [], []
+    for name, data in uploads:
+        try:
+            img = _decode(bytes(data), name, min_side)
+        except VitlabError as e:
+            skipped.append((name, str(e)))
+            continue
+        notices += [(name, note) for note in img.info.get(NOTES, ())]
+        del img
+    return skipped, notices
+
+
+@dataclass(frozen=True)
+class DataSpec:
+    """Which images: the source, how many, in which order."""
+
+    source: str = "samples"
+    images: int | None = None  # None: all
+    shuffle: int | None = None  # seed; None keeps the source order
+
+
+def select(source: ImageSource, images: int | None = None, shuffle: int | None = None) -> list[int]:
+    """Indices of the images used: the first ``images`` in order, or of a seeded permutation."""
+    n = len(source)
+    if n == 0:
+        raise VitlabError(f"data source '{source.name}' is empty")
+    order = np.arange(n) if shuffle is None else np.random.default_rng(shuffle).permutation(n)
+    if images is not None:
+        if images < 1:
+            raise VitlabError(f"--images must be positive, not {images}")
+        order = order[:images]
+    return [int(i) for i in order]
+
+
+@dataclass
+class Batch:
+    """One batch of decoded images; ``key`` fingerprints exactly these items (the cache key's data part)."""
+
+    index: int
+    indices: list[int]
+    key: str
+    images: list | None = None  # PIL images that decoded
+    ids: list[str] | None = None
+    labels: list[int] | None = None
+    skipped: list[tuple[str, str]] | None = None  # (id, reason)
+    notices: list[tuple[str, str]] | None = None  # (id, what was done to a usable image)
+
+
+def plan_batches(source: ImageSource, indices: Sequence[int], batch_size: int) -> list[Batch]:
+    """Fixed chunks of ``indices``; images are decoded later, only for batches that need a forward pass."""
+    if batch_size < 1:
+        raise VitlabError(f"--batch-size must be positive, not {batch_size}")
+    out = []
+    for b, start in enumerate(range(0, len(indices), batch_size)):
+        chunk = list(indices[start:start + batch_size])
+        h = hashlib.sha256()
+        for i in chunk:
+            h.update(source.item_key(i).encode())
+            h.update(b"\0")
+        out.append(Batch(b, chunk, h.hexdigest()[:24]))
+    return out
+
+
+def decode(source: ImageSource, batch: Batch, min_side: int | None = None) -> Batch:
+    """Decode the images of ``batch`` (shrunk to ``min_side``, see vitlab.images); unreadable ones are recorded in
+    ``batch.skipped`` and left out, decode notices (first frame of an animation, ...) in ``batch.notices``."""
+    from .images import NOTES
+
+    batch.images, batch.ids, batch.labels, batch.skipped, batch.notices = [], [], [], [], []
+    for i in batch.indices:
+        try:
+            img = source.load(i, min_side)
+        except VitlabError as e:
+            batch.skipped.append((source.item_id(i), str(e)))
+            continue
+        batch.notices += [(source.item_id(i), note) for note in img.info.get(NOTES, ())]
+        batch.images.append(img)
+        batch.ids.append(source.item_id(i))
+        batch.labels.append(source.label(i))
+    if not source.has_labels:
+        batch.labels = None
+    return batch
+
+
+def transform_image(img, loaded) -> "object":
+    """One PIL image as the model expects it: (C, H, W) on the host. ``loaded.transform``, run by
+    :mod:`vitlab.evaltransform` when it is timm's eval transform (the same tensor in fewer Python steps)."""
+    mode = "L" if loaded.in_chans == 1 else "RGB"
+    return evaltransform.apply(loaded.transform, img if img.mode == mode else img.convert(mode))
+
+
+def to_tensor(images: list, loaded) -> "object":
+    """Stack PIL images as the model expects them: (B, C, H, W) on the model's device."""
+    import torch
+
+    return torch.stack([transform_image(img, loaded) for img in images]).to(loaded.device)
+
+
+def iter_images(source: ImageSource, indices: Sequence[int], skipped: list | None = None,
+                min_side: int | None = None) -> Iterator[tuple[str, object]]:
+    """``(id, image)`` of ``indices``; with a ``skipped`` list, unreadable images go there as (id, reason) and the
+    rest still come (otherwise the first unreadable one raises)."""
+    for i in indices:
+        try:
+            img = source.load(i, min_side)
+        except VitlabError as e:
+            if skipped is None:
+                raise
+            skipped.append((source.item_id(i), str(e)))
+            continue
+        yield source.item_id(i), img

@@ -1,0 +1,289 @@
+"""Named representation points ("taps") of each model family, captured with forward hooks.
+
+Axis letters used across vitlab: B batch, N tokens (prefix + spatial), D width, H heads, C channels,
+h/w feature-map height/width, L layers (taps), n images in a Gram.
+
+ViT family (timm VisionTransformer and relatives whose blocks have norm1/attn/ls1/norm2/mlp/ls2)::
+
+    blocks.{i}.resid_pre    (B, N, D)     block input
+    blocks.{i}.attn_out     (B, N, D)     attention branch = output of ls1
+    blocks.{i}.resid_mid    (B, N, D)     resid_pre + attn_out = input of norm2
+    blocks.{i}.mlp_out      (B, N, D)     MLP branch = output of ls2
+    blocks.{i}.resid_post   (B, N, D)     resid_mid + mlp_out = block output
+    blocks.{i}.attn_probs   (B, H, N, N)  softmax attention (fused attention is switched off while captured)
+
+MLP-Mixer (timm MlpMixer)::
+
+    blocks.{i}.resid_pre / resid_mid / resid_post  (B, N, D)   as for ViT; resid_mid is after token mixing
+    blocks.{i}.token_mix_out    (B, N, D)   token-mixing branch
+    blocks.{i}.channel_mix_out  (B, N, D)   channel-mixing branch
+
+ResNet (timm ResNet): ``layer{s}.{j}`` (B, C, h, w), each block's output (after the residual sum and ReLU).
+ResNetV2 / BiT: ``stages.{s}.blocks.{j}`` (B, C, h, w), each pre-activation block's output.
+Both CNN families also have, per block (for the skip analyses; not default CKA taps)::
+
+    {block}.shortcut   (B, C, h, w)   the skip branch: block input, or the downsample projection's output
+    {block}.sum        (B, C, h, w)   shortcut + residual branch, before any final activation
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import weakref
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Callable, Iterator, Mapping, Sequence
+
+from ..errors import VitlabError
+
+FAMILIES = ("vit", "mixer", "resnet", "resnetv2")
+TOKEN_MODES = ("all", "cls", "gap")
+
+
+@dataclass(frozen=True)
+class TapPoint:
+    """Where a tap lives: a submodule path, which tensor of it, and an optional fix-up."""
+
+    module: str
+    where: str  # "out": module output; "in": first input (pre-hook)
+    shape: str  # documentation, e.g. "(B, N, D)"
+    transpose: bool = False  # Mixer token-mixing MLP works on (B, D, N)
+    clone: bool = False  # the tensor is modified in place later in the forward (an in-place ReLU)
+
+
+def _is_vit_block(blk) -> bool:
+    return all(hasattr(blk, a) for a in ("norm1", "attn", "norm2", "mlp", "ls1", "ls2"))
+
+
+def family(model) -> str:
+    """The tap family of ``model``; a clear error for anything else."""
+    blocks = getattr(model, "blocks", None)
+    if blocks is not None and len(blocks) and _is_vit_block(blocks[0]):
+        return "vit"
+    if blocks is not None and len(blocks) and hasattr(blocks[0], "mlp_tokens"):
+        return "mixer"
+    if all(hasattr(model, f"layer{s}") for s in (1, 2, 3, 4)):
+        return "resnet"
+    stages = getattr(model, "stages", None)
+    if stages is not None and len(stages) and hasattr(stages[0], "blocks") and type(model).__name__ == "ResNetV2":
+        return "resnetv2"
+    raise VitlabError(
+        f"model type {type(model).__name__} is not supported: vitlab taps ViT-family models "
+        "(VisionTransformer, DeiT, relpos ViTs), MLP-Mixer, ResNet and ResNetV2/BiT"
+    )
+
+
+def tap_table(model) -> dict[str, TapPoint]:
+    """Every tap of ``model`` in network order."""
+    fam = family(model)
+    table: dict[str, TapPoint] = {}
+    if fam == "vit":
+        for i in range(len(model.blocks)):
+            b = f"blocks.{i}"
+            table[f"{b}.resid_pre"] = TapPoint(b, "in", "(B, N, D)")
+            table[f"{b}.attn_probs"] = TapPoint(f"{b}.attn.attn_drop", "in", "(B, H, N, N)")
+            table[f"{b}.attn_out"] = TapPoint(f"{b}.ls1", "out", "(B, N, D)")
+            table[f"{b}.resid_mid"] = TapPoint(f"{b}.norm2", "in", "(B, N, D)")
+            table[f"{b}.mlp_out"] = TapPoint(f"{b}.ls2", "out", "(B, N, D)")
+            table[f"{b}.resid_post"] = TapPoint(b, "out", "(B, N, D)")
+    elif fam == "mixer":
+        for i in range(len(model.blocks)):
+            b = f"blocks.{i}"
+            table[f"{b}.resid_pre"] = TapPoint(b, "in", "(B, N, D)")
+            table[f"{b}.token_mix_out"] = TapPoint(f"{b}.mlp_tokens", "out", "(B, N, D)", transpose=True)
+            table[f"{b}.resid_mid"] = TapPoint(f"{b}.norm2", "in", "(B, N, D)")
+            table[f"{b}.channel_mix_out"] = TapPoint(f"{b}.mlp_channels", "out", "(B, N, D)")
+            table[f"{b}.resid_post"] = TapPoint(b, "out", "(B, N, D)")
+    elif fam == "resnet":
+        for s in (1, 2, 3, 4):
+            for j, blk in enumerate(getattr(model, f"layer{s}")):
+                table.update(_cnn_skip_taps(f"layer{s}.{j}", blk))
+                table[f"layer{s}.{j}"] = TapPoint(f"layer{s}.{j}", "out", "(B, C, h, w)")
+    else:
+        for s, stage in enumerate(model.stages):
+            for j, blk in enumerate(stage.blocks):
+                table.update(_cnn_skip_taps(f"stages.{s}.blocks.{j}", blk))
+                table[f"stages.{s}.blocks.{j}"] = TapPoint(f"stages.{s}.blocks.{j}", "out", "(B, C, h, w)")
+    return table
+
+
+CNN_SKIP_SUFFIXES = (".shortcut", ".sum")
+
+
+def _cnn_skip_taps(b: str, blk) -> dict[str, TapPoint]:
+    """The skip branch and the pre-activation sum of a residual CNN block (timm ResNet / ResNetV2 blocks)."""
+    down = getattr(blk, "downsample", None)
+    if down is not None:
+        shortcut = TapPoint(f"{b}.downsample", "out", "(B, C, h, w)")
+    else:
+        shortcut = TapPoint(b, "in", "(B, C, h, w)")
+    if type(blk).__name__.startswith("PreAct"):  # ResNetV2 pre-activation blocks return `x + shortcut`
+        total = TapPoint(b, "out", "(B, C, h, w)")
+    else:  # other blocks end in `x += shortcut; x = act(x)` with an in-place ReLU: the act's input is the sum
+        total = TapPoint(f"{b}.{'act3' if hasattr(blk, 'conv3') else 'act2'}", "in", "(B, C, h, w)", clone=True)
+    return {f"{b}.shortcut": shortcut, f"{b}.sum": total}
+
+
+def default_taps(model) -> list[str]:
+    """Default CKA taps: ViT/Mixer resid_mid and resid_post of every block; CNNs every block output."""
+    fam = family(model)
+    names = list(tap_table(model))
+    if fam in ("vit", "mixer"):
+        return [n for n in names if n.endswith((".resid_mid", ".resid_post"))]
+    return [n for n in names if not n.endswith(CNN_SKIP_SUFFIXES)]
+
+
+def num_prefix_tokens(model) -> int:
+    """Prefix tokens (CLS, distillation, registers) before the spatial tokens; 0 for Mixer and CNNs."""
+    if family(model) == "vit":
+        return int(getattr(model, "num_prefix_tokens", 0 if getattr(model, "cls_token", None) is None else 1))
+    return 0
+
+
+def has_cls_token(model) -> bool:
+    return family(model) == "vit" and getattr(model, "cls_token", None) is not None
+
+
+def grid_size(model) -> tuple[int, int] | None:
+    """(rows, cols) of the patch grid for token models; None for CNNs."""
+    fam = family(model)
+    if fam == "vit":
+        return tuple(model.patch_embed.grid_size)
+    if fam == "mixer":
+        return tuple(model.stem.grid_size)
+    return None
+
+
+def patch_size(model) -> tuple[int, int] | None:
+    fam = family(model)
+    if fam == "vit":
+        return tuple(model.patch_embed.patch_size)
+    if fam == "mixer":
+        return tuple(model.stem.patch_size)
+    return None
+
+
+def check_taps(model, taps: Sequence[str]) -> None:
+    table = tap_table(model)
+    bad = [t for t in taps if t not in table]
+    if bad:
+        sample = ", ".join(list(table)[:6])
+        raise VitlabError(f"unknown tap(s) {', '.join(bad)} for {type(model).__name__}; taps look like: {sample}, ...")
+
+
+_LOCKS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+_LOCKS_GUARD = threading.Lock()
+
+
+def model_lock(model) -> threading.RLock:
+    """One lock per model object: hooks and surgery are global state on a module shared across sessions."""
+    with _LOCKS_GUARD:
+        lock = _LOCKS.get(model)
+        if lock is None:
+            lock = _LOCKS[model] = threading.RLock()
+        return lock
+
+
+WAIT_POLL_S = 0.5  # how often a run waiting for a model says so (and can be cancelled through its progress)
+
+
+@contextmanager
+def holding(model, progress=None, what: str = "the model") -> Iterator[None]:
+    """Hold ``model``'s lock; while another run (another browser tab) holds it, report the wait through
+    ``progress(0, 0, text)`` every WAIT_POLL_S seconds: the app's Cancel stops the wait at such a report."""
+    lock = model_lock(model)
+    if not lock.acquire(blocking=False):
+        t0 = time.monotonic()
+        while not lock.acquire(timeout=WAIT_POLL_S):
+            if progress is not None:
+                progress(0, 0, f"waiting for {what}: another run (another tab?) is using it "
+                               f"({time.monotonic() - t0:.0f} s)")
+    try:
+        yield
+    finally:
+        lock.release()
+
+
+@contextmanager
+def capture(model, taps: Sequence[str], detach: bool = True,
+            reduce: Mapping[str, Callable] | None = None) -> Iterator[dict]:
+    """Hook ``taps`` of ``model``; inside the block every forward fills the yielded dict ``{tap: tensor}``.
+
+    Hooks (and the switch-off of fused attention for ``attn_probs``) are undone in ``finally``, even when the
+    forward raises. ``detach=False`` keeps the graph (for gradients, e.g. receptive fields).
+    ``reduce={tap: fn}``: the hook stores ``fn(tensor)`` instead of the tensor, called the moment the tap exists,
+    so the activation is not held past its use in the forward (memory does not grow with the number of taps).
+    ``fn`` must return new memory, never a view of its argument (a clone-tap's tensor is changed in place later).
+    """
+    check_taps(model, taps)
+    table = tap_table(model)
+    modules = dict(model.named_modules())
+    out: dict = {}
+    handles = []
+    fused_restore = []
+
+    reduce = reduce or {}
+
+    def keep(name, tensor, transpose, clone):
+        t = tensor.transpose(1, 2) if transpose else tensor
+        t = t.detach() if detach else t
+        if name in reduce:
+            out[name] = reduce[name](t)
+            return
+        out[name] = t.clone() if clone else t
+
+    with model_lock(model):
+        try:
+            for name in taps:
+                p = table[name]
+                mod = modules[p.module]
+                if p.where == "in":
+                    handles.append(mod.register_forward_pre_hook(
+                        lambda m, args, n=name, tr=p.transpose, c=p.clone: keep(n, args[0], tr, c)))
+                else:
+                    handles.append(mod.register_forward_hook(
+                        lambda m, args, o, n=name, tr=p.transpose, c=p.clone: keep(n, o, tr, c)))
+                if name.endswith(".attn_probs"):
+                    attn = modules[p.module.rsplit(".", 1)[0]]
+                    if getattr(attn, "fused_attn", False):
+                        fused_restore.append(attn)
+                        attn.fused_attn = False
+            yield out
+        finally:
+            for h in handles:
+                h.remove()
+            for attn in fused_restore:
+                attn.fused_attn = True
+
+
+def features(x, model, tokens: str = "all", any_order: bool = False):
+    """Flatten one tap's activations to (B, F) for a Gram.
+
+    tokens: 'all' (every token / position, flattened), 'cls' (token 0 of a CLS model), 'gap' (mean over spatial
+    tokens, prefix tokens excluded; mean over h, w for CNNs).
+    ``any_order``: the caller does not depend on the order of the features (a Gram does not), so a channels-last
+    (B, C, h, w) map is flattened in its memory order (h, w, C), a view, instead of copied into (C, h, w) order.
+    """
+    import torch
+
+    if tokens not in TOKEN_MODES:
+        raise VitlabError(f"tokens must be one of {', '.join(TOKEN_MODES)}, not '{tokens}'")
+    if x.dim() == 4:  # (B, C, h, w)
+        if tokens == "cls":
+            raise VitlabError(f"{type(model).__name__} is a CNN and has no CLS token: use --tokens gap or all")
+        if tokens == "gap":
+            return x.mean(dim=(2, 3))
+        if any_order and not x.is_contiguous() and x.is_contiguous(memory_format=torch.channels_last):
+            return x.permute(0, 2, 3, 1).reshape(x.shape[0], -1)
+        return x.reshape(x.shape[0], -1)
+    if x.dim() != 3:
+        raise VitlabError(f"cannot make features from a tensor of shape {tuple(x.shape)}")
+    if tokens == "all":
+        return x.reshape(x.shape[0], -1)
+    prefix = num_prefix_tokens(model)
+    if tokens == "cls":
+        if not has_cls_token(model):
+            raise VitlabError(f"{type(model).__name__} has no CLS token (it pools its tokens): use --tokens gap or all")
+        return x[:, 0]
+    return x[:, prefix:].mean(dim=1)

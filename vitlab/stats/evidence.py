@@ -1,0 +1,419 @@
+"""Evidence: a statistic with its uncertainty, its reference, and a verdict that can say "can't tell".
+
+- **Jackknife over batches** (CKA and every smooth statistic kept as per-batch sums). Minibatch CKA (Nguyen et al.
+  2021, eq. 3) is a ratio of sums of per-batch HSIC estimates; the batches are the natural resampling unit. Leaving
+  out one batch at a time gives T values θ₋ₜ; the jackknife standard error sqrt((T−1)/T Σ(θ₋ₜ − θ̄)²) (Efron &
+  Tibshirani 1993, ch. 11) with Student's t quantile on T − 1 degrees of freedom gives the interval θ ± t·se.
+  The percentile bootstrap over the same batches covered a known population CKA only 50 % of the time at 2 batches,
+  ~80 % at 4 and ~88 % at 8 (it ignores that T is small); the jackknife-t covered 93-96 % at 4 to 32 batches of 8
+  or more images (``vitlab.stats.coverage``, ``bench/coverage_bench.py``, docs/evidence.md). Below
+  :data:`MIN_UNITS` units no interval is given (NaN, "too few batches for an interval").
+- **Percentile bootstrap** (B resamples, ``numpy.random.default_rng(seed)``, all indices drawn at once as a (B, T)
+  array) stays for statistics that are not smooth in the unit means (a localized rate counts argmaxes; a median;
+  a receptive-field radius is a quantile on the pixel grid; a rank correlation), where the jackknife fails.
+- **Over images**: the same with per-image values (attention distances, receptive-field maps).
+- Every :class:`Estimate` states its unit ("batches", "images", "draws"), how many there were, and its method.
+- **Permutation null for CKA** (Gretton et al. 2008, Sec. 4; Kornblith et al. 2019 use the same null): inside each
+  batch, pair image i of A with image π(i) of B: HSIC(K, P L Pᵀ). U-centring commutes with a permutation, so the
+  centred Grams already held are permuted and reused (no forward pass, no new Gram). Null replicate p pairs every
+  batch by its own p-th random permutation. One-sided p-value (1 + #{null ≥ observed}) / (1 + P) (Phipson &
+  Smyth 2010: never 0). Reusing a few permutations per batch in random combinations across batches was tried
+  and rejected: with 10 per batch, 8.2 % of p-values of independent features fell below 0.05.
+- **References in the statistic's own convention**: uniform attention under the same prefix handling, chance-level
+  localization 1/positions and the chance-corrected rate, receptive-field radii as fractions of the input side.
+- **Verdict**: ``shown`` when the statistic's interval lies beyond the control's interval in the claimed direction;
+  ``not shown`` when the point estimate does not go the claimed way at all; ``can't tell`` in between.
+
+Shapes: T batches, B resamples, P permutations, La/Lb layers, n images in a batch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from . import cka as cka_mod
+from ..errors import VitlabError
+
+LEVEL = 0.95
+VERDICTS = ("shown", "not shown", "can't tell")
+# Fewest resampling units for an interval. With 2 batches a bootstrap has 3 distinct resamples and its "interval" is
+# the two single-batch values (it covered 50 %); the jackknife-t covers at 2 and 3 units only by being 12.7 and 4.3
+# standard errors wide. From 4 units on it covered 93-96 % in every simulated setting (docs/evidence.md).
+MIN_UNITS = 4
+JACKKNIFE, PERCENTILE = "jackknife t", "percentile bootstrap"
+
+
+# ---------------------------------------------------------------- resampling
+
+
+def resample_indices(units: int, resamples: int, seed: int) -> np.ndarray:
+    """(B, T) indices of ``units`` drawn with replacement, ``default_rng(seed)``."""
+    if units < 1:
+        raise VitlabError("a bootstrap needs at least one batch (or image) to resample")
+    if resamples < 1:
+        raise VitlabError(f"--bootstrap must be at least 1, not {resamples}")
+    return np.random.default_rng(seed).integers(0, units, size=(resamples, units))
+
+
+def jackknife_indices(units: int) -> np.ndarray:
+    """(T, T − 1) indices: row t is every unit but t (leave-one-out), in the form of :func:`resample_indices`, so
+    every ``replicates(idx)`` of a resample gives the jackknife values too. One unit has nothing to leave out: its
+    one row is the unit itself, so the count still reads 1 and the interval is "too few units"."""
+    if units < 1:
+        raise VitlabError("an interval needs at least one batch (or image)")
+    if units == 1:
+        return np.zeros((1, 1), dtype=np.int64)
+    return np.array([[u for u in range(units) if u != t] for t in range(units)], dtype=np.int64)
+
+
+def jackknife_interval(value: np.ndarray, loo: np.ndarray, level: float = LEVEL) -> tuple[np.ndarray, np.ndarray]:
+    """value ± t_{T−1} · jackknife se, from (T, ...) leave-one-out values; NaN below :data:`MIN_UNITS` units."""
+    from scipy.stats import t as student
+
+    loo = np.asarray(loo, dtype=np.float64)
+    units = loo.shape[0]
+    value = np.asarray(value, dtype=np.float64)
+    if units < MIN_UNITS:
+        nan = np.full(np.broadcast(value, loo[0]).shape, np.nan)
+        return nan, nan.copy()
+    with np.errstate(invalid="ignore"):
+        se = np.sqrt((units - 1) / units * ((loo - loo.mean(0)) ** 2).sum(0))
+    half = student.ppf(0.5 + level / 2, units - 1) * se
+    return value - half, value + half
+
+
+def mean_half_width(std: float, n: int, level: float = 0.95) -> float:
+    """Half-width of the t interval of a mean over n images from the population std (ddof 0): t_{n−1} s/√(n−1),
+    i.e. the jackknife-t interval of a mean; NaN below :data:`MIN_UNITS` images.
+    (1.96 σ/√n, used before, is narrower than it should be at few images.)"""
+    from scipy.stats import t as student
+
+    if n < MIN_UNITS:
+        return float("nan")
+    return float(student.ppf(0.5 + level / 2, n - 1) * std / np.sqrt(n - 1))
+
+
+def percentile_interval(samples: np.ndarray, level: float = LEVEL) -> tuple[np.ndarray, np.ndarray]:
+    """Percentile interval over axis 0 of (B, ...) resampled statistics; NaN resamples are left out."""
+    import warnings
+
+    tail = 100 * (1 - level) / 2
+    with np.errstate(all="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # all resamples NaN (e.g. infinite ratios): a NaN interval
+        lo, hi = np.nanpercentile(np.asarray(samples, dtype=np.float64), [tail, 100 - tail], axis=0)
+    return lo, hi
+
+
+def mean_replicates(values: np.ndarray, idx: np.ndarray) -> np.ndarray:
+    """(n, ...) per-unit values, (B, n) indices -> (B, ...) means of the resamples."""
+    return np.asarray(values, dtype=np.float64)[idx].mean(axis=1)
+
+
+def mean_estimate(values: np.ndarray, unit: str = "draws") -> Estimate:
+    """The mean of per-unit values (n,) (e.g. few-shot draws) with its jackknife-t interval (for a mean: the
+    t interval, mean ± t_{n−1} s/√n)."""
+    values = np.asarray(values, dtype=np.float64)
+    if len(values) < 2:
+        return Estimate(float(values.mean()), np.nan, np.nan, unit, len(values), JACKKNIFE)
+    return Estimate.jackknife(float(values.mean()), mean_replicates(values, jackknife_indices(len(values))), unit)
+
+
+def ratio_replicates(sums: np.ndarray, counts: np.ndarray, idx: np.ndarray) -> np.ndarray:
+    """(T, ...) per-batch sums, (T,) per-batch counts -> (B, ...) resampled sum / resampled count."""
+    s = np.asarray(sums, dtype=np.float64)[idx].sum(axis=1)
+    c = np.asarray(counts, dtype=np.float64)[idx].sum(axis=1)
+    return s / c.reshape(c.shape + (1,) * (s.ndim - 1))
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """A number with its 95 % interval (lo, hi), the interval's resampling ``unit`` ("batches", "images",
+    "draws"), how many ``units`` there were and its ``method``; lo = hi = value with no unit: exact (a fixed
+    reference). Fewer than :data:`MIN_UNITS` units: lo = hi = NaN, "too few ... for an interval"."""
+
+    value: float
+    lo: float
+    hi: float
+    unit: str = ""
+    units: int = 0
+    method: str = ""
+
+    @classmethod
+    def exact(cls, value: float) -> "Estimate":
+        return cls(float(value), float(value), float(value))
+
+    @classmethod
+    def from_samples(cls, value: float, samples: np.ndarray, level: float = LEVEL, unit: str = "",
+                     units: int = 0) -> "Estimate":
+        """Percentile bootstrap interval of (B,) resampled values; NaN when ``units`` is below MIN_UNITS."""
+        if unit and units < MIN_UNITS:
+            return cls(float(value), np.nan, np.nan, unit, units, PERCENTILE)
+        lo, hi = percentile_interval(np.asarray(samples, dtype=np.float64).ravel(), level)
+        return cls(float(value), float(lo), float(hi), unit, units, PERCENTILE)
+
+    @classmethod
+    def jackknife(cls, value: float, loo: np.ndarray, unit: str, level: float = LEVEL) -> "Estimate":
+        """Jackknife-t interval from the (T,) leave-one-unit-out values (``jackknife_indices``)."""
+        loo = np.asarray(loo, dtype=np.float64).ravel()
+        lo, hi = jackknife_interval(value, loo, level)
+        return cls(float(value), float(lo), float(hi), unit, len(loo), JACKKNIFE)
+
+    def clipped(self, low: float, high: float) -> "Estimate":
+        """The interval cut to the statistic's range [low, high] (a rate, a chance-corrected rate): a t interval
+        is symmetric and can reach past a bound the statistic cannot; the cut never removes a possible value."""
+        return Estimate(self.value, float(np.clip(self.lo, low, high)), float(np.clip(self.hi, low, high)),
+                        self.unit, self.units, self.method)
+
+    @property
+    def too_few(self) -> bool:
+        """An interval was wanted but there were too few units for one."""
+        return bool(self.unit) and self.units < MIN_UNITS
+
+    @property
+    def basis(self) -> str:
+        """What the interval rests on, in words: "jackknife t over 8 batches"."""
+        if not self.unit:
+            return "exact" if self.lo == self.hi == self.value else ""
+        if self.too_few:
+            return f"too few {self.unit} for an interval ({self.units} < {MIN_UNITS})"
+        return f"{self.method} over {self.units} {self.unit}"
+
+    def text(self, fmt: str = ".3f") -> str:
+        if self.too_few:
+            return f"{self.value:{fmt}} (too few {self.unit} for an interval: {self.units})"
+        if self.lo == self.hi == self.value:
+            return format(self.value, fmt)
+        return f"{self.value:{fmt}} [{self.lo:{fmt}}, {self.hi:{fmt}}]"
+
+
+def verdict(stat: Estimate, control: Estimate, direction: str = "greater", floor: float | None = None) -> str:
+    """'shown' | 'not shown' | "can't tell" for the claim "stat is ``direction`` than control".
+
+    shown: the statistic's interval lies wholly beyond the control's interval (and beyond ``floor``, a fixed
+    reference such as zero, when given). not shown: the point estimate does not go the claimed way (at or on the
+    wrong side of the control or the floor). can't tell: it goes the claimed way but the intervals overlap.
+    """
+    if direction not in ("greater", "less"):
+        raise VitlabError(f"direction must be 'greater' or 'less', not '{direction}'")
+    s = 1.0 if direction == "greater" else -1.0
+    v, lo = s * stat.value, min(s * stat.lo, s * stat.hi)
+    c, c_hi = s * control.value, max(s * control.lo, s * control.hi)
+    refs = [(c, c_hi)] + ([(s * floor, s * floor)] if floor is not None else [])
+    values = [v, lo, c, c_hi]
+    if not all(np.isfinite(values)):
+        return "can't tell"
+    if any(v <= ref for ref, _ in refs):
+        return "not shown"
+    if all(lo > ref_hi for _, ref_hi in refs):
+        return "shown"
+    return "can't tell"
+
+
+# ---------------------------------------------------------------- CKA with per-batch terms and a permutation null
+
+
+@dataclass
+class CKAEvidence:
+    """CKA (La, Lb) with its jackknife-t interval over batches (NaN below MIN_UNITS batches) and its permutation
+    null."""
+
+    cka: np.ndarray
+    lo: np.ndarray
+    hi: np.ndarray
+    p_null: np.ndarray  # one-sided: the chance that shuffled pairings give this much similarity
+    null_lo: np.ndarray
+    null_hi: np.ndarray
+    resamples: int
+    permutations: int
+    batches: int
+    method: str = JACKKNIFE
+
+    def transposed(self) -> "CKAEvidence":
+        return CKAEvidence(self.cka.T, self.lo.T, self.hi.T, self.p_null.T, self.null_lo.T, self.null_hi.T,
+                           self.resamples, self.permutations, self.batches, self.method)
+
+    def interval_info(self) -> dict:
+        """The interval's unit, how many and the method (CSV columns, run.json)."""
+        return interval_columns("batches", self.batches, self.method)
+
+    def columns(self, i: int, j: int) -> dict:
+        """The CSV columns of one cell."""
+        return {"cka_lo": float(self.lo[i, j]), "cka_hi": float(self.hi[i, j]), **self.interval_info(),
+                "p_null": float(self.p_null[i, j]), "null_lo": float(self.null_lo[i, j]),
+                "null_hi": float(self.null_hi[i, j])}
+
+
+def interval_columns(unit: str, units: int, method: str) -> dict:
+    """interval_unit, interval_units, interval_method: what every table with an interval says about it; the
+    method reads "too few UNIT for an interval (T < 4)" when there was none."""
+    if units < MIN_UNITS:
+        method = f"too few {unit} for an interval ({units} < {MIN_UNITS})"
+    return {"interval_unit": unit, "interval_units": int(units), "interval_method": method}
+
+
+class BootstrapCKA(cka_mod.MinibatchCKA):
+    """A :class:`~vitlab.stats.cka.MinibatchCKA` that also keeps every batch's HSIC terms and P permuted cross terms.
+
+    Memory: T x (La·Lb + La + Lb) + T x P x La·Lb floats; P = 0 keeps no null. The permutations of batch t come
+    from ``default_rng([seed, t])`` (t counts this accumulator's updates), so a run is reproducible.
+    """
+
+    def __init__(self, layers_a: list[str], layers_b: list[str], estimator: str = "unbiased", permutations: int = 0,
+                 seed: int = 0):
+        super().__init__(layers_a, layers_b, estimator)
+        self.permutations, self.seed = int(permutations), int(seed)
+        self.terms_xy: list[np.ndarray] = []
+        self.terms_xx: list[np.ndarray] = []
+        self.terms_yy: list[np.ndarray] = []
+        self.null_xy: list[np.ndarray] = []
+
+    def update(self, ca: np.ndarray, cb: np.ndarray | None = None) -> None:
+        """One batch's centred Grams: the base class's sums (through :meth:`add`, which keeps the batch's terms)
+        and, with ``permutations``, this batch's null."""
+        if self.permutations:
+            self.null_xy.append(self._null(ca, ca if cb is None else cb, (len(self.layers_a), len(self.layers_b))))
+        super().update(ca, cb)
+
+    def add(self, xy: np.ndarray, xx: np.ndarray, yy: np.ndarray, n: int) -> None:
+        """One batch's HSIC estimates formed on the device (vitlab.stats.device_cka); keeps them as this batch's terms.
+        The permutation null needs the centred Grams themselves: with ``permutations`` the runner calls update."""
+        super().add(xy, xx, yy, n)
+        self.terms_xy.append(np.asarray(xy))
+        self.terms_xx.append(np.asarray(xx))
+        self.terms_yy.append(np.asarray(yy))
+
+    def _null(self, ca: np.ndarray, cb: np.ndarray, shape: tuple) -> np.ndarray:
+        """(P, La, Lb) cross HSIC of B's Grams under P random pairings of this batch (a loop of small GEMMs: on
+        these CPUs gathering all P permuted Grams for one GEMM measured ~10x slower)."""
+        rng = np.random.default_rng([self.seed, len(self.terms_xy)])
+        n = ca.shape[-1]
+        null = np.empty((self.permutations,) + shape)
+        for p in range(self.permutations):
+            perm = rng.permutation(n)
+            null[p] = cka_mod.hsic_all_pairs(ca, cb[:, perm][:, :, perm], self.estimator)
+        return null
+
+    def merge(self, other: "BootstrapCKA") -> "BootstrapCKA":
+        super().merge(other)
+        self.terms_xy += other.terms_xy
+        self.terms_xx += other.terms_xx
+        self.terms_yy += other.terms_yy
+        self.null_xy += other.null_xy
+        return self
+
+    def terms(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(T, La, Lb), (T, La), (T, Lb): every batch's HSIC(K, L), HSIC(K, K), HSIC(L, L)."""
+        if not self.terms_xy:
+            raise VitlabError("no batch was accumulated: CKA needs at least one batch of 4 or more images")
+        return np.stack(self.terms_xy), np.stack(self.terms_xx), np.stack(self.terms_yy)
+
+    def replicates(self, idx: np.ndarray) -> np.ndarray:
+        """(B, La, Lb) CKA of each resample of batches ``idx`` (B, T)."""
+        return cka_replicates(*self.terms(), idx)
+
+    def evidence(self, resamples: int, seed: int, level: float = LEVEL) -> CKAEvidence:
+        """Interval (jackknife-t over batches; NaN below MIN_UNITS), p-value and null band of every cell.
+        ``resamples`` and ``seed`` are recorded (the null's permutations are seeded at update)."""
+        xy, xx, yy = self.terms()
+        cka = ratio(xy.sum(0), xx.sum(0), yy.sum(0))
+        lo, hi = cka_interval(xy, xx, yy, level)
+        if self.null_xy:
+            null = ratio(np.stack(self.null_xy).sum(0), xx.sum(0), yy.sum(0))  # (P, La, Lb)
+            p = (1 + (null >= cka[None]).sum(0)) / (1 + null.shape[0])
+            null_lo, null_hi = percentile_interval(null, level)
+        else:
+            p = null_lo = null_hi = np.full_like(cka, np.nan)
+        return CKAEvidence(cka, lo, hi, p, null_lo, null_hi, resamples, self.permutations, len(xy))
+
+
+def ratio(xy: np.ndarray, xx: np.ndarray, yy: np.ndarray) -> np.ndarray:
+    """CKA from summed HSIC terms: (..., La, Lb), (..., La), (..., Lb); NaN where a self term is not positive."""
+    with np.errstate(invalid="ignore", divide="ignore"):
+        ok = (xx[..., :, None] > 0) & (yy[..., None, :] > 0)
+        return np.where(ok, xy / np.sqrt(xx[..., :, None] * yy[..., None, :]), np.nan)
+
+
+def cka_interval(xy: np.ndarray, xx: np.ndarray, yy: np.ndarray, level: float = LEVEL):
+    """(La, Lb) jackknife-t interval of minibatch CKA from the per-batch terms (T, La, Lb), (T, La), (T, Lb)."""
+    units = len(xy)
+    if units < MIN_UNITS:
+        nan = np.full(xy.shape[1:], np.nan)
+        return nan, nan.copy()
+    cka = ratio(xy.sum(0), xx.sum(0), yy.sum(0))
+    return jackknife_interval(cka, cka_replicates(xy, xx, yy, jackknife_indices(units)), level)
+
+
+def cka_replicates(xy: np.ndarray, xx: np.ndarray, yy: np.ndarray, idx: np.ndarray) -> np.ndarray:
+    """(B, La, Lb) CKA of each resample ``idx`` (B, T) of the per-batch terms (T, La, Lb), (T, La), (T, Lb)."""
+    return ratio(xy[idx].sum(1), xx[idx].sum(1), yy[idx].sum(1))
+
+
+# ---------------------------------------------------------------- references in the statistic's own convention
+
+
+def uniform_distance(dist: np.ndarray, prefix: int, renormalise: bool = False) -> float:
+    """Mean attention distance of uniform attention over all N = prefix + Ns keys, in the statistic's convention.
+
+    ``attention.mean_distance_per_image`` drops prefix keys; without renormalising, their mass counts as distance 0,
+    so uniform attention scores Ns/N times the mean patch distance; renormalised rows score the mean itself.
+    """
+    d = np.asarray(dist, dtype=np.float64)
+    ns = d.shape[0]
+    mean = float(d.mean())
+    return mean if renormalise else mean * ns / (ns + prefix)
+
+
+def chance_level(positions: int) -> float:
+    """Localization chance level: a token's best-matching patch is its own with probability 1/positions."""
+    if positions < 1:
+        raise VitlabError(f"a localization grid needs at least one position, not {positions}")
+    return 1.0 / positions
+
+
+def chance_corrected(rate, positions: int):
+    """(rate − chance) / (1 − chance): 0 at chance, 1 when every token is localized (Cohen's kappa form)."""
+    c = chance_level(positions)
+    if c >= 1:
+        return np.full_like(np.asarray(rate, dtype=np.float64), np.nan)
+    return (np.asarray(rate, dtype=np.float64) - c) / (1 - c)
+
+
+def localized_rate(cka: np.ndarray, prefix: int, keep: np.ndarray | None = None) -> np.ndarray:
+    """(..., T, G) token-by-position CKA -> (...) fraction of spatial tokens whose best position is their own;
+    ``keep`` (G,) bool: only those spatial tokens count (flagged high-norm tokens left out)."""
+    c = np.asarray(cka, dtype=np.float64)[..., prefix:, :]
+    if c.shape[-2] != c.shape[-1]:
+        raise VitlabError(f"{c.shape[-2]} spatial tokens do not match a grid of {c.shape[-1]} positions")
+    best = np.nanargmax(np.where(np.isfinite(c), c, -np.inf), axis=-1)
+    hit = best == np.arange(c.shape[-1])
+    if keep is None:
+        return hit.mean(-1)
+    keep = np.asarray(keep, dtype=bool)
+    return hit[..., keep].mean(-1) if keep.any() else np.full(hit.shape[:-1], np.nan)  # nothing left to count
+
+
+def radius_fraction(maps: np.ndarray, mass: float = 0.5) -> np.ndarray:
+    """(..., H, W) gradient maps -> (...) radius of the centred disc holding ``mass`` of each map, / sqrt(H·W)."""
+    m = np.asarray(maps, dtype=np.float64)
+    h, w = m.shape[-2:]
+    yy, xx = np.mgrid[0:h, 0:w]
+    r = np.hypot(yy + 0.5 - h / 2, xx + 0.5 - w / 2).ravel()
+    order = np.argsort(r, kind="stable")
+    flat = m.reshape(-1, h * w)[:, order]
+    cum = np.cumsum(flat, axis=1)
+    k = np.array([np.searchsorted(c, mass * c[-1]) if c[-1] > 0 else -1 for c in cum])
+    out = np.where(k >= 0, r[order][np.clip(k, 0, None)], np.nan)
+    return (out / np.sqrt(h * w)).reshape(m.shape[:-2])
+
+
+def spearman(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """Spearman rank correlation of x (H,) with each row of y (..., H) (average ranks for ties)."""
+    from scipy.stats import rankdata
+
+    rx = rankdata(np.asarray(x, dtype=np.float64))
+    ry = rankdata(np.asarray(y, dtype=np.float64), axis=-1)
+    rx, ry = rx - rx.mean(), ry - ry.mean(-1, keepdims=True)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return (ry @ rx) / np.sqrt((ry**2).sum(-1) * (rx**2).sum())

@@ -1,0 +1,98 @@
+"""The paper tour: each claim of Raghu et al. 2021 checked on models against the control it needs, with 95 %
+intervals: two answers per claim, pattern (shown / not shown / can't tell against the claim's own null) and learned
+(yes / no / can't tell / n.a. against the untrained twins) (docs/evidence.md).
+
+    report = tour.run_tour([vit, cnn], source, TourOptions(), Run(store=Store(), bootstrap=200, seed=0))
+    report.to_frame()      # tour.csv: figure, claim, pattern, statistic, lo, hi, control, learned, twin, ...
+    report.rows            # Check records (pattern and learned answers, statistic, interval, control, twin, ...)
+    report.charts[figure]  # Altair: statistic, control and twins with their 95 % intervals
+    report.paper_charts[figure]  # Altair: the paper-style figure (heatmaps, curves, maps) from the same run
+
+The claims, checks, options and report live in ``checks`` (pure); the measurements in ``measure``.
+"""
+
+from __future__ import annotations
+
+from . import measure as M
+from ..engine.context import Run
+from ..errors import VitlabError
+from ..inputs.data import ImageSource
+from ..inputs.models import LoadedModel
+from .checks import (CLAIMS, GAP_CAVEAT, LEARNED, NOT_LEARNED, Check, Claim, Learned, TourOptions, TourReport,
+                     cant_tell, check_gap, check_growth, check_head_rank, check_localization, check_locality,
+                     check_probes, check_removal, check_scale, check_skips, check_uniformity, cross_block_mean,
+                     depth_drop, difference, finite_median, head_locality, make_check, off_diagonal_mean)
+
+__all__ = [
+    "CLAIMS",
+    "GAP_CAVEAT",
+    "LEARNED",
+    "NOT_LEARNED",
+    "Check",
+    "Claim",
+    "Learned",
+    "TourOptions",
+    "TourReport",
+    "cant_tell",
+    "check_gap",
+    "check_growth",
+    "check_head_rank",
+    "check_locality",
+    "check_localization",
+    "check_probes",
+    "check_removal",
+    "check_scale",
+    "check_skips",
+    "check_uniformity",
+    "cross_block_mean",
+    "depth_drop",
+    "difference",
+    "finite_median",
+    "head_locality",
+    "make_check",
+    "off_diagonal_mean",
+    "run_tour",
+]
+
+MEASURES = {"cka": M.measure_uniformity, "distance": M.measure_locality, "heads": M.measure_head_rank,
+            "receptive": M.measure_growth, "skips": M.measure_skips, "removal": M.measure_removal,
+            "localization": M.measure_localization, "gap": M.measure_gap, "probes": M.measure_probes,
+            "scale": M.measure_scale}
+
+
+def run_tour(models: list[LoadedModel], source: ImageSource, opts: TourOptions, run: Run) -> TourReport:
+    """Measure every claim on ``models`` (a ViT with a CLS token and a CNN among them) and ``source``; each
+    check's user error (a missing model, data a model cannot read) becomes a "can't tell" row that says why.
+    Each claim gets its interval chart and its paper-style figure, both from this one run."""
+    import pandas as pd
+
+    from ..charts.evidence import estimate_chart
+    from ..charts.tour import paper_chart
+
+    keys = list(opts.only or ()) or list(CLAIMS)
+    bad = [k for k in keys if k not in CLAIMS]
+    if bad:
+        raise VitlabError(f"unknown tour check(s) {', '.join(bad)}: choose from {', '.join(CLAIMS)}")
+    ms = M.Models(models, opts.control)
+    rows, charts, frames, figures, papers = [], {}, {}, {}, {}
+    for k, key in enumerate(keys):
+        claim = CLAIMS[key]
+        if run.progress:
+            run.progress(k, len(keys), claim.figure)
+        try:
+            check, data, figure = MEASURES[key](ms, source, opts, run)
+        except VitlabError as e:
+            check, data, figure = cant_tell(key, str(e)), [], {}
+        rows.append(check)
+        frame = pd.DataFrame(data, columns=["label", "role", "value", "lo", "hi", "unit", "units", "interval"])
+        frame.insert(0, "figure", claim.figure)
+        frames[claim.figure] = frame
+        figures[claim.figure] = figure
+        charts[claim.figure] = estimate_chart(frame, f"{claim.figure}: pattern {check.pattern}, learned "
+                                                     f"{check.learned}")
+        paper = paper_chart(key, figure, claim.figure)
+        if paper is not None:
+            papers[claim.figure] = paper
+    if run.progress:
+        run.progress(len(keys), len(keys), "done")
+    return TourReport(rows, charts, [m.label for m in models], run.info, frames, figures, papers)

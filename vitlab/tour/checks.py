@@ -1,0 +1,408 @@
+"""The paper's claims as checks that can fail (the pure part of ``vitlab.tour``): claims, checks, options, report.
+
+Every claim gets two answers (issue 28). **pattern**: do these models show what the paper describes, against the
+claim's own null (chance, uniform attention, zero, the other model)? "shown", "not shown" or "can't tell"
+(:func:`vitlab.stats.evidence.verdict`: shown only when the statistic's interval clears the null's). **learned**: is it
+more than the same architectures show untrained (the twins, ``NAME@random``)? "yes", "no", "can't tell", or "n.a."
+where the comparison is between two trained models (Figs 8, 10, 12). The pure check functions below take estimates
+(value and interval) and plain arrays; :func:`run_tour` measures them on models (``vitlab/tour/measure.py``).
+
+    report = tour.run_tour([vit, cnn], source, TourOptions(), Run(store=Store(), bootstrap=200, seed=0))
+    report.to_frame()      # tour.csv: figure, claim, pattern, statistic, lo, hi, control, learned, twin, ...
+    report.charts[figure]  # Altair: statistic and control with their 95 % intervals
+
+Shapes: B resamples, L layers, H heads.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..engine.context import RunInfo
+from ..errors import VitlabError
+from ..stats.evidence import Estimate, verdict
+from ..options import DataOptions, option
+
+
+@dataclass(frozen=True)
+class Claim:
+    figure: str
+    title: str
+    claim: str
+
+
+CLAIMS: dict[str, Claim] = {
+    "cka": Claim("Figs 1-2", "Representation structure",
+                 "ViTs have a more uniform representation structure than ResNets: their layers are more similar "
+                 "to each other, while ResNet similarity falls off in stages (a learned property: more than the "
+                 "untrained twins show)."),
+    "distance": Claim("Figs 3-4", "Local and global attention",
+                      "Lower ViT layers have both local and global heads; higher layers attend globally."),
+    "heads": Claim("Fig 5", "Local heads resemble convolutions",
+                   "The more local a lower-layer ViT head, the more similar it is to the ResNet's lower layers."),
+    "receptive": Claim("Fig 6", "Receptive fields",
+                       "ViT receptive fields are larger than ResNet ones from the lowest layers on: attention "
+                       "widens the field more than a convolutional block does."),
+    "skips": Claim("Fig 7", "Strong skip connections",
+                   "ViT skip connections are much more influential than ResNet ones: the skip's norm dominates the "
+                   "branch's (ratio ‖z‖/‖f(z)‖)."),
+    "removal": Claim("Fig 8", "Skip removal",
+                     "A ViT trained without one block's skip connection has dissimilar representations before and "
+                     "after that block."),
+    "localization": Claim("Fig 9", "Spatial localization",
+                          "ViT tokens in higher layers keep their own position's information better than ResNet "
+                          "positions (chance-corrected: each grid's chance level is 1/positions)."),
+    "gap": Claim("Fig 10", "CLS vs GAP localization",
+                 "Training with global average pooling instead of a CLS token weakens localization."),
+    "probes": Claim("Fig 11", "Linear probes",
+                    "In a CLS-trained ViT the CLS token becomes a good representation only in the higher layers, "
+                    "while the mean of the spatial tokens is better in the lower ones."),
+    "scale": Claim("Fig 12", "Data scale",
+                   "With less training data, the higher layers' representations differ most from the full-data "
+                   "model's."),
+}
+
+# timm's global_pool="avg" also moves the final LayerNorm after pooling (norm=Identity, fc_norm=LayerNorm): stated
+# wherever the CLS-vs-GAP comparison is shown (timm 1.0's VisionTransformer; the zoo models are not retrained for it).
+GAP_CAVEAT = ("the GAP model also differs in where its final LayerNorm sits (timm's global_pool='avg': norm=Identity, "
+              "fc_norm=LayerNorm after pooling), not in pooling alone")
+
+
+LEARNED = ("yes", "no", "can't tell", "n.a.")
+# Claims whose comparison is between two trained models (a retrained control, another pooling, another data scale):
+# an untrained twin does not answer whether training made the difference, so "learned" does not apply.
+NOT_LEARNED = {
+    "removal": "n.a.: both models are trained; the control is the same recipe retrained with the skip",
+    "gap": "n.a.: both models are trained; the question is the pooling they were trained with",
+    "scale": "n.a.: every model is trained; the question is how much data it was trained on",
+}
+
+
+@dataclass(frozen=True)
+class Learned:
+    """The second question of a claim: is the trained models' ``effect`` more than the untrained twins' ``twin``
+    (the same statistic, on ``NAME@random``)? ``label`` says what was compared, or why it does not apply."""
+
+    effect: Estimate | None
+    twin: Estimate | None
+    label: str = "untrained twins"
+    applies: bool = True
+
+    def answer(self, direction: str = "greater") -> str:
+        if not self.applies:
+            return "n.a."
+        if self.effect is None or self.twin is None:
+            return "can't tell"
+        return {"shown": "yes", "not shown": "no"}.get(verdict(self.effect, self.twin, direction), "can't tell")
+
+
+@dataclass(frozen=True)
+class Check:
+    """One row of the tour: a claim and its two answers with their intervals.
+
+    pattern (shown / not shown / can't tell): do these models show what the paper describes, against the claim's
+    own null (``control``: chance, uniform attention, zero, the other model)? learned (yes / no / can't tell /
+    n.a.): is the trained models' ``effect`` more than the untrained twins' (``twin``)?
+    """
+
+    figure: str
+    title: str
+    claim: str
+    pattern: str
+    statistic: float
+    lo: float
+    hi: float
+    control: float
+    control_label: str
+    learned: str
+    effect: float
+    effect_lo: float
+    effect_hi: float
+    twin: float
+    twin_lo: float
+    twin_hi: float
+    learned_label: str
+    interval_unit: str
+    interval_units: int
+    interval_method: str
+    evidence: str
+
+    @property
+    def verdict(self) -> str:
+        """The pattern answer (the tour's verdict before issue 28)."""
+        return self.pattern
+
+    @property
+    def interval(self) -> str:
+        """What the statistic's interval rests on, in words."""
+        if not self.interval_unit:
+            return "no interval"
+        if self.interval_method.startswith("too few"):
+            return self.interval_method
+        return f"{self.interval_method} over {self.interval_units} {self.interval_unit}"
+
+
+def _triple(e: Estimate | None) -> tuple[float, float, float]:
+    nan = float("nan")
+    return (nan, nan, nan) if e is None else (e.value, e.lo, e.hi)
+
+
+def make_check(key: str, stat: Estimate, control: Estimate, control_label: str, evidence: str,
+               direction: str = "greater", floor: float | None = None, force: str | None = None,
+               learned: Learned | None = None) -> Check:
+    """The :class:`Check` of claim ``key``: the pattern by :func:`vitlab.stats.evidence.verdict` (unless ``force``), the
+    learned answer from ``learned`` (n.a. for the claims in :data:`NOT_LEARNED`)."""
+    from ..stats.evidence import interval_columns
+
+    c = CLAIMS[key]
+    v = force or verdict(stat, control, direction, floor)
+    if key in NOT_LEARNED:
+        learned = Learned(None, None, NOT_LEARNED[key], applies=False)
+    learned = learned or Learned(None, None, "no untrained twins (run with --control random)")
+    units = interval_columns(stat.unit, stat.units, stat.method) if stat.unit else \
+        {"interval_unit": "", "interval_units": 0, "interval_method": ""}
+    return Check(c.figure, c.title, c.claim, v, stat.value, stat.lo, stat.hi, control.value, control_label,
+                 learned.answer(direction), *_triple(learned.effect), *_triple(learned.twin), learned.label,
+                 units["interval_unit"], units["interval_units"], units["interval_method"], evidence)
+
+
+def cant_tell(key: str, why: str) -> Check:
+    """A check that could not be measured (missing model, wrong data): "can't tell" twice, and why."""
+    c = CLAIMS[key]
+    nan = float("nan")
+    learned = "n.a." if key in NOT_LEARNED else "can't tell"
+    return Check(c.figure, c.title, c.claim, "can't tell", nan, nan, nan, nan, "none", learned, nan, nan, nan, nan,
+                 nan, nan, NOT_LEARNED.get(key, "not measured"), "", 0, "", why)
+
+
+def difference(a: Estimate, b: Estimate, reps_a: np.ndarray | None = None,
+               reps_b: np.ndarray | None = None) -> Estimate:
+    """a − b with the interval of the paired replicates (the same resamples of the same units), or, without them,
+    no interval."""
+    if reps_a is None or reps_b is None:
+        return Estimate(a.value - b.value, np.nan, np.nan, a.unit, a.units, a.method)
+    d = np.asarray(reps_a, dtype=np.float64) - np.asarray(reps_b, dtype=np.float64)
+    if a.method == "jackknife t":
+        return Estimate.jackknife(a.value - b.value, d, a.unit)
+    return Estimate.from_samples(a.value - b.value, d, unit=a.unit, units=a.units)
+
+
+# ---------------------------------------------------------------- statistics, vectorised over resamples
+
+
+def off_diagonal_mean(m: np.ndarray) -> np.ndarray:
+    """(..., L, L) self-CKA -> (...) mean over pairs of different layers (non-finite cells left out)."""
+    m = np.asarray(m, dtype=np.float64)
+    if m.shape[-1] < 2:
+        raise VitlabError("a self-CKA map needs at least two layers")
+    mask = ~np.eye(m.shape[-1], dtype=bool) & np.isfinite(m)
+    with np.errstate(invalid="ignore"):
+        return np.where(mask, m, 0).sum((-2, -1)) / mask.sum((-2, -1))
+
+
+def cross_block_mean(m: np.ndarray, block_of_layer: list[int], block: int) -> np.ndarray:
+    """(..., L, L) self-CKA -> (...) mean CKA between layers before ``block`` and layers after it (Fig 8)."""
+    b = np.asarray(block_of_layer)
+    before, after = np.flatnonzero(b < block), np.flatnonzero(b > block)
+    if not before.size or not after.size:
+        raise VitlabError(f"block {block} needs layers on both sides to compare before with after")
+    return np.nanmean(np.asarray(m, dtype=np.float64)[..., before[:, None], after[None, :]], axis=(-2, -1))
+
+
+def head_locality(distance: np.ndarray, uniform: float) -> np.ndarray:
+    """(..., H) head distances -> (...) 1 − (most local head) / (uniform attention's distance, same convention)."""
+    return 1.0 - np.asarray(distance, dtype=np.float64).min(-1) / uniform
+
+
+def depth_drop(curve: np.ndarray) -> np.ndarray:
+    """(..., L) block-by-block CKA -> (...) lower-half mean minus upper-half mean (> 0: the top diverges more)."""
+    c = np.asarray(curve, dtype=np.float64)
+    half = max(1, c.shape[-1] // 2)
+    return np.nanmean(c[..., :half], -1) - np.nanmean(c[..., half:], -1)
+
+
+def finite_median(x: np.ndarray) -> np.ndarray:
+    """(..., S, N) -> (...) median over the last two axes, infinite ratios (zero branches) left out."""
+    import warnings
+
+    x = np.asarray(x, dtype=np.float64)
+    flat = x.reshape(x.shape[:-2] + (-1,))
+    with warnings.catch_warnings():  # all ratios infinite (zero-initialised branches): NaN, reported as can't tell
+        warnings.simplefilter("ignore", RuntimeWarning)
+        return np.nanmedian(np.where(np.isfinite(flat), flat, np.nan), axis=-1)
+
+
+# ---------------------------------------------------------------- the checks
+
+
+def check_uniformity(gap: Estimate, twin_gap: Estimate | None, detail: str) -> Check:
+    """Figs 1-2: pattern: (ViT − ResNet) mean off-diagonal self-CKA > 0 (the ResNet is the null); learned: the gap
+    beyond the untrained twins' gap."""
+    extra = f"; untrained twins: {twin_gap.text()}" if twin_gap is not None else ""
+    return make_check("cka", gap, Estimate.exact(0.0), "no gap (the ResNet as uniform as the ViT)", detail + extra,
+                      learned=Learned(gap, twin_gap, "untrained twins' gap") if twin_gap is not None else None)
+
+
+def check_locality(locality: Estimate, twin: Estimate | None, margin: float, detail: str) -> Check:
+    """Figs 3-4: pattern: the most local first-block head attends closer than uniform attention (same convention,
+    locality 0) by at least ``margin`` (a fraction of the uniform distance), beyond its interval; learned: more
+    local than the untrained twin's most local head."""
+    return make_check("distance", locality, Estimate.exact(0.0), f"uniform attention (0); local from {margin:.2f}",
+                      f"{detail}; a head counts as local when it attends ≥ {margin:.0%} closer than uniform",
+                      floor=margin, learned=Learned(locality, twin, "untrained twin's most local head")
+                      if twin is not None else None)
+
+
+def check_head_rank(neg_rho: Estimate, p_value: float, null_hi: float, detail: str, twin: Estimate | None = None,
+                    alpha: float = 0.05) -> Check:
+    """Fig 5: pattern: −Spearman(head distance, CKA with the other model's lower layers) > 0 with a head-label
+    permutation p < alpha; learned: beyond the untrained twins' −ρ."""
+    text = f"{detail}; permutation p = {p_value:.3g}"
+    force = "can't tell" if (p_value >= alpha and neg_rho.value > 0) else None
+    return make_check("heads", neg_rho, Estimate.exact(null_hi), "head-label permutation null (97.5 %)", text,
+                      floor=0.0, force=force,
+                      learned=Learned(neg_rho, twin, "untrained twins' −ρ") if twin is not None else None)
+
+
+def check_growth(vit_growth: Estimate, cnn_growth: Estimate, detail: str, effect: Estimate | None = None,
+                 twin: Estimate | None = None) -> Check:
+    """Fig 6: pattern: the first block's attention widens the field (50 % radius, fraction of the input side) more
+    than the CNN's first block widens its own input's field; learned: that difference (``effect``) beyond the
+    untrained twins'."""
+    return make_check("receptive", vit_growth, cnn_growth, "CNN first block's growth", detail,
+                      learned=_learned(effect, twin, "untrained twins' ViT − CNN growth"))
+
+
+def _learned(effect: Estimate | None, twin: Estimate | None, label: str) -> Learned | None:
+    return Learned(effect, twin, label) if twin is not None else None
+
+
+def check_skips(vit: Estimate, cnn: Estimate, detail: str, effect: Estimate | None = None,
+                twin: Estimate | None = None) -> Check:
+    """Fig 7: pattern: the ViT's median ‖z‖/‖f(z)‖ above the CNN's; learned: the difference beyond the twins'."""
+    return make_check("skips", vit, cnn, "CNN median ratio", detail,
+                      learned=_learned(effect, twin, "untrained twins' ViT − CNN median ratio"))
+
+
+def check_removal(noskip: Estimate, normal: Estimate, block: int, detail: str) -> Check:
+    """Fig 8: mean self-CKA across block ``block`` lower in the model retrained without its skip."""
+    return make_check("removal", noskip, normal, "the same model with its skips", detail, direction="less")
+
+
+def check_localization(vit: Estimate, cnn: Estimate, detail: str, effect: Estimate | None = None,
+                       twin: Estimate | None = None) -> Check:
+    """Fig 9: pattern: chance-corrected localization of the ViT's last layer above the CNN's (and above chance);
+    learned: the difference beyond the untrained twins'."""
+    return make_check("localization", vit, cnn, "CNN chance-corrected rate", detail, floor=0.0,
+                      learned=_learned(effect, twin, "untrained twins' ViT − CNN chance-corrected rate"))
+
+
+def check_gap(cls: Estimate, gap: Estimate, detail: str) -> Check:
+    """Fig 10: chance-corrected localization of the CLS model above the GAP model's."""
+    return make_check("gap", cls, gap, "GAP model's chance-corrected rate", f"{detail}; note: {GAP_CAVEAT}")
+
+
+def check_probes(margin: Estimate, twin: Estimate | None, detail: str) -> Check:
+    """Fig 11: pattern: min(GAP − CLS at the first layer, CLS last − CLS first) > 0; learned: beyond the untrained
+    twin's margin."""
+    return make_check("probes", margin, Estimate.exact(0.0), "no margin (0)", detail,
+                      learned=_learned(margin, twin, "untrained twin's margin"))
+
+
+def check_scale(drop: Estimate, detail: str) -> Check:
+    """Fig 12: the smaller-data model's block-by-block CKA with the full model falls from the lower to the upper
+    half (the smallest drop over the pairs) beyond its interval."""
+    return make_check("scale", drop, Estimate.exact(0.0), "no depth trend (0)", detail)
+
+
+# ---------------------------------------------------------------- the report
+
+
+@dataclass(frozen=True)
+class TourOptions(DataOptions):
+    """Options of the paper tour (``vitlab tour``)."""
+
+    batch_size: int = option(32, "images per batch: the bootstrap resamples batches", short="-b")
+    control: str = option("random", "random: untrained twins (NAME@random) as controls where a claim depends on "
+                          "training; none", choices=("random", "none"))
+    permutations: int = option(200, "permutations of the Fig 5 head-label null")
+    local_margin: float = option(0.25, "a head is local when it attends at least this fraction closer than "
+                                 "uniform attention (Figs 3-4)")
+    rf_images: int = option(32, "images for the receptive fields (a backward pass each)")
+    probe_draws: int = option(5, "few-shot draws for the Fig 11 interval")
+    probe_shots: int = option(10, "training images per class in each draw")
+    probe_test: int = option(200, "test images per draw")
+    noskip: tuple[str, ...] = option(("zoo:vit-cls", "zoo:vit-cls-noskip"), "Fig 8: MODEL,THE-SAME-RETRAINED-"
+                                     "WITHOUT-A-SKIP", kind="strs")
+    noskip_block: int = option(3, "Fig 8: the block trained without its skips")
+    gap_pair: tuple[str, ...] = option(("zoo:vit-cls", "zoo:vit-gap"), "Fig 10: CLS-MODEL,GAP-MODEL", kind="strs")
+    scale_pairs: tuple[str, ...] = option(("zoo:vit-cls-3pct vs zoo:vit-cls", "zoo:vit-cls-10pct vs zoo:vit-cls"),
+                                          "Fig 12: comma-separated 'SMALLER-DATA vs FULL-DATA' model pairs",
+                                          kind="strs")
+    only: tuple[str, ...] | None = option(None, "comma-separated checks to run (default: all): "
+                                          + ", ".join(CLAIMS), kind="strs")
+
+    def pairs(self) -> list[tuple[str, str]]:
+        """``scale_pairs`` as (smaller-data, full-data) spec tuples."""
+        out = []
+        for text in self.scale_pairs:
+            parts = [t.strip() for t in text.split(" vs ")]
+            if len(parts) != 2 or not all(parts):
+                raise VitlabError(f"scale pair '{text}' must read 'SMALLER-DATA vs FULL-DATA', e.g. "
+                                  "'zoo:vit-cls-3pct vs zoo:vit-cls'")
+            out.append((parts[0], parts[1]))
+        return out
+
+
+@dataclass
+class TourReport:
+    rows: list[Check]
+    charts: dict  # figure -> Altair chart of the statistic and control with their intervals
+    models: list[str]
+    info: RunInfo
+    frames: dict = field(default_factory=dict)  # figure -> the interval chart's data (CSV export)
+    figures: dict = field(default_factory=dict)  # figure -> the paper-style figure's data (frames), from this run
+    paper_charts: dict = field(default_factory=dict)  # figure -> Altair: the paper-style figure
+
+    COLUMNS = ("figure", "claim", "pattern", "statistic", "lo", "hi", "control", "control_label", "learned",
+               "effect", "effect_lo", "effect_hi", "twin", "twin_lo", "twin_hi", "learned_label", "interval_unit",
+               "interval_units", "interval_method", "evidence")
+
+    def to_frame(self):
+        import pandas as pd
+
+        return pd.DataFrame([{k: getattr(r, k) for k in self.COLUMNS} for r in self.rows], columns=self.COLUMNS)
+
+    def summary(self) -> dict[str, int]:
+        """Counts of the pattern answers."""
+        return {v: sum(r.pattern == v for r in self.rows) for v in ("shown", "not shown", "can't tell")}
+
+    def learned_summary(self) -> dict[str, int]:
+        """Counts of the learned answers."""
+        return {v: sum(r.learned == v for r in self.rows) for v in LEARNED}
+
+    def intervals_frame(self):
+        """Every estimate drawn in the charts (figure, label, role, value, lo, hi): ``tour_intervals.csv``."""
+        import pandas as pd
+
+        frames = [f for f in self.frames.values() if len(f)]
+        return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(
+            columns=["figure", "label", "role", "value", "lo", "hi", "unit", "units", "interval"])
+
+    def chart_files(self) -> dict:
+        """File stem -> chart, for the figures that were measured: the interval chart (tour_figs1_2) and the
+        paper-style figure (tour_figs1_2_paper)."""
+        def stem(f: str) -> str:
+            return "tour_" + f.lower().replace(" ", "").replace("-", "_")
+
+        out = {stem(f): c for f, c in self.charts.items() if len(self.frames.get(f, ()))}
+        out.update({stem(f) + "_paper": c for f, c in self.paper_charts.items()})
+        return out
+
+    def headline(self) -> list[str]:
+        return [f"{r.figure:9s} pattern {r.pattern:10s} {r.statistic:8.3f} [{r.lo:.3f}, {r.hi:.3f}] vs {r.control:.3f} "
+                f"({r.control_label}); learned {r.learned}" for r in self.rows] + [
+            "tour: pattern " + ", ".join(f"{n} {v}" for v, n in self.summary().items()) + "; learned "
+            + ", ".join(f"{n} {v}" for v, n in self.learned_summary().items())]

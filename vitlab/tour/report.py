@@ -1,0 +1,252 @@
+"""One self-contained HTML file of the Paper tour: every figure as inline SVG, the verdicts with their intervals, and
+where it all came from. For presenting without a server (a projector laptop, a report to send).
+
+Each claim's section holds the paper-style figure (``TourReport.paper_charts``: CKA heatmaps, head distances,
+receptive-field maps, skip-ratio curves, localization maps, probe curves, from the tour's own run), its two answers
+(pattern and learned) with their intervals, and the interval chart. The file has no script, no stylesheet link and
+no fetched resource: the charts are Vega-Lite rendered to SVG by vl-convert ahead of time, the style is one inline ``<style>``. Each figure fills one screen (CSS scroll snapping),
+so Page Down / the arrow keys step through the figures in any browser; it also prints one figure per page.
+
+    models, source ─tour.run_tour─► TourReport ─render_html(+ provenance)─► report.html
+
+Provenance: per model its spec, fingerprint and weights source (zoo checkpoint with its sha256, random seed,
+pretrained tag, or local file); the images (source, count, a sha256 over the items used, in order); vitlab's and
+the libraries' versions; the time it was made and how long it took.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import html
+import platform
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+
+from ..engine.context import Run
+from ..inputs.data import ImageSource, select
+from ..errors import VitlabError
+from ..inputs.models import LoadedModel
+from . import TourOptions, TourReport, run_tour
+
+LIBRARIES = ("torch", "timm", "numpy", "pandas", "altair", "vl-convert-python", "pillow", "streamlit")
+VERDICT_CLASS = {"shown": "shown", "not shown": "notshown", "can't tell": "canttell"}
+
+
+@dataclass(frozen=True)
+class ReportOptions:
+    """What goes into the report."""
+
+    tour: TourOptions = field(default_factory=TourOptions, metadata={"help": "the tour's options"})
+    title: str = field(default="vitlab: Do Vision Transformers See Like CNNs?, checked on these models",
+                       metadata={"help": "the report's title"})
+
+
+@dataclass
+class ReportResult:
+    html: str
+    tour: TourReport
+    provenance: dict
+    seconds: float
+
+    def write(self, path: str | Path) -> Path:
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(self.html, encoding="utf-8")
+        return path
+
+    def summary(self) -> dict:
+        return {"bytes": len(self.html.encode()), "seconds": round(self.seconds, 2), **self.tour.summary()}
+
+
+# ---------------------------------------------------------------- provenance
+
+
+def weights_source(loaded: LoadedModel) -> str:
+    """Where a model's weights came from, in words."""
+    w = loaded.spec.weights
+    if w == "zoo":
+        from .. import zoo
+
+        path = zoo.checkpoint_path(loaded.spec.name)
+        return f"vitlab zoo checkpoint {path.name} (sha256 {_sha256(path)[:16]}…)"
+    if w.startswith("zoo@random:"):
+        return f"untrained twin of zoo:{loaded.spec.name}, random init seed {w.split(':')[-1]}"
+    if w.startswith("random:"):
+        return f"random init, seed {w.split(':')[-1]}"
+    if w == "pretrained":
+        return f"timm pretrained weights '{loaded.spec.name}' (Hugging Face hub cache)"
+    return f"local checkpoint {w} (sha256 {_sha256(Path(w))[:16]}…)"
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def images_hash(source: ImageSource, indices: list[int]) -> str:
+    """sha256 over the item keys (content hashes or dataset positions) of the images used, in order."""
+    h = hashlib.sha256()
+    for i in indices:
+        h.update(source.item_key(i).encode())
+        h.update(b"\0")
+    return h.hexdigest()
+
+
+def versions() -> dict[str, str]:
+    from importlib.metadata import PackageNotFoundError, version
+
+    from .. import __version__
+
+    out = {"vitlab": __version__, "python": platform.python_version()}
+    for lib in LIBRARIES:
+        try:
+            out[lib] = version(lib)
+        except PackageNotFoundError:
+            out[lib] = "not installed"
+    return out
+
+
+def provenance(models: list[LoadedModel], source: ImageSource, opts: TourOptions, seconds: float,
+               run: Run) -> dict:
+    indices = select(source, opts.images, opts.shuffle)
+    return {
+        "models": [{"spec": m.label, "architecture": m.spec.name, "fingerprint": m.fingerprint,
+                    "weights": weights_source(m), "input": "x".join(str(v) for v in m.data_config["input_size"]),
+                    "layout": m.memory_format}
+                   for m in models],
+        "images": {"source": source.name, "count": len(indices), "sha256": images_hash(source, indices),
+                   "order": "first N" if opts.shuffle is None else f"shuffled, seed {opts.shuffle}",
+                   "batch size": opts.batch_size},
+        "resampling": {"bootstrap resamples": run.bootstrap, "seed": run.seed, "controls": opts.control},
+        "versions": versions(),
+        "made": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC"),
+        "seconds": round(seconds, 1),
+    }
+
+
+# ---------------------------------------------------------------- HTML
+
+
+def chart_svg(chart) -> str:
+    """An Altair chart as an inline ``<svg>`` element (vl-convert; no script, no fetched resource)."""
+    import vl_convert as vlc
+
+    svg = vlc.vegalite_to_svg(chart.to_json())
+    return svg[svg.index("<svg"):]  # drop any XML prolog: the SVG is embedded in HTML
+
+
+def _number(x: float) -> str:
+    return "n/a" if x != x else f"{x:.3f}"  # NaN (a check that could not be measured)
+
+
+LEARNED_CLASS = {"yes": "shown", "no": "notshown"}
+
+
+def _slide(k: int, row, svg: str | None, paper: str | None = None) -> str:
+    """One claim: the paper-style figure, the two answers with their numbers and intervals, the interval chart."""
+    e = html.escape
+    pattern = VERDICT_CLASS.get(row.pattern, "canttell")
+    learned = LEARNED_CLASS.get(row.learned, "canttell")
+    figure = (f'<div class="paper" data-figure="{e(row.figure)}">{paper}</div>' if paper else "") + (
+        f'<div class="intervals">{svg}</div>' if svg else "")
+    if not figure:
+        figure = '<p class="nofig">No figure: this check could not be measured (see the evidence).</p>'
+    twins = (f"<tr><th>trained</th><td>{_number(row.effect)} [{_number(row.effect_lo)}, {_number(row.effect_hi)}]"
+             f"</td></tr><tr><th>untrained twins</th><td>{_number(row.twin)} [{_number(row.twin_lo)}, "
+             f"{_number(row.twin_hi)}]</td></tr>" if row.learned != "n.a." else "")
+    return f"""<section class="slide" id="fig{k}" data-figure="{e(row.figure)}">
+<h2><span class="fig">{e(row.figure)}</span> {e(row.title)}</h2>
+<div class="body"><div class="figure">{figure}</div>
+<div class="text"><p class="label">The paper</p><blockquote class="claim">{e(row.claim)}</blockquote>
+<p class="label">Pattern: do these models show it?</p>
+<p class="verdict {pattern}" data-verdict="{e(row.pattern)}">{e(row.pattern)}</p>
+<table class="numbers"><tr><th>statistic</th><td>{_number(row.statistic)}</td></tr>
+<tr><th>95 % interval</th><td>[{_number(row.lo)}, {_number(row.hi)}]</td></tr>
+<tr><th>interval</th><td class="basis">{e(row.interval)}</td></tr>
+<tr><th>null</th><td>{_number(row.control)} ({e(row.control_label)})</td></tr></table>
+<p class="label">Learned: more than untrained?</p>
+<p class="verdict {learned}" data-learned="{e(row.learned)}">{e(row.learned)}</p>
+<table class="numbers">{twins}<tr><th>compared with</th><td>{e(row.learned_label)}</td></tr></table>
+<p class="evidence">{e(row.evidence)}</p></div></div></section>"""
+
+
+def _provenance_html(prov: dict) -> str:
+    e = html.escape
+    models = "".join(f"<tr><td>{e(m['spec'])}</td><td>{e(m['architecture'])}</td><td><code>{e(m['fingerprint'])}"
+                     f"</code></td><td>{e(m['weights'])}</td><td>{e(m['input'])}</td><td>{e(m['layout'])}</td></tr>"
+                     for m in prov["models"])
+    img = prov["images"]
+    images = "".join(f"<tr><th>{e(k)}</th><td>{e(str(v))}</td></tr>" for k, v in img.items())
+    resampling = "".join(f"<tr><th>{e(k)}</th><td>{e(str(v))}</td></tr>" for k, v in prov["resampling"].items())
+    libs = "".join(f"<tr><th>{e(k)}</th><td>{e(v)}</td></tr>" for k, v in prov["versions"].items())
+    return f"""<section class="slide" id="provenance"><h2>Provenance</h2>
+<h3>Models</h3><table class="prov" id="prov-models"><tr><th>spec</th><th>architecture</th><th>fingerprint</th>
+<th>weights</th><th>input</th><th>layout</th></tr>{models}</table>
+<h3>Images</h3><table class="prov" id="prov-images">{images}</table>
+<h3>Resampling</h3><table class="prov">{resampling}</table>
+<h3>Software</h3><table class="prov" id="prov-versions">{libs}</table>
+<p id="prov-made">Made {e(prov['made'])} by vitlab {e(prov['versions']['vitlab'])};
+the tour ran {prov['seconds']} s.</p></section>"""
+
+
+STYLE = """
+html{scroll-snap-type:y mandatory}body{margin:0;font:20px/1.45 system-ui,-apple-system,Segoe UI,Roboto,sans-serif;
+color:#1d1d1f;background:#fff}.slide{min-height:100vh;box-sizing:border-box;padding:3vh 4vw;scroll-snap-align:start;
+border-bottom:1px solid #ddd;break-after:page}h1{font-size:2.4em;margin:0 0 .4em}h2{font-size:1.9em;margin:0 0 .6em}
+.fig{color:#666;font-weight:400}.body{display:flex;gap:3vw;align-items:flex-start;flex-wrap:wrap}
+.figure{flex:3 1 520px}.figure svg{width:100%;height:auto;max-height:70vh}.text{flex:2 1 380px}
+.intervals svg{max-height:30vh}
+.label{font-size:.8em;text-transform:uppercase;letter-spacing:.08em;color:#666;margin:.8em 0 .2em}
+.claim{font-size:1.15em;margin:0;border-left:4px solid #999;padding-left:.8em}
+.verdict{display:inline-block;font-size:1.5em;font-weight:700;padding:.1em .6em;border-radius:.3em;margin:.2em 0}
+.shown{background:#d7f5dd;color:#0b6b24}.notshown{background:#ffe0d6;color:#9a2a00}
+.canttell{background:#e8eaf0;color:#333}table{border-collapse:collapse}th,td{padding:.2em .6em;text-align:left;
+vertical-align:top}.numbers th{white-space:nowrap}.numbers td{font-variant-numeric:tabular-nums;font-size:1.1em}
+.evidence{color:#444;font-size:.85em}
+.prov{font-size:.75em;margin-bottom:1em}.prov th{color:#555}.summary td,.summary th{font-size:1.1em}
+nav ol{columns:2;font-size:.9em}a{color:#0645ad}
+"""
+
+
+def render_html(tour: TourReport, prov: dict, title: str) -> str:
+    """The report as one HTML string (every figure an inline SVG)."""
+    e = html.escape
+    slides, toc = [], []
+    for k, row in enumerate(tour.rows):
+        frame = tour.frames.get(row.figure) if tour.frames else None
+        has = row.figure in tour.charts and (frame is None or len(frame))
+        paper = tour.paper_charts.get(row.figure)
+        slides.append(_slide(k, row, chart_svg(tour.charts[row.figure]) if has else None,
+                             chart_svg(paper) if paper is not None else None))
+        toc.append(f'<li><a href="#fig{k}">{e(row.figure)}: {e(row.title)}</a>: pattern {e(row.pattern)}, '
+                   f'learned {e(row.learned)}</li>')
+    counts = {f"pattern: {k}": v for k, v in tour.summary().items()}
+    counts.update({f"learned: {k}": v for k, v in tour.learned_summary().items()})
+    cover = f"""<section class="slide" id="cover"><h1>{e(title)}</h1>
+<p>Raghu et al. 2021, "Do Vision Transformers See Like CNNs?": each claim checked on
+{e(', '.join(tour.models))} over {prov['images']['count']} images of {e(prov['images']['source'])}.
+Two answers per claim: <strong>pattern</strong> ("shown" only when the statistic's 95 % interval clears the claim's own
+null) and <strong>learned</strong> ("yes" only when the trained models' interval clears the untrained twins').</p>
+<table class="summary">{''.join(f'<tr><th>{e(k)}</th><td>{v}</td></tr>' for k, v in counts.items())}</table>
+<nav><ol>{''.join(toc)}</ol></nav><p><a href="#provenance">Provenance</a></p></section>"""
+    return (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><title>{e(title)}</title>'
+            f'<meta name="viewport" content="width=device-width, initial-scale=1"><style>{STYLE}</style></head>'
+            f'<body>{cover}{"".join(slides)}{_provenance_html(prov)}</body></html>\n')
+
+
+def report(models: list[LoadedModel], source: ImageSource, opts: ReportOptions, run: Run,
+           tour: TourReport | None = None) -> ReportResult:
+    """Run the tour (or take one already run on these models and source) and render it."""
+    if not models:
+        raise VitlabError("a report needs models: give a ViT and a ResNet, e.g. -m zoo:vit-cls -m zoo:resnet")
+    t0 = time.perf_counter()
+    tour = tour if tour is not None else run_tour(models, source, opts.tour, run)
+    seconds = time.perf_counter() - t0
+    prov = provenance(models, source, opts.tour, seconds, run)
+    text = render_html(tour, prov, opts.title)
+    return ReportResult(text, tour, prov, time.perf_counter() - t0)
