@@ -37,18 +37,25 @@ def main() -> None:
     if not a.quick:
         settings += [(64, 32, "app before issue 28"), (64, 8, ""), (512, 32, ""), (256, 16, "")]
     rows = []
+
+    def add(row: dict) -> None:  # print as it goes: the full run takes minutes
+        rows.append(row)
+        print(f"{row['statistic']:24s} {row['setting']:9s} {row['images']:4d}/{row['batch_size']:<3d} "
+              f"{row['defaults']:20s} {row['method']:21s} coverage {row['coverage']:.3f} (width "
+              f"{row['mean_width']:.3f}, no interval {row['no_interval']})", flush=True)
+
     for images, batch, where in settings:
         for method in (ev.JACKKNIFE, ev.PERCENTILE):
             for strength in (1.0, 2.0):
                 r = C.cka_coverage(images, batch, a.datasets, a.seed, a=strength, method=method).row()
-                rows.append({**r, "defaults": where, "setting": f"a = {strength}"})
+                add({**r, "defaults": where, "setting": f"a = {strength}"})
     for images in (64, 256):
-        rows.append({**C.distance_coverage(images, a.datasets, a.seed).row(), "defaults": "", "setting": "gamma"})
+        add({**C.distance_coverage(images, a.datasets, a.seed).row(), "defaults": "", "setting": "gamma"})
     for images, batch, where in settings[:3]:
         for method in (ev.JACKKNIFE, ev.PERCENTILE):
             for noise in (1.5, 2.0):
                 r = C.localization_coverage(images, batch, a.rate_datasets, a.seed, noise=noise, method=method).row()
-                rows.append({**r, "defaults": where, "setting": f"noise {noise}"})
+                add({**r, "defaults": where, "setting": f"noise {noise}"})
     frame = pd.DataFrame(rows)[["statistic", "setting", "images", "batch_size", "units", "defaults", "method",
                                 "population", "datasets", "coverage", "no_interval", "mean_width"]]
     with pd.option_context("display.width", 200, "display.max_rows", 200, "display.float_format", "{:.3f}".format):

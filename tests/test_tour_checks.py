@@ -197,7 +197,7 @@ def untrained_report():
     src = vitlab.open_source("fashion-mnist:test")
     models = [vitlab.load("zoo:vit-cls@random:0", "cpu"), vitlab.load("zoo:resnet@random:0", "cpu")]
     twin = "zoo:vit-cls@random:0"
-    opts = tour.TourOptions(images=48, batch_size=8, rf_images=8, probe_draws=4, probe_test=60, probe_shots=3,
+    opts = tour.TourOptions(images=32, batch_size=8, rf_images=4, probe_draws=4, probe_test=60, probe_shots=3,
                             permutations=50, noskip=(twin, twin), gap_pair=(twin, twin),
                             scale_pairs=(f"{twin} vs {twin}",))
     return tour.run_tour(models, src, opts, Run(bootstrap=50, seed=0))

@@ -45,7 +45,9 @@ class Coverage:
 
     @property
     def rate(self) -> float:
-        return self.covered / max(1, self.datasets - self.no_interval)
+        """Share of the intervals given that covered; NaN when none was given (too few units every time)."""
+        given = self.datasets - self.no_interval
+        return self.covered / given if given else float("nan")
 
     def row(self) -> dict:
         return {"statistic": self.statistic, "images": self.images, "batch_size": self.batch_size,
