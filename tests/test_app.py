@@ -346,6 +346,19 @@ def test_localization_page_token_click_and_upload():
     assert len(at.get("image")) == 3
 
 
+@pytest.mark.skipif(not ZOO_READY, reason="needs the zoo")
+def test_localization_page_switches_to_the_196_token_pair():
+    at = start("localization")
+    at.button(key="loc.clsgap14").click().run()
+    assert not at.error, [e.value for e in at.error]
+    assert (at.session_state["lab.model_a"], at.session_state["lab.model_b"]) == ("zoo:vit-cls-14", "zoo:vit-gap-14")
+    at.number_input(key="loc.row").set_value(13).run()  # a 14x14 grid: the last row and column exist
+    at.number_input(key="loc.col").set_value(13).run()
+    assert not at.error, [e.value for e in at.error]
+    caps = [i.proto.imgs[0].caption for i in at.get("image")]
+    assert any("token (13,13)" in c for c in caps), caps
+
+
 def test_probes_page_needs_labels_then_runs():
     at = start("probes")
     if SETTINGS["lab.source"] == "samples":

@@ -145,6 +145,8 @@ def test_figs_9_10_chance_corrected_localization():
     gap = tour.check_gap(E(0.9, 0.8, 1.0), E(0.3, 0.2, 0.5), "")
     assert gap.verdict == "shown" and "LayerNorm" in gap.evidence
     assert tour.check_gap(E(0.9, 0.6, 1.0), E(0.9, 0.6, 1.0), "").verdict == "not shown"
+    alone = tour.check_gap(E(0.9, 0.8, 1.0), E(0.3, 0.2, 0.5), "", norm_moved=False)
+    assert alone.verdict == "shown" and tour.GAP_CAVEAT not in alone.evidence and "pooling only" in alone.evidence
 
 
 def test_fig_11_probes_against_zero_and_the_twin():

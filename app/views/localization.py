@@ -46,9 +46,13 @@ st.caption("ViT tokens, especially in higher layers, keep much more of their own
            "token's gradient map and attention map say which pixels it carries.")
 s = lab.settings()
 ref = reference_ui()
-st.button("Compare CLS vs GAP: zoo:vit-cls and zoo:vit-gap", key="loc.clsgap", on_click=lab.set_models,
+c1, c2 = st.columns(2)
+c1.button("Compare CLS vs GAP: zoo:vit-cls and zoo:vit-gap (16 tokens)", key="loc.clsgap", on_click=lab.set_models,
           args=("zoo:vit-cls", "zoo:vit-gap"))
-st.caption(f"CLS vs GAP in the zoo: {vitlab.tour.GAP_CAVEAT}. Chance level of a token's best match is 1/positions: "
+c2.button("Compare CLS vs GAP: zoo:vit-cls-14 and zoo:vit-gap-14 (196 tokens, pooling only)", key="loc.clsgap14",
+          on_click=lab.set_models, args=("zoo:vit-cls-14", "zoo:vit-gap-14"))
+st.caption(f"CLS vs GAP in the zoo: for vit-cls / vit-gap, {vitlab.tour.GAP_CAVEAT}; vit-cls-14 / vit-gap-14 differ "
+           "in pooling alone. Chance level of a token's best match is 1/positions: "
            "compare grids of different sizes by the chance-corrected rate (Paper tour, Figs 9-10).")
 report = None
 with lab.guard():

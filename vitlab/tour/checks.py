@@ -299,9 +299,11 @@ def check_localization(vit: Estimate, cnn: Estimate, detail: str, effect: Estima
                       learned=_learned(effect, twin, "untrained twins' ViT − CNN chance-corrected rate"))
 
 
-def check_gap(cls: Estimate, gap: Estimate, detail: str) -> Check:
-    """Fig 10: chance-corrected localization of the CLS model above the GAP model's."""
-    return make_check("gap", cls, gap, "GAP model's chance-corrected rate", f"{detail}; note: {GAP_CAVEAT}")
+def check_gap(cls: Estimate, gap: Estimate, detail: str, norm_moved: bool = True) -> Check:
+    """Fig 10: chance-corrected localization of the CLS model above the GAP model's. ``norm_moved``: the GAP model's
+    final LayerNorm sits after pooling (timm's default), so the pair differs in more than pooling (GAP_CAVEAT)."""
+    note = f"; note: {GAP_CAVEAT}" if norm_moved else "; the two differ in pooling only (final LayerNorm in place)"
+    return make_check("gap", cls, gap, "GAP model's chance-corrected rate", f"{detail}{note}")
 
 
 def check_probes(margin: Estimate, twin: Estimate | None, detail: str) -> Check:

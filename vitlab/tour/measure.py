@@ -430,8 +430,10 @@ def measure_gap(ms: Models, source, opts, run):
     cls, gap = ms.get(opts.gap_pair[0]), ms.get(opts.gap_pair[1])
     r, maps = _localization([cls, gap], source, opts, run)
     detail = f"{_loc_text(cls, r[0])}; {_loc_text(gap, r[1])}"
-    return T.check_gap(r[0][0], r[1][0], detail), _rows(("CLS model", "statistic", r[0][0]),
-                                                         ("GAP model", "control", r[1][0])), {"maps": maps}
+    # timm's avg pooling moves the final LayerNorm into fc_norm, after pooling, unless built with fc_norm=False
+    norm_moved = type(getattr(gap.model, "fc_norm", None)).__name__ not in ("NoneType", "Identity")
+    return T.check_gap(r[0][0], r[1][0], detail, norm_moved), _rows(("CLS model", "statistic", r[0][0]),
+                                                                    ("GAP model", "control", r[1][0])), {"maps": maps}
 
 
 def _probe_margins(m: LoadedModel, source, opts, run) -> tuple[np.ndarray, list[str], pd.DataFrame]:
