@@ -204,6 +204,12 @@ def test_verdict(stat, control, floor, want):
     assert verdict(stat, control, floor=floor) == want
 
 
+def test_a_difference_at_round_off_is_no_difference():
+    same = Estimate(2.220446049250313e-16, 2.220446049250313e-16, 2.220446049250313e-16)  # a model vs itself
+    assert verdict(same, Estimate.exact(0.0)) == "not shown"
+    assert verdict(Estimate(1e-9, 5e-10, 2e-9), Estimate.exact(0.0)) == "shown"  # small but real
+
+
 def test_verdict_less():
     assert verdict(Estimate(0.6, 0.55, 0.65), Estimate(0.9, 0.88, 0.92), "less") == "shown"
     assert verdict(Estimate(0.9, 0.85, 0.95), Estimate(0.9, 0.88, 0.92), "less") == "not shown"

@@ -43,6 +43,7 @@ VERDICTS = ("shown", "not shown", "can't tell")
 # standard errors wide. From 4 units on it covered 93-96 % in every simulated setting (docs/evidence.md).
 MIN_UNITS = 4
 JACKKNIFE, PERCENTILE = "jackknife t", "percentile bootstrap"
+ROUNDOFF = 1e-12  # relative: a statistic this close to its reference does not go the claimed way
 
 
 # ---------------------------------------------------------------- resampling
@@ -204,7 +205,8 @@ def verdict(stat: Estimate, control: Estimate, direction: str = "greater", floor
     values = [v, lo, c, c_hi]
     if not all(np.isfinite(values)):
         return "can't tell"
-    if any(v <= ref for ref, _ in refs):
+    # within float64 round-off of the reference is no difference (a model against itself: 2e-16, not a claim)
+    if any(v <= ref + ROUNDOFF * max(1.0, abs(ref)) for ref, _ in refs):
         return "not shown"
     if all(lo > ref_hi for _, ref_hi in refs):
         return "shown"
