@@ -4,13 +4,12 @@
     python bench/coverage_bench.py --datasets 500 --quick
 
 For each statistic, many independent data sets are drawn from a distribution whose population value is known
-(``vitlab.stats.coverage``: Gaussian features with an analytic population CKA, checked on a 400,000-draw sample; per-image
-attention distances from a gamma distribution; a 4 × 4 localization grid whose population rate is 0.75), the
-interval is built with vitlab's own code at the app's defaults (64 images in batches of 16), the CLI's (256 in
-batches of 64), the tour's (256 in batches of 32) and a few more, and the share of intervals that cover the
-population value is printed. Baseline: the percentile bootstrap over batches (B = 200) that vitlab used before
-issue 28, on the same data sets. A coverage estimate from R data sets has a standard error of about
-sqrt(0.95 · 0.05 / R): 0.5 points at R = 2000.
+(``vitlab.stats.coverage``: Gaussian features with an analytic population CKA, checked on a 400,000-draw sample;
+per-image attention distances from a gamma distribution; a 4 × 4 localization grid whose population rate is 0.75), the
+interval is built with vitlab's own code at the app's defaults (64 images in batches of 16), the CLI's (256 in batches
+of 64), the tour's (256 in batches of 32) and a few more, and the share of intervals that cover the population value is
+printed. Baseline: the percentile bootstrap over batches (B = 200) that vitlab used before issue 28, on the same data
+sets. A coverage estimate from R data sets has a standard error of about sqrt(0.95 · 0.05 / R): 0.5 points at R = 2000.
 """
 
 from __future__ import annotations

@@ -1,6 +1,7 @@
-"""Presenting the Paper tour: one figure per screen in large type (the paper's figure drawn from this run, the
-paper's claim, the two answers on these models, pattern and learned, with their numbers and intervals), Previous / Next buttons with the ← and → keys, and the whole tour as one self-contained HTML file
-to take away (vitlab.report: inline SVG figures, verdicts, provenance; opens offline with no server)."""
+"""Presenting the Paper tour: one figure per screen in large type (the paper's figure drawn from this run, the paper's
+claim, the two answers on these models, pattern and learned, with their numbers and intervals), Previous / Next buttons
+with the ← and → keys, and the whole tour as one self-contained HTML file to take away (vitlab.report: inline SVG
+figures, verdicts, provenance; opens offline with no server)."""
 
 import functools
 from dataclasses import replace

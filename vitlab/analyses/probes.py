@@ -337,9 +337,10 @@ def probe_model(model: LoadedModel, source: ImageSource, split: Split, *, layers
     """Few-shot probe accuracy of every layer x representation of one model (Figs 11, 13).
 
     ``draws`` few-shot draws (``split``, then re-draws of its images, seeds ``seed + d``): the accuracy is their
-    mean, with its 95 % jackknife-t interval over the draws (the t interval of a mean; NaN below
-    ``evidence.MIN_UNITS`` draws or with ``run.bootstrap`` 0), as the tour's Fig 11. ``run.shard``/``run.gather`` (``vitlab.dist``): each rank extracts its
-    batches' features; after the gather every rank holds all of them in batch order and fits the same probes.
+    mean, with its 95 % jackknife-t interval over the draws (the t interval of a mean; NaN below ``evidence.MIN_UNITS``
+    draws or with ``run.bootstrap`` 0), as the tour's Fig 11. ``run.shard``/``run.gather`` (``vitlab.dist``): each rank
+    extracts its batches' features; after the gather every rank holds all of them in batch order and fits the same
+    probes.
     """
     from ..stats import evidence as ev
 

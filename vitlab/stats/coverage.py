@@ -121,7 +121,8 @@ def cka_coverage(images: int, batch_size: int, datasets: int = 300, seed: int = 
 def distance_coverage(images: int, datasets: int = 1000, seed: int = 0, shape: float = 2.0,
                       scale: float = 1.5, offset: float = 8.0) -> Coverage:
     """Coverage of a head's mean attention distance interval (per-image distances offset + Gamma(shape, scale),
-    population mean offset + shape·scale px) with :class:`vitlab.analyses.attention.AttentionDistanceResult`'s interval."""
+    population mean offset + shape·scale px) with the interval of
+    :class:`vitlab.analyses.attention.AttentionDistanceResult` (:func:`vitlab.stats.evidence.mean_half_width`)."""
     from .evidence import mean_half_width
 
     rng = np.random.default_rng(seed)

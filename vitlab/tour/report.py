@@ -3,9 +3,10 @@ where it all came from. For presenting without a server (a projector laptop, a r
 
 Each claim's section holds the paper-style figure (``TourReport.paper_charts``: CKA heatmaps, head distances,
 receptive-field maps, skip-ratio curves, localization maps, probe curves, from the tour's own run), its two answers
-(pattern and learned) with their intervals, and the interval chart. The file has no script, no stylesheet link and
-no fetched resource: the charts are Vega-Lite rendered to SVG by vl-convert ahead of time, the style is one inline ``<style>``. Each figure fills one screen (CSS scroll snapping),
-so Page Down / the arrow keys step through the figures in any browser; it also prints one figure per page.
+(pattern and learned) with their intervals, and the interval chart. The file has no script, no stylesheet link and no
+fetched resource: the charts are Vega-Lite rendered to SVG by vl-convert ahead of time, the style is one inline
+``<style>``. Each figure fills one screen (CSS scroll snapping), so Page Down / the arrow keys step through the figures
+in any browser; it also prints one figure per page.
 
     models, source ─tour.run_tour─► TourReport ─render_html(+ provenance)─► report.html
 
