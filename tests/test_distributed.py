@@ -318,3 +318,186 @@ def test_probe_features_gathered_from_two_shards_equal_one_pass():
         for key, ref in one[0][part].items():
             np.testing.assert_allclose(two[0][part][key], ref, rtol=0, atol=1e-5)
     assert len(one[1]["test"]) == 8
+
+
+# ---------------------------------------------------------------- every data-set analysis, with its intervals
+
+# 80 images in batches of 16: 5 batches, so 2 ranks take 3 and 2 and 3 ranks take 2, 2 and 1
+ZOO_DATA = ["-d", "fashion-mnist:test", "-n", "80", "-b", "16", "--device", "cpu", "--no-cache", "--bootstrap",
+            "50", "--seed", "3", "--workers", "0"]
+SPLIT = {  # command: its arguments (each a data-set analysis whose batches split over ranks)
+    "cka": ["-m", "zoo:vit-cls", "-m", "zoo:resnet", "--permutations", "10"],  # intervals and permutation null
+    "similarity": ["-m", "zoo:vit-cls", "-m", "zoo:resnet"],  # six measures, sketches, the agreement's ranks
+    "compare-models": ["-m", "zoo:vit-cls", "-m", "zoo:resnet", "-m", "zoo:mixer"],
+    "cka-sensitivity": ["-m", "zoo:vit-cls", "--other", "zoo:resnet", "--layer-a", "blocks.1.resid_post",
+                        "--layer-b", "layer1.0"],
+    "head-ablation": ["-m", "zoo:vit-cls", "--other", "zoo:resnet", "--draws", "2", "--k", "1"],
+    "token-norms": ["-m", "zoo:vit-cls"],
+    "localization": ["-m", "zoo:vit-cls"],
+    "receptive-field": ["-m", "zoo:vit-cls", "-n", "24", "-b", "8"],  # the radii's intervals (3 batches)
+    "tour": ["-m", "zoo:vit-cls", "-m", "zoo:resnet", "--rf-images", "24", "--probe-draws", "2", "--probe-shots",
+             "2", "--probe-test", "40", "--permutations", "50"],
+    "attribution": ["-m", "zoo:vit-cls", "-n", "20", "-b", "4", "--methods", "rollout,grad-rollout",
+                    "--random-orders", "2", "--cell-px", "7"],  # 5 batches of 4 images
+}
+
+
+def _split_commands(out) -> list[list[str]]:
+    # the command's own -n/-b come after the common ones: argparse keeps the last
+    return [[name, *ZOO_DATA, *args, "-o", str(out / name)] for name, args in SPLIT.items()]
+
+
+@pytest.fixture(scope="module")
+def one_process(tmp_path_factory):
+    """Every command of SPLIT in this process (one torch thread, as each rank), tables only."""
+    import torch
+
+    from tests.dist_driver import run_commands
+
+    out, threads = tmp_path_factory.mktemp("one"), torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        run_commands(_split_commands(out))
+    finally:
+        torch.set_num_threads(threads)
+    return out
+
+
+def _torchrun_commands(tmp_path, processes: int, commands: list[list[str]], timeout: float) -> str:
+    spec = tmp_path / "commands.json"
+    spec.write_text(json.dumps(commands))
+    driver = os.path.join(os.path.dirname(__file__), "dist_driver.py")
+    cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={processes}",
+           "--master_addr=127.0.0.1", f"--master_port={_free_port()}", driver, str(spec)]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=_env(), check=False)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-5000:]
+    return done.stdout
+
+
+def _assert_same_tables(got_dir, ref_dir) -> None:
+    """Every CSV of the single-process run, and the same CSV of the torchrun run: numbers (point estimates,
+    interval ends, p-values, ranks) within 1e-7, NaN in the same cells, text (verdicts, details) identical."""
+    names = sorted(p.relative_to(ref_dir) for p in ref_dir.glob("*/*.csv"))
+    assert len(names) >= 2 * len(SPLIT) - 1 and {n.parts[0] for n in names} == set(SPLIT)
+    for name in names:
+        ref, got = pd.read_csv(ref_dir / name), pd.read_csv(got_dir / name)
+        assert list(got.columns) == list(ref.columns) and len(got) == len(ref), name
+        for col in ref.columns:
+            a, b = ref[col], got[col]
+            if pd.api.types.is_numeric_dtype(a) and pd.api.types.is_numeric_dtype(b):
+                np.testing.assert_allclose(b.to_numpy(float), a.to_numpy(float), rtol=0, atol=1e-7,
+                                           err_msg=f"{name}: {col}")
+            else:
+                assert (b.fillna("<NA>").astype(str) == a.fillna("<NA>").astype(str)).all(), f"{name}: {col}"
+
+
+def _interval_columns_present(ref_dir) -> None:
+    """The comparison covers intervals: each command that reports them has them (finite) in its tables."""
+    cka = pd.read_csv(ref_dir / "cka" / "cka.csv")
+    assert {"cka_lo", "cka_hi", "p_null", "null_lo", "null_hi"} <= set(cka.columns)
+    assert np.isfinite(cka[["cka_lo", "cka_hi", "p_null"]].to_numpy()).any()
+    assert "radius50_lo" in pd.read_csv(ref_dir / "receptive-field" / "receptive_field_summary.csv")
+    for name, cols in (("head-ablation/summary.csv", ["lo", "hi"]), ("attribution/faithfulness_summary.csv",
+                                                                      ["lo", "hi"]),
+                       ("tour/tour_intervals.csv", ["lo", "hi"])):
+        assert np.isfinite(pd.read_csv(ref_dir / name)[cols].to_numpy()).any(), name
+
+
+@pytest.mark.slow
+def test_every_split_command_under_torchrun_equals_one_process(tmp_path, one_process):
+    stdout = _torchrun_commands(tmp_path, 2, _split_commands(tmp_path), timeout=900)
+    assert stdout.count("files in ") == len(SPLIT)  # rank 0 alone reports and writes each command
+    for name in SPLIT:
+        run = json.loads((tmp_path / name / "run.json").read_text())
+        assert run["processes"] == 2, name
+    _interval_columns_present(one_process)
+    _assert_same_tables(tmp_path, one_process)
+
+
+@pytest.mark.slow
+def test_three_processes_and_five_batches_equal_one_process(tmp_path, one_process):
+    stdout = _torchrun_commands(tmp_path, 3, _split_commands(tmp_path), timeout=900)
+    assert stdout.count("files in ") == len(SPLIT)
+    assert json.loads((tmp_path / "similarity" / "run.json").read_text())["batches_computed"] == 5  # 2 + 2 + 1
+    _assert_same_tables(tmp_path, one_process)
+
+
+BATCH_FAIL_WORKER = textwrap.dedent('''
+    import os, sys
+    import vitlab.engine.inflight
+    from vitlab import cli
+
+    real = vitlab.engine.inflight.forward_statistics
+
+    def failing(loaded, x, todo, batch, amp=False):
+        if os.environ["RANK"] == "1" and batch.index == 3:
+            raise RuntimeError("injected failure in the forward")
+        return real(loaded, x, todo, batch, amp)
+
+    vitlab.engine.inflight.forward_statistics = failing
+    sys.exit(cli.main(sys.argv[1:]))
+''')
+
+
+def test_a_rank_failing_at_a_batch_names_it_and_keeps_earlier_batches_cached(tmp_path):
+    from vitlab import cli
+
+    script, cache = tmp_path / "batch_fail_worker.py", tmp_path / "cache"
+    script.write_text(BATCH_FAIL_WORKER)
+    args = ["similarity", "-m", "zoo:vit-cls", "--measure", "cka,procrustes", "-d", "fashion-mnist:test", "-n", "64",
+            "-b", "16", "--device", "cpu", "--workers", "0", "--cache-dir", str(cache)]
+    (rc0, log0, _), (rc1, log1, _) = _launch_pair(str(script), [*args, "-o", str(tmp_path / "out")], timeout=80)
+    assert rc1 != 0 and "rank 1 of 2 failed at batch 3: RuntimeError: injected failure in the forward" in log1, log1
+    assert rc0 != 0 and "rank 1 of 2 failed at batch 3" in log0 and "stopping rank 0 of 2" in log0, log0
+    assert not (tmp_path / "out" / "run.json").exists()
+    # rank 1's batch 1 (and whatever rank 0 finished) stayed in the cache: one process now computes the rest
+    assert cli.main([*args, "-o", str(tmp_path / "again")]) == 0
+    again = json.loads((tmp_path / "again" / "run.json").read_text())
+    assert again["batches_from_cache"] >= 1 and again["batches_from_cache"] + again["batches_computed"] == 4
+
+
+def test_keyed_terms_of_two_shards_rebuild_one_process_bit_for_bit(monkeypatch):
+    """The ordered gather behind every interval under torchrun, without processes: two shards' BootstrapCKA terms
+    (with a permutation null) put back in batch order equal one process's sums, interval and null exactly."""
+    from vitlab.engine import dist
+    from vitlab.stats.cka import centred
+    from vitlab.stats.evidence import BootstrapCKA
+
+    rng = np.random.default_rng(1)
+    batches = []
+    for n in (6, 5, 7, 6, 8):
+        x = rng.normal(size=(n, 5)) + 3.0
+        batches.append((centred(np.stack([x @ x.T, np.tanh(x) @ np.tanh(x).T])),
+                        centred(np.stack([(x[:, :2] ** 2) @ (x[:, :2] ** 2).T]))))
+    one, shards = BootstrapCKA(["a", "b"], ["c"], permutations=4, seed=7), []
+    for key, (ga, gb) in enumerate(batches):
+        one.update(ga, gb, key=key)
+    for rank in range(2):
+        acc = BootstrapCKA(["a", "b"], ["c"], permutations=4, seed=7)
+        for key in range(rank, len(batches), 2):
+            acc.update(*batches[key], key=key)
+        shards.append(acc)
+    monkeypatch.setattr(dist, "gather_objects", lambda mine: [mine, [shards[1].keyed_terms()]])
+    dist._gather_keyed_terms([shards[0]])  # rank 0 receives rank 1's batches 1 and 3
+    got, ref = shards[0], one
+    assert got.keys == [0, 1, 2, 3, 4] and (got.batches, got.images) == (ref.batches, ref.images)
+    for k in ("xy", "xx", "yy"):
+        assert np.array_equal(got.state()[k], ref.state()[k])  # added in the same order: the same bits
+    e_got, e_ref = got.evidence(50, 3), ref.evidence(50, 3)
+    for field in ("cka", "lo", "hi", "p_null", "null_lo", "null_hi"):
+        assert np.array_equal(getattr(e_got, field), getattr(e_ref, field), equal_nan=True), field
+
+
+def test_gather_ordered_puts_ranks_values_in_batch_order_and_names_a_rank_that_left():
+    from vitlab.engine.context import Run
+    from vitlab.errors import VitlabError
+
+    mine = [(1, "b1"), (3, "b3")]
+    other = ("ordered", "values", [(0, "b0"), (2, "b2"), (4, "b4")])
+    assert Run(shard=(1, 2), gather=lambda o: [other, o]).gather_ordered(mine) == ["b0", "b1", "b2", "b3", "b4"]
+    assert Run().gather_ordered([(2, "x"), (0, "y")]) == ["y", "x"]
+    with pytest.raises(VitlabError, match="the same batch came from two ranks"):
+        Run(shard=(1, 2), gather=lambda o: [other, o]).gather_ordered([(2, "again")])
+    stray = ("ordered", "outcome of tour check 'cka'", [(0, None)])
+    with pytest.raises(VitlabError, match="rank 0 did not send its token norms: it left this step"):
+        Run(shard=(1, 2), gather=lambda o: [stray, o]).gather_ordered(mine, "token norms")

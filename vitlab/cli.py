@@ -160,8 +160,11 @@ def run_analysis(analysis: Analysis, args) -> int:
 
     t0 = time.perf_counter()
     ctx = dist.context(args)  # torchrun: this rank's device, shard, reductions
-    if ctx.distributed and not analysis.shards and not ctx.is_main:
-        return 0  # not sharded: rank 0 alone computes and writes --out
+    if ctx.distributed and not analysis.shards:
+        if not ctx.is_main:
+            return 0  # one image (or a check): rank 0 alone computes and writes --out; the others wait for it
+        print(f"vitlab {analysis.name} does not split over processes (one image, or a check): under torchrun rank 0 "
+              f"runs it alone and the other {ctx.world - 1} rank(s) wait", file=sys.stderr)
     opts = options_from_args(analysis, args)
     source = open_source(args.data)
     engine_models, models = load_models(analysis, args)
@@ -345,28 +348,32 @@ def add_report(sub) -> None:
 
 
 def run_report_command(args) -> int:
+    from .engine import dist
     from .engine.context import Run
     from .inputs.data import open_source
     from .errors import VitlabError
     from .inputs.models import load
-    from .progress import tqdm_progress
     from .tour.report import ReportOptions, report
 
     out = Path(args.out)
     if out.suffix.lower() not in (".html", ".htm"):
         raise VitlabError(f"--out '{out}': the report is one HTML file; give a path ending in .html")
     t0 = time.perf_counter()
+    ctx = dist.context(args)  # torchrun: the tour's batches split across ranks, as `vitlab tour`
     tour_opts = options_from_args(ANALYSES["tour"], args)
     source = open_source(args.data)
     models = [load(s, args.device) for s in args.model]
     relabel(models, args.model)
     opts = ReportOptions(tour_opts, args.title) if args.title else ReportOptions(tour_opts)
-    progress = tqdm_progress("report")
+    progress = ctx.progress("report")
     try:
         result = report(models, source, opts, Run(store=open_store(args), progress=progress, seed=args.seed,
-                                                  bootstrap=args.bootstrap))
+                                                  bootstrap=args.bootstrap, shard=ctx.shard, reduce=ctx.reduce,
+                                                  gather=ctx.gather))
     finally:
         progress.close()
+    if not ctx.is_main:
+        return 0
     result.write(out)
     counts = result.tour.summary()
     print(f"report: {out} ({len(result.html.encode()) / 1024:.0f} KiB, {len(result.tour.rows)} figures: "
@@ -384,11 +391,19 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+ONE_PROCESS = ("taps", "cache", "zoo")  # bookkeeping: under torchrun rank 0 runs them alone, with no process group
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     from .engine import dist
 
     try:
+        if args.command in ONE_PROCESS and dist.world_size() > 1:
+            if not dist.is_main():
+                return 0
+            print(f"vitlab {args.command} runs in one process: under torchrun rank 0 runs it and the other "
+                  f"{dist.world_size() - 1} rank(s) exit", file=sys.stderr)
         from .engine import pipeline
 
         # --workers, --worker-kind: this run's defaults, given back afterwards (main() is also called in-process)

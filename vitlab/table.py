@@ -54,7 +54,9 @@ class Analysis:
     record: Callable[[Any, Any], dict] = _no_extra  # (result, opts) -> extra run.json fields
     files: Callable[[Any, Path], list] | None = None  # (result, out) -> other files written (npz, images)
     status: Callable[[Any], int] | None = None  # result -> exit status (default 0)
-    shards: bool = True  # runs under torchrun: batches split across ranks, accumulators combined
+    # runs under torchrun: batches split across ranks, results combined; False: one image (or a check) that rank 0
+    # runs alone under torchrun, saying so (docs/scale-out.md)
+    shards: bool = True
     amp: bool = False  # offers --amp (bf16 autocast on GPU)
     cache: bool = True  # offers --no-cache / --cache-dir
     data: str = "samples"  # default --data
@@ -307,7 +309,7 @@ ANALYSES: dict[str, Analysis] = {a.name: a for a in [
         charts=lambda r, o: r.chart_files(), record=lambda r, o: {"verdicts": r.summary(),
                                                                   "learned": r.learned_summary(),
                                                                   "checks": [c.figure for c in r.rows]},
-        shards=False, data="fashion-mnist:test", page="tour", section="Presentation",
+        data="fashion-mnist:test", page="tour", section="Presentation",
         icon=":material/slideshow:", docs="evidence"),
     Analysis(
         "token-gradient", "Token gradient map", "Fig 6, one token", "one", token_gradient.TokenGradientOptions,
@@ -359,7 +361,7 @@ MEASURE_ROWS = [
         "similarity", "Similarity measures", "Figs 1-2", "many", similarity.SimilarityOptions, similarity.similarity,
         "every similarity measure (CKA, RBF CKA, Procrustes, SVCCA, PWCCA, mutual k-NN) between every layer pair, "
         "and whether they agree",
-        tables=_similarity_tables, charts=_similarity_charts, shards=False, data="fashion-mnist:test",
+        tables=_similarity_tables, charts=_similarity_charts, data="fashion-mnist:test",
         record=lambda r, o: {"images": r.images, "taps": r.layers,
                              "measures": {m: similarity.describe(o, m) for m in r.measures}},
         page="similarity", docs="measures"),
@@ -367,14 +369,14 @@ MEASURE_ROWS = [
         "compare-models", "Many models", "Figs 1-2", "many", manymodels.CompareOptions, manymodels.compare_models,
         "a models x models similarity matrix per relative depth and a 2-D map of the models (classical MDS)",
         tables=lambda r: {"compare_models": r.to_frame(), "mds": r.coords_frame()}, charts=_compare_charts,
-        shards=False, data="fashion-mnist:test",
+        data="fashion-mnist:test",
         record=lambda r, o: {"measure": o.measure, "depths": list(r.depths), "taps": r.taps, "images": r.images},
         page="models", icon=":material/scatter_plot:", docs="measures"),
     Analysis(
         "cka-sensitivity", "CKA sensitivity", "Figs 1-2", "pair", sensitivity.SensitivityOptions,
         sensitivity.sensitivity, "how one CKA value moves: top PCs removed, a batch or an image left out, the "
         "Gram's top-direction energy", tables=lambda r: {"cka_sensitivity": r.to_frame()},
-        charts=_sensitivity_charts, shards=False, data="fashion-mnist:test",
+        charts=_sensitivity_charts, data="fashion-mnist:test",
         record=lambda r, o: {"layers": [o.layer_a, o.layer_b], "images": r.images},
         page="similarity", docs="measures"),
 ]
@@ -469,21 +471,21 @@ CAUSAL = [
     Analysis(
         "head-ablation", "Head ablation", "beside Fig 5", "pair", ablation.AblationOptions, ablation.head_ablation,
         "ablate the k most local / most global / random heads of the lower blocks: Δaccuracy, KL and CKA with "
-        "intervals", tables=_ablation_tables, charts=_ablation_charts, record=_ablation_record, shards=False,
+        "intervals", tables=_ablation_tables, charts=_ablation_charts, record=_ablation_record,
         data="fashion-mnist:test", other_help="the model whose lower layers the CKA compares with, e.g. a ResNet",
         page="ablation", icon=":material/content_cut:", docs="causal", section="Cause"),
     Analysis(
         "attribution", "Attribution", "-", "one", attribution.FaithfulnessOptions, attribution.attribution_report,
         "rollout / gradient-weighted rollout / Grad-CAM maps scored by deletion and insertion curves against random "
         "orders, averaged over images", tables=_attribution_tables, charts=_attribution_charts,
-        files=_attribution_files, record=_attribution_record, shards=False, data="fashion-mnist:test",
+        files=_attribution_files, record=_attribution_record, data="fashion-mnist:test",
         page="attribution", icon=":material/ads_click:", docs="causal", section="Cause"),
     Analysis(
         "token-norms", "Token norms", "-", "one", token_norms.TokenNormOptions, token_norms.token_norms,
         "token norm distribution per block, high-norm tokens flagged (median + k·1.4826·MAD), CKA and attention "
         "distance without them", tables=_token_tables, charts=_token_charts,
         record=lambda r, o: {"prefix_tokens": r.prefix, "per_tap": r.to_frame().to_dict("records")},
-        shards=False, page="token_norms", icon=":material/warning:", docs="causal", section="Cause"),
+        page="token_norms", icon=":material/warning:", docs="causal", section="Cause"),
 ]
 ANALYSES.update({a.name: a for a in CAUSAL})
 

@@ -2,7 +2,7 @@
 
 Raghu et al. find that a ViT's lower blocks mix local and global heads and that local heads resemble a ResNet's
 lower layers (correlation). Here the heads are removed: the heads of the chosen blocks are ranked by mean
-attention distance (:mod:`vitlab.attention`, measured on the same images), and the k most local, the k most
+attention distance (:mod:`vitlab.analyses.attention`, measured on the same images), and the k most local, the k most
 global and k random heads (several seeded draws) are ablated, one set at a time.
 
 The attention branch of a block is a sum of per-head terms. With o_h (B, N, Dh) the output of head h
@@ -24,6 +24,10 @@ Reported per ablated set: top-1 accuracy change on a labelled set, mean KL(intac
 distributions, and the linear CKA of every block output with the same block of the intact model and (mean over
 layers) with the other model's lower layers. Intervals: 95 % bootstrap over images for the local and global sets
 (paired with the intact model), the 2.5-97.5 % range over draws for random sets.
+
+Under torchrun each rank runs every ablated set over its share of the batches: head distances and means, and the
+CKA sums, are added across ranks; the per-image log-probabilities are gathered in batch order, so accuracy, KL and
+their bootstrap over images are a single process's.
 
 Shapes: B batch, N tokens, H heads, Dh head width, L blocks chosen, n images in a Gram.
 """
@@ -200,10 +204,11 @@ def head_means(loaded: LoadedModel, source: ImageSource, indices: Sequence[int],
                batch_size: int, run: Run) -> dict[int, np.ndarray]:
     """Per-position mean over images of every head's output in ``blocks``: {block: (H, N, Dh) float32}."""
     stat = HeadMeanStatistic(tuple(int(b) for b in blocks))
+    kept = [(batch.index, found[0][stat.name])
+            for batch, found in stream([loaded], source, indices, batch_size, [[stat]], run.with_progress(None),
+                                       min_batch=1)]
     total, count = None, 0
-    for _, found in stream([loaded], source, indices, batch_size, [[stat]], run.with_progress(None),
-                           min_batch=1):
-        s = found[0][stat.name]
+    for s in run.gather_ordered(kept, "head means"):  # every rank's batch sums, added in batch order
         total = s["sum"] if total is None else total + s["sum"]
         count += int(s["count"].sum())
     if not count:
@@ -261,7 +266,8 @@ def choose_heads(distance: np.ndarray, blocks: Sequence[int], k: int, selection:
 
 @dataclass
 class _Pass:
-    """One model's outputs over the images: per-batch centred Grams, log-probabilities (n, C)."""
+    """One model's outputs over the images: per-batch centred Grams of this rank's batches (under torchrun; all
+    batches in one process), log-probabilities (n, C) of every image in batch order."""
 
     centred: list[np.ndarray]
     logp: np.ndarray
@@ -269,21 +275,23 @@ class _Pass:
 
 def _pass(loaded: LoadedModel, source: ImageSource, indices, opts: AblationOptions, gram: GramStatistic,
           run: Run) -> tuple[_Pass, list]:
-    lp, grams, labels = LogProbStatistic(), [], []
-    logps = []
+    lp, grams, kept = LogProbStatistic(), [], []
     for batch, found in stream([loaded], source, indices, opts.batch_size, [[gram, lp]], run.with_progress(None)):
         grams.append(cka_mod.centred(found[0][gram.name]["grams"]))
-        logps.append(found[0][lp.name]["logp"])
-        labels += batch.labels if batch.labels is not None else [None] * len(batch.ids)
-    if not grams:
+        kept.append((batch.index, (found[0][lp.name]["logp"],
+                                   batch.labels if batch.labels is not None else [None] * len(batch.ids))))
+    kept = run.gather_ordered(kept, "head-ablation outputs")  # per-image values of every rank, in batch order
+    if not kept:
         raise VitlabError("no batch of 4 or more readable images: the ablation's CKA needs at least 4 images")
-    return _Pass(grams, np.concatenate(logps)), labels
+    return _Pass(grams, np.concatenate([k[0] for k in kept])), [label for k in kept for label in k[1]]
 
 
-def _cka_rows(ablated_: _Pass, ref: list[np.ndarray], layers, layers_ref) -> np.ndarray:
+def _cka_rows(ablated_: _Pass, ref: list[np.ndarray], layers, layers_ref, run: Run) -> np.ndarray:
+    """CKA of the two passes' Grams over the same batches; under torchrun each rank's sums are added."""
     acc = cka_mod.MinibatchCKA(layers, layers_ref)
     for a, r in zip(ablated_.centred, ref):
         acc.update(a, r)
+    run.reduce_accumulators(acc)
     return acc.compute().cka
 
 
@@ -395,6 +403,7 @@ def _distances(vit: LoadedModel, source, indices, blocks, opts: AblationOptions,
     acc = AttentionDistanceAccumulator(list(blocks), vit.model.blocks[blocks[0]].attn.num_heads)
     for _, found in stream([vit], source, indices, opts.batch_size, [[stat]], run.with_progress(None), min_batch=1):
         acc.update(found[0][stat.name])
+    run.reduce_accumulators(acc)  # torchrun: every rank ranks the heads by the same distances
     return acc.compute(vit.label, image_side(vit)).distance_px  # (L, H)
 
 
@@ -446,8 +455,8 @@ def head_ablation(vit: LoadedModel, other: LoadedModel, source: ImageSource, opt
         with ablated(vit, HeadAblation(cond["heads"], cond["mode"]), means) as view:
             after, _ = _pass(view, source, indices, opts, gram, run)
         cond.update(correct=after.logp.argmax(1) == truth, kl=(p0 * (intact.logp - after.logp)).sum(1),
-                    cka_intact=np.diag(_cka_rows(after, intact.centred, layers, layers)),
-                    cka_other=_cka_rows(after, other_pass.centred, layers, other_layers).mean(1))
+                    cka_intact=np.diag(_cka_rows(after, intact.centred, layers, layers, run)),
+                    cka_other=_cka_rows(after, other_pass.centred, layers, other_layers, run).mean(1))
     if run.progress:
         run.progress(len(plan), len(plan), "done")
     n = len(top1)
@@ -456,6 +465,6 @@ def head_ablation(vit: LoadedModel, other: LoadedModel, source: ImageSource, opt
              for i in order]
     boot = np.random.default_rng(run.seed).integers(0, n, size=(max(1, run.bootstrap), n))
     return AblationResult(vit.label, other.label, blocks, opts.scope, names, layers, other_layers, plan,
-                          top1 == truth, _cka_rows(intact, other_pass.centred, layers, other_layers).mean(1),
+                          top1 == truth, _cka_rows(intact, other_pass.centred, layers, other_layers, run).mean(1),
                           "top-1 accuracy" if usable else "agreement with the intact model's top-1", n, boot,
                           run.info)

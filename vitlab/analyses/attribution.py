@@ -2,7 +2,7 @@
 
 Maps (shapes: B batch, H heads, N tokens = P prefix + Ns spatial on a gh x gw grid, C channels, h x w a CNN map):
 
-- ``rollout``: attention rollout (Abnar & Zuidema 2020, eq. 1; :func:`vitlab.attention.rollout_matrix`).
+- ``rollout``: attention rollout (Abnar & Zuidema 2020, eq. 1; :func:`vitlab.analyses.attention.rollout_matrix`).
 - ``rollout:FUSION:DISCARD``: rollout with head fusion (mean | max | min over heads) and a discard ratio, as in
   vit-explain (Gildenblat 2020): per block the fused (N, N) matrix has its lowest ``DISCARD`` fraction of entries
   set to zero (never the CLS→CLS entry), then ``A ← (A + I) / 2`` with rows renormalised, ``R ← A R``.
@@ -25,7 +25,10 @@ baseline; **insertion** starts from the baseline and restores them. The baseline
 normalised input: the data set's mean pixel; the default) or ``black`` (pixel value 0). The curve is the softmax
 probability of the target class after each step (n + 1 points); its score is the area under it over the fraction
 of cells, by the trapezoid rule. Deletion: lower is better; insertion: higher is better. The control is the
-mean AUC over ``random_orders`` seeded random orders of the same cells.
+mean AUC over ``random_orders`` seeded random orders of the same cells. The random numbers of image batch b (tie
+breaks, random orders, ``random`` maps) come from ``default_rng([seed, b])``, so the scores do not depend on how
+the batches are split: under torchrun each rank scores its share and the per-image AUCs are gathered in batch
+order (the bootstrap over images is then a single process's); the one image's maps are drawn by rank 0.
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..engine import dist
 from ..inputs import taps as taps_mod
 from ..engine.activations import as_source
 from .attention import probs_taps, rollout_matrix
@@ -429,28 +433,33 @@ def faithfulness(loaded: LoadedModel, source: ImageSource, opts: FaithfulnessOpt
         parse_method(loaded, m)
     cell_px = int(opts.cell_px or default_cell_px(loaded))
     indices = select(source, opts.images, opts.shuffle)
-    rng = np.random.default_rng(run.seed)
-    ids, aucs, rand, skipped = [], [], [], []
-    for s in range(0, len(indices), opts.batch_size):
+    starts = range(0, len(indices), opts.batch_size)
+    mine = list(enumerate(starts))[run.shard[0]::run.shard[1]]  # torchrun: this rank's batches
+    kept = []  # per batch: (batch number, (ids, AUCs, random-order AUCs, skipped images))
+    for done, (b, s) in enumerate(mine):
+        dist.at_batch(b)
         if run.progress:
-            run.progress(s, len(indices), f"image {s + 1}/{len(indices)}")
-        chunk, imgs = [], []
+            run.progress(done, len(mine), f"batch {done + 1}/{len(mine)}")
+        chunk, imgs, skipped = [], [], []
         for i in indices[s:s + opts.batch_size]:
             try:
                 imgs.append(source.load(i))
                 chunk.append(i)
             except VitlabError as e:
                 skipped.append((source.item_id(i), str(e)))
-        if not chunk:
-            continue
-        x = to_tensor(imgs, loaded)
-        for i, row in zip(chunk, _score_batch(loaded, x, _targets(loaded, opts, source, chunk), methods, opts,
-                                              cell_px, rng)):
-            ids.append(source.item_id(i))
-            aucs.append(row["auc"])
-            rand.append(row["random_auc"])
+        rows = []
+        if chunk:
+            # each batch has its own seeded stream, so its random orders do not depend on which rank scores it
+            rows = _score_batch(loaded, to_tensor(imgs, loaded), _targets(loaded, opts, source, chunk), methods,
+                                opts, cell_px, np.random.default_rng([run.seed, b]))
+        kept.append((b, ([source.item_id(i) for i in chunk], [r["auc"] for r in rows],
+                         [r["random_auc"] for r in rows], skipped)))
     if run.progress:
-        run.progress(len(indices), len(indices), "done")
+        run.progress(len(mine), len(mine), "done")
+    kept = run.gather_ordered(kept, "attribution scores")  # every rank's images, in batch order
+    ids = [i for k in kept for i in k[0]]
+    aucs, rand = [a for k in kept for a in k[1]], [a for k in kept for a in k[2]]
+    skipped = [x for k in kept for x in k[3]]
     if not ids:
         raise VitlabError("no readable image to score")
     _, h, w = loaded.data_config["input_size"]
@@ -464,8 +473,8 @@ class AttributionReport:
     """Faithfulness over a set of images, and the maps and curves of one of them (what the CLI writes)."""
 
     scores: FaithfulnessResult
-    one: AttributionResult
-    view: np.ndarray  # (H, W, 3) uint8: the image as the model sees it
+    one: AttributionResult | None  # None on torchrun ranks other than 0
+    view: np.ndarray | None  # (H, W, 3) uint8: the image as the model sees it
 
     def headline(self) -> list[str]:
         s, r = self.scores.summary(), self.scores
@@ -480,5 +489,7 @@ def attribution_report(loaded: LoadedModel, source: ImageSource, opts: Faithfuln
 
     run = run or Run()
     scores = faithfulness(loaded, source, opts, run)
+    if not run.is_main:  # torchrun: the one image's maps and curves are drawn by rank 0 alone
+        return AttributionReport(scores, None, None)
     one = attribution(loaded, source, opts.image, opts, run.with_progress(None))
     return AttributionReport(scores, one, model_view(loaded, source.load(opts.image)))

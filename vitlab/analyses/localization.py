@@ -287,7 +287,7 @@ def localization(models: Sequence[LoadedModel], source: ImageSource,
 
     ``run.shard`` and ``run.reduce`` (``vitlab.dist``: sums the CKA states across ranks) run it under torchrun.
     ``run.bootstrap`` resamples of the batches (``run.seed``) give each layer's localized rate a 95 % interval
-    (``report.rates()``; single process only).
+    (``report.rates()``); under torchrun from every rank's per-batch terms in batch order, as in one process.
     """
     if not models:
         raise VitlabError("give at least one model")
@@ -305,8 +305,8 @@ def localization(models: Sequence[LoadedModel], source: ImageSource,
                 for m, st in zip(models, stats)]
     accs: list[list[cka_mod.MinibatchCKA] | None] = [None] * len(models)
     grids: list[list] = [[] for _ in models]
-    for _, found in stream(models, source, indices, opts.batch_size,
-                           [[s] for s in stats], run):
+    for batch, found in stream(models, source, indices, opts.batch_size,
+                               [[s] for s in stats], run):
         for k, (stat, per_model) in enumerate(zip(stats, found)):
             arrays = per_model[stat.name]
             if accs[k] is None:
@@ -314,7 +314,8 @@ def localization(models: Sequence[LoadedModel], source: ImageSource,
                            for i in range(len(stat.layers))]
                 grids[k] = [tuple(int(v) for v in arrays[f"grid_{i}"]) for i in range(len(stat.layers))]
             for i, acc in enumerate(accs[k]):
-                acc.update(cka_mod.centred(arrays[f"tokens_{i}"]), cka_mod.centred(arrays[f"patches_{i}"]))
+                acc.update(cka_mod.centred(arrays[f"tokens_{i}"]), cka_mod.centred(arrays[f"patches_{i}"]),
+                           key=batch.index)
     if accs[0] is None:
         raise VitlabError("no batch of 4 or more readable images: localization needs at least 4 images"
                           + (" (on this rank: use fewer processes than batches)" if run.shard[1] > 1 else ""))
@@ -331,7 +332,7 @@ def localization(models: Sequence[LoadedModel], source: ImageSource,
                 if not out.spatial_kept().any():
                     out.warnings.append(f"{m.label} {tap}: every grid position is flagged in some image (k = "
                                         f"{opts.flagged_k:g}): no localized rate without flagged tokens")
-            if run.shard[1] == 1 and run.bootstrap:  # every batch's terms are here only in a single process
+            if run.bootstrap:  # every rank's per-batch terms, in batch order (run.reduce_accumulators)
                 from ..stats import evidence as ev
 
                 reps = acc.replicates(ev.jackknife_indices(acc.batches)) if acc.batches > 1 else None

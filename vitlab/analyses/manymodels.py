@@ -133,20 +133,25 @@ def compare_models(models: Sequence, source: ImageSource, opts: CompareOptions =
     idx = [[all_taps[i].index(tap_at(all_taps[i], d)) for d in depths] for i in range(len(models))]
     stats = [statistics_for([measure], sim) for _ in models]
     accs = [PairAccumulator([measure], len(models), len(models)) for _ in depths]
-    sketches: list[list[np.ndarray]] = [[] for _ in depths]
-    images = batches = 0
+    kept: list = []  # per batch: (batch number, (images, per depth: the models' stacked sketches, or None))
     for batch, found in stream(models, source, select(source, sim.images, sim.shuffle), sim.batch_size, stats,
                                run, min_batch=_min_batch(sim)):
+        per_depth = []
         with ms.blas_single_thread():
             for k in range(len(depths)):
                 if ms.MEASURES[measure].source == "gram":
                     stack = np.stack([f["gram"]["grams"][idx[i][k]] for i, f in enumerate(found)])
                     d = _Derived(stack, sim)
-                    accs[k].update(d, d)
+                    accs[k].update(d, d, batch.index)
+                    per_depth.append(None)
                 else:
-                    sketches[k].append(np.stack([f["sketch"]["sketch"][idx[i][k]] for i, f in enumerate(found)]))
-        images += len(batch.ids)
-        batches += 1
+                    per_depth.append(np.stack([f["sketch"]["sketch"][idx[i][k]] for i, f in enumerate(found)]))
+        kept.append((batch.index, (len(batch.ids), per_depth)))
+    # torchrun: every rank's per-batch increments and sketches, in batch order (as in one process)
+    run.reduce_accumulators(accs)
+    kept = run.gather_ordered(kept, "compare-models batches")
+    images, batches = sum(n for n, _ in kept), len(kept)
+    sketches = [[per[k] for _, per in kept if per[k] is not None] for k in range(len(depths))]
     if batches == 0:
         raise VitlabError(f"no batch of {_min_batch(sim)} or more readable images: compare-models needs one")
     with ms.blas_single_thread():

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..engine import dist
 from ..inputs import taps as taps_mod
 from ..inputs.cache import make_key
 from ..engine.context import Run, RunInfo
@@ -280,9 +281,10 @@ def receptive_fields(loaded: LoadedModel, source: ImageSource, opts: ReceptiveOp
     batches = plan_batches(source, select(source, opts.images, opts.shuffle), opts.batch_size)
     batches = batches[run.shard[0]::run.shard[1]]
     acc = GradientSums(len(layers), tuple(loaded.data_config["input_size"][1:]))
-    kept: list[tuple[np.ndarray, int]] = []  # per batch: gradient sums (L, H, W) and images, for the intervals
+    kept: list = []  # per batch: (batch number, (gradient sums (L, H, W), images)), for the intervals
     steps = len(batches) * len(layers)
     for b, batch in enumerate(batches):
+        dist.at_batch(batch.index)
         sums, x, ran = [], None, False
         for li, (module, where) in enumerate(points):
             if progress:
@@ -308,14 +310,15 @@ def receptive_fields(loaded: LoadedModel, source: ImageSource, opts: ReceptiveOp
         info.batches_from_cache += not ran
         if int(sums[0]["n"]) > 0:
             acc.update(np.stack([s["sum"] for s in sums]), int(sums[0]["n"]))
-            kept.append((np.stack([s["sum"] for s in sums]), int(sums[0]["n"])))
+            kept.append((batch.index, (np.stack([s["sum"] for s in sums]), int(sums[0]["n"]))))
     if progress:
         progress(steps, steps, "done")
     run.reduce_accumulators(acc)
     if acc.images == 0:
         raise VitlabError(f"no readable image in the first {opts.images} of '{source.name}'")
     result = ReceptiveFieldResult(loaded.label, layers, residual, acc.sum / acc.images, acc.images)
-    if run.bootstrap and run.shard[1] == 1 and len(kept) > 1:  # the radii's interval: resample the batches' sums
+    kept = run.gather_ordered(kept, "receptive-field batch sums") if run.bootstrap else []  # every rank's
+    if len(kept) > 1:  # the radii's interval: resample the batches' sums
         from ..stats.evidence import radius_fraction, ratio_replicates, resample_indices
 
         maps = ratio_replicates(np.stack([k[0] for k in kept]), np.array([k[1] for k in kept]),

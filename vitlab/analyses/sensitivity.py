@@ -12,6 +12,9 @@ from the cached per-batch Grams (no forward pass when they are cached):
   the largest change when its row and column leave its batch's Grams; Davari et al. 2023 show single images
   can move CKA);
 - the share of each side's Gram energy (squared Frobenius norm) in its top direction, averaged over batches.
+
+Under torchrun each rank computes its share of the batches' Grams; the cell's Grams (n x n per batch) are
+gathered in batch order and every check runs on them as in one process.
 """
 
 from __future__ import annotations
@@ -100,12 +103,16 @@ def _collect(models, source, layer_a, layer_b, opts, run):
         if layer not in names:
             raise VitlabError(f"{m.label} has no CKA tap '{layer}'; its taps are {', '.join(names)}")
         idx.append(names.index(layer))
-    ga, gb, ids = [], [], []
+    kept = []  # per batch: (batch number, (Gram of A's tap, Gram of B's tap, image ids))
     for batch, found in stream(models, source, select(source, opts.images, opts.shuffle), opts.batch_size, stats,
                                run):
-        ga.append(np.asarray(found[0]["gram"]["grams"][idx[0]], dtype=np.float64))
-        gb.append(np.asarray(found[1]["gram"]["grams"][idx[1]], dtype=np.float64))
-        ids.append(list(batch.ids))
+        kept.append((batch.index, (np.asarray(found[0]["gram"]["grams"][idx[0]], dtype=np.float64),
+                                   np.asarray(found[1]["gram"]["grams"][idx[1]], dtype=np.float64),
+                                   list(batch.ids))))
+    # torchrun: the cell's per-batch Grams (n x n each, small) of every rank in batch order, so the leave-one-out
+    # checks and batch numbers below are a single process's
+    kept = run.gather_ordered(kept, "cka-sensitivity batches")
+    ga, gb, ids = ([k[i] for k in kept] for i in range(3))
     if not ga:
         raise VitlabError("no batch of 4 or more readable images: sensitivity needs at least one")
     return ga, gb, ids

@@ -7,7 +7,7 @@ Where the numbers come from (each model's statistics are computed once per batch
 
 - linear CKA, RBF CKA, Procrustes, mutual k-NN: the runner's cached per-batch linear Grams (``GramStatistic``,
   the same cache entries as ``vitlab cka``). RBF kernels come from the linear Gram (``cka.rbf_from_linear``);
-  PCA to k and k-NN sets from its eigenvectors and cosines (``vitlab.measures``). Per batch, each model's derived
+  PCA to k and k-NN sets from its eigenvectors and cosines (``vitlab.stats.measures``). Per batch, each model's derived
   arrays (``_Derived``) are formed once and shared by every pair.
 - SVCCA, PWCCA: a cached per-batch ``SketchStatistic`` (each tap's features through a fixed CountSketch to
   ``sketch_dims`` columns); the sketches of all images are kept (N x sketch_dims per tap, float32) and CCA runs
@@ -15,7 +15,12 @@ Where the numbers come from (each model's statistics are computed once per batch
 
 Minibatch conventions, stated: CKA sums per-batch HSIC (Nguyen et al. 2021); Procrustes is the mean of per-batch
 distances (a mean of metrics is a metric); mutual k-NN looks for neighbours within the batch. With
-``batch_size >= images`` all three are the full-set measures. One process only (no torchrun sharding here).
+``batch_size >= images`` all three are the full-set measures.
+
+Under torchrun each rank takes its share of the batches (``run.shard``); the Gram-based measures' per-batch
+increments are gathered and added in batch order (``run.reduce_accumulators``, ``PairAccumulator.keyed_terms``)
+and so are the per-batch sketches (``run.gather_ordered``): CCA runs over the same (N, P) matrices as in one
+process, and every map equals a single process's.
 """
 
 from __future__ import annotations
@@ -139,27 +144,69 @@ GRAM_MEASURES = tuple(m for m, info in ms.MEASURES.items() if info.source == "gr
 
 
 class PairAccumulator:
-    """Float64 sums of every Gram-based measure between a stack of La taps and a stack of Lb taps."""
+    """Float64 sums of every Gram-based measure between a stack of La taps and a stack of Lb taps.
+
+    Each batch's increments are kept with the batch's global number (``keyed_terms``): under torchrun
+    ``vitlab.engine.dist.all_reduce_accumulators`` gathers every rank's and adds them again in batch order, so the maps
+    are a single process's to the last bit (the agreement view ranks them: a tie must stay a tie).
+    """
 
     def __init__(self, measures: Sequence[str], la: int, lb: int):
         self.measures = [m for m in measures if m in GRAM_MEASURES]
+        self.shape = (la, lb)
+        self._reset()
+        self.terms: list = []  # (batch number, that batch's increments)
+
+    def _reset(self) -> None:
+        la, lb = self.shape
         self.cka = {m: cka_mod.MinibatchCKA(list(range(la)), list(range(lb))) for m in ("cka", "cka-rbf")
                     if m in self.measures}
         self.angle_sum, self.knn_shared = np.zeros((la, lb)), np.zeros((la, lb))
         self.batches, self.knn_slots = 0, 0
 
-    def update(self, da: _Derived, db: _Derived) -> None:
+    def update(self, da: _Derived, db: _Derived, key: int | None = None) -> None:
         same = da is db
-        if "cka" in self.cka:
-            self.cka["cka"].update(da.linear, None if same else db.linear)
-        if "cka-rbf" in self.cka:
-            self.cka["cka-rbf"].update(da.rbf, None if same else db.rbf)
+        inc: dict = {}
+        for m, acc in self.cka.items():
+            ca = da.linear if m == "cka" else da.rbf
+            cb = ca if same else (db.linear if m == "cka" else db.rbf)
+            sa = cka_mod.hsic_self(ca, acc.estimator)
+            inc[m] = (cka_mod.hsic_all_pairs(ca, cb, acc.estimator), sa, sa if same else
+                      cka_mod.hsic_self(cb, acc.estimator), ca.shape[-1])
         if "procrustes" in self.measures:
-            self.angle_sum += ms.procrustes_angles(da.pca, db.pca)
+            inc["angle"] = ms.procrustes_angles(da.pca, db.pca)
         if "mutual-knn" in self.measures:
-            self.knn_shared += ms.mutual_knn_counts(da.knn, db.knn)
-            self.knn_slots += da.n * da.opts.knn_k
+            inc["knn"] = (ms.mutual_knn_counts(da.knn, db.knn), da.n * da.opts.knn_k)
+        self.terms.append((len(self.terms) if key is None else int(key), inc))
+        self._add(inc)
+
+    def _add(self, inc: dict) -> None:
+        for m, acc in self.cka.items():
+            acc.add(*inc[m])
+        if "angle" in inc:
+            self.angle_sum += inc["angle"]
+        if "knn" in inc:
+            self.knn_shared += inc["knn"][0]
+            self.knn_slots += inc["knn"][1]
         self.batches += 1
+
+    def keyed_terms(self) -> list:
+        return list(self.terms)
+
+    def load_keyed_terms(self, keyed: list) -> PairAccumulator:
+        """Become the accumulator of the batches ``keyed`` (every rank's, in batch order)."""
+        self._reset()
+        self.terms = list(keyed)
+        for _, inc in self.terms:
+            self._add(inc)
+        return self
+
+    def state(self) -> dict[str, np.ndarray]:
+        out = {"angle_sum": self.angle_sum, "knn_shared": self.knn_shared,
+               "counts": np.array([self.batches, self.knn_slots])}
+        for m, acc in self.cka.items():
+            out.update({f"{m}/{k}": v for k, v in acc.state().items()})
+        return out
 
     def compute(self) -> dict[str, np.ndarray]:
         out = {m: acc.compute().cka for m, acc in self.cka.items()}
@@ -257,15 +304,18 @@ def similarity(models: Sequence, source: ImageSource, opts: SimilarityOptions = 
     k = len(models)
     pairs = [(i, j) for i in range(k) for j in range(i, k)]
     accs = {p: PairAccumulator(measures, len(layers[p[0]]), len(layers[p[1]])) for p in pairs}
-    sketches: list[list[np.ndarray]] = [[] for _ in models]
-    images = batches = 0
+    kept: list = []  # per batch: (batch number, (images, [per model: its sketch or None]))
     indices = select(source, opts.images, opts.shuffle)
     for batch, found in stream(models, source, indices, opts.batch_size, stats, run,
                                min_batch=_min_batch(opts)):
         with ms.blas_single_thread():
-            _fold(accs, found, sketches, opts)
-        images += len(batch.ids)
-        batches += 1
+            _fold(accs, found, opts, batch.index)
+        kept.append((batch.index, (len(batch.ids), [f["sketch"]["sketch"] if "sketch" in f else None
+                                                     for f in found])))
+    run.reduce_accumulators(list(accs.values()))
+    kept = run.gather_ordered(kept, "similarity batches")  # every rank's, in batch order
+    images, batches = sum(n for n, _ in kept), len(kept)
+    sketches = [[per[i] for _, per in kept if per[i] is not None] for i in range(k)]
     if batches == 0:
         raise VitlabError("no batch was usable: the measures need at least one batch of "
                           f"{_min_batch(opts)} or more readable images")
@@ -277,15 +327,12 @@ def similarity(models: Sequence, source: ImageSource, opts: SimilarityOptions = 
     return report
 
 
-def _fold(accs: dict, found: list[dict], sketches: list[list], opts: SimilarityOptions) -> None:
-    """Add one batch: each model's derived arrays are formed once, then every pair's accumulator reads them."""
+def _fold(accs: dict, found: list[dict], opts: SimilarityOptions, key: int) -> None:
+    """Add batch ``key``: each model's derived arrays are formed once, then every pair's accumulator reads them."""
     derived = [_Derived(f["gram"]["grams"], opts) if "gram" in f else None for f in found]
     for (i, j), acc in accs.items():
         if acc.measures:
-            acc.update(derived[i], derived[j])
-    for i, f in enumerate(found):
-        if "sketch" in f:
-            sketches[i].append(f["sketch"]["sketch"])
+            acc.update(derived[i], derived[j], key)
 
 
 def _min_batch(opts: SimilarityOptions) -> int:

@@ -19,14 +19,18 @@ token-level analyses with and without them:
 - CKA with all tokens: flagged tokens are set to zero before the Gram (per image), so they add nothing to any inner
   product; a position flagged in every image is thereby dropped from the features;
 - attention distance (ViT): flagged tokens of a block's input (the previous block's ``resid_post``) are left out as
-  queries and as keys (keys dropped like the prefix columns: the default convention of :mod:`vitlab.attention`).
+  queries and as keys (keys dropped like the prefix columns: the default convention of
+  :mod:`vitlab.analyses.attention`).
+
+Under torchrun each rank computes its share of the batches: the norms of every image are gathered in batch order
+(so every rank sets the same thresholds), the CKA sums are added, and the energy and distance sums are gathered
+per batch and added in batch order.
 
 Shapes: L taps, n images, B batch, N tokens (P prefix first), D width, H heads.
 """
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
@@ -287,10 +291,10 @@ def flagged_positions(loaded: LoadedModel, source: ImageSource, indices: list[in
     if k <= 0:
         raise VitlabError(f"k must be positive (threshold = median + k · 1.4826 · MAD), not {k}")
     prefix, stat = taps_mod.num_prefix_tokens(loaded.model), TokenNormStatistic(tuple(taps))
-    # every rank reads all images (not its shard), so every rank's threshold and flags are the same
-    whole = dataclasses.replace(run.with_progress(None), shard=(0, 1))
-    norms = [found[0][stat.name]["norms"] for _, found in stream([loaded], source, indices, batch_size, [[stat]],
-                                                                  whole)]
+    # torchrun: each rank its shard, then every rank's norms in batch order, so all ranks set the same flags
+    kept = [(batch.index, found[0][stat.name]["norms"])
+            for batch, found in stream([loaded], source, indices, batch_size, [[stat]], run.with_progress(None))]
+    norms = run.gather_ordered(kept, "token norms")
     if not norms:
         return {t: np.zeros(0, dtype=bool) for t in taps}
     norms = np.concatenate(norms, axis=1)  # (L, n, N)
@@ -329,10 +333,10 @@ def token_norms(loaded: LoadedModel, source: ImageSource, opts: TokenNormOptions
     indices = select(source, opts.images, opts.shuffle)
     prefix = taps_mod.num_prefix_tokens(loaded.model)
     norm_stat = TokenNormStatistic(tuple(taps))
-    norms, ids = [], []
-    for batch, found in stream([loaded], source, indices, opts.batch_size, [[norm_stat]], run):
-        norms.append(found[0][norm_stat.name]["norms"])
-        ids += batch.ids
+    kept = [(batch.index, (found[0][norm_stat.name]["norms"], list(batch.ids)))
+            for batch, found in stream([loaded], source, indices, opts.batch_size, [[norm_stat]], run)]
+    kept = run.gather_ordered(kept, "token norms")  # torchrun: every rank's images, in batch order
+    norms, ids = [k[0] for k in kept], [i for k in kept for i in k[1]]
     if not norms:
         raise VitlabError("no batch of 4 or more readable images: token norms and their CKA need at least 4 images")
     norms = np.concatenate(norms, axis=1)
@@ -349,16 +353,20 @@ def token_norms(loaded: LoadedModel, source: ImageSource, opts: TokenNormOptions
                                                   for i in range(len(loaded.model.blocks))))
     sums = {"all": 0.0, "kept": 0.0}
     counts = 0
-    for _, found in stream([loaded], source, indices, opts.batch_size,
-                           [[gram_all, gram_kept] + ([dist_stat] if vit else [])], run.with_progress(None)):
+    per_batch = []  # (batch number, (energy (L, 2), distances {'all', 'kept'} (blocks, H, B) or None))
+    for batch, found in stream([loaded], source, indices, opts.batch_size,
+                               [[gram_all, gram_kept] + ([dist_stat] if vit else [])], run.with_progress(None)):
         f = found[0]
         acc_all.update(cka_mod.centred(f[gram_all.name]["grams"]))
         acc_kept.update(cka_mod.centred(f[gram_kept.name]["grams"]))
-        energy += f[gram_kept.name]["energy"]
+        per_batch.append((batch.index, (f[gram_kept.name]["energy"], f[dist_stat.name] if vit else None)))
+    run.reduce_accumulators([acc_all, acc_kept])
+    for e, d in run.gather_ordered(per_batch, "token-norm batch sums"):  # added in batch order, as in one process
+        energy += e
         if vit:
             for key in sums:  # NaN: every query of an image flagged; that image is left out of the mean
-                sums[key] = sums[key] + np.nan_to_num(f[dist_stat.name][key]).sum(-1)
-            counts = counts + np.isfinite(f[dist_stat.name]["kept"]).sum(-1)
+                sums[key] = sums[key] + np.nan_to_num(d[key]).sum(-1)
+            counts = counts + np.isfinite(d["kept"]).sum(-1)
     with np.errstate(invalid="ignore", divide="ignore"):
         share = energy[:, 0] / energy[:, 1]
     d_all = d_kept = None

@@ -5,7 +5,7 @@ takes ``run: Run`` and reads what it needs. ``Run()`` is a plain single-process 
 one from its flags (and torchrun's environment), the app from its sidebar.
 
     run = Run(store=Store(), progress=tqdm_progress("cka"))
-    report = vitlab.run.cka([a, b], source, CKAOptions(images=512), run)
+    report = vitlab.engine.run.cka([a, b], source, CKAOptions(images=512), run)
     run.info            # what happened: batches computed / from cache, skipped images, forward passes
 """
 
@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
+from ..errors import VitlabError
 from ..inputs.cache import Store
 from ..progress import Progress
 
@@ -55,9 +56,10 @@ class Run:
     - ``shard``: ``(rank, world)``: this process takes batches rank, rank + world, ... (torch.distributed);
     - ``reduce``: sums accumulator states across ranks in place (None: one process);
     - ``gather``: every rank's object in rank order, for statistics that are not sums (None: ``[obj]``);
+      ``gather_ordered`` builds on it: per-batch terms and per-image values of every rank in global batch order;
     - ``info``: filled in as the run goes (shared by every engine call made with this run);
     - ``seed``, ``bootstrap``: resampling for intervals (evidence), where an analysis reports them;
-    - ``workers``: threads decoding and transforming images ahead of the forward (vitlab.pipeline);
+    - ``workers``: threads decoding and transforming images ahead of the forward (vitlab.engine.pipeline);
       ``worker_kind``: "threads" or "processes" (None: ``pipeline.default_kind()``).
     """
 
@@ -70,7 +72,7 @@ class Run:
     info: RunInfo = field(default_factory=RunInfo)
     seed: int = 0
     bootstrap: int = 200
-    workers: int | None = None  # input threads of vitlab.pipeline (None: pipeline.default_workers(); 0: none)
+    workers: int | None = None  # input threads of vitlab.engine.pipeline (None: pipeline.default_workers(); 0: none)
     worker_kind: str | None = None
 
     @property
@@ -88,3 +90,26 @@ class Run:
 
     def gather_objects(self, obj) -> list:
         return [obj] if self.gather is None else self.gather(obj)
+
+    @property
+    def is_main(self) -> bool:
+        """Rank 0 (or a single process): where single-image parts of an analysis run and outputs are written."""
+        return self.shard[0] == 0
+
+    def gather_ordered(self, keyed: list, what: str = "values") -> list:
+        """Every rank's ``[(key, value), ...]`` merged into one list of values in key order (keys: global batch
+        numbers, or (batch, image) tuples), identical on every rank; in one process the values sorted by key.
+
+        This is how per-batch terms (the bootstrap's unit) and per-image values come together so that every rank
+        holds exactly what one process would have, in the same order. ``what`` names them in an error."""
+        parts = self.gather_objects(("ordered", what, list(keyed)))
+        merged = []
+        for rank, part in enumerate(parts):
+            if not (isinstance(part, tuple) and len(part) == 3 and part[:2] == ("ordered", what)):
+                raise VitlabError(f"rank {rank} did not send its {what}: it left this step of the analysis (look for "
+                                  "its message above)")
+            merged += part[2]
+        keys = [k for k, _ in merged]
+        if len(set(keys)) != len(keys):
+            raise VitlabError(f"{what}: the same batch came from two ranks; every rank must run the same command")
+        return [v for _, v in sorted(merged, key=lambda kv: kv[0])]

@@ -40,7 +40,7 @@ from typing import Any, Iterator
 import numpy as np
 
 from ..errors import VitlabError
-from ..inputs.models import default_device  # noqa: F401 - re-exported: vitlab.dist.default_device stays valid
+from ..inputs.models import default_device  # noqa: F401 - re-exported: vitlab.engine.dist.default_device stays valid
 from ..progress import silent_progress, tqdm_progress
 
 DEFAULT_TIMEOUT_S = 1800.0  # the gloo default; raise it when ranks' caches are very uneven (waiting ranks idle)
@@ -226,9 +226,17 @@ def all_reduce_accumulators(accumulators):
     Accumulators whose ``state()`` arrays are all sums (``MinibatchCKA``, or any class with ``state_is_sum =
     True``) are added with one float64 ``all_reduce``; the rest are gathered and folded in rank order with their
     own ``merge``. Every rank must pass accumulators of the same kinds and shapes in the same order.
+    Accumulators that keep their per-batch terms (``keyed_terms()`` / ``load_keyed_terms()``, e.g.
+    ``evidence.BootstrapCKA``, ``similarity.PairAccumulator``) instead get every rank's terms in global batch order
+    and add them up again in that order: their sums, intervals and permutation nulls are a single process's to the
+    last bit (so values that tie in one process still tie, and whatever ranks them ranks them alike).
     """
     items = _as_list(accumulators)
     layouts = _check_same_layout(items)
+    keyed = [hasattr(a, "keyed_terms") for a in items]
+    _gather_keyed_terms([a for a, k in zip(items, keyed) if k])
+    layouts = [[lay[i] for i, k in enumerate(keyed) if not k] for lay in layouts]
+    items = [a for a, k in zip(items, keyed) if not k]
     # an accumulator still empty on some rank (it got no batch: more ranks than batches, or all its images were
     # unreadable) cannot join the elementwise sum; it is merged instead and contributes nothing
     empty_somewhere = [any(_EMPTY in dict(lay[i][1]).values() for lay in layouts) for i in range(len(items))]
@@ -242,6 +250,20 @@ def all_reduce_accumulators(accumulators):
 
 
 _EMPTY = "empty"  # the layout of a state entry that is None: nothing accumulated yet
+
+
+def _gather_keyed_terms(items: list) -> None:
+    """One gather of every accumulator's ``(batch key, terms)``; each gets all ranks' terms in key order."""
+    if not items:
+        return
+    per_rank = gather_objects([a.keyed_terms() for a in items])
+    for i, acc in enumerate(items):
+        merged = sorted((kv for part in per_rank for kv in part[i]), key=lambda kv: kv[0])
+        keys = [k for k, _ in merged]
+        if len(set(keys)) != len(keys):
+            raise VitlabError(f"{type(acc).__name__}: two ranks sent terms of the same batch; every batch term "
+                              "needs its global batch number as its key")
+        acc.load_keyed_terms(merged)
 
 
 def _layout(items: list) -> list:
@@ -419,10 +441,22 @@ def _start_watcher(rank: int, world: int) -> None:
         _WATCH = None
 
 
+_AT_BATCH: int | None = None  # the batch this rank is working on (run.stream, and engines that plan their own)
+
+
+def at_batch(index: int | None) -> None:
+    """Record the global number of the batch this rank is computing, so that a failure names it."""
+    global _AT_BATCH
+    _AT_BATCH = index
+
+
 def _describe(e: BaseException) -> str:
     ctx = _CONTEXT or Context()
     what = str(e) if isinstance(e, VitlabError) else f"{type(e).__name__}: {e}"
-    return f"rank {ctx.rank} of {ctx.world} {'stopped' if isinstance(e, PeerLost) else 'failed'}: {what}"
+    if isinstance(e, PeerLost):
+        return f"rank {ctx.rank} of {ctx.world} stopped: {what}"
+    where = f" at batch {_AT_BATCH}" if _AT_BATCH is not None else ""
+    return f"rank {ctx.rank} of {ctx.world} failed{where}: {what}"
 
 
 @contextmanager
@@ -459,9 +493,10 @@ def _announce(message: str) -> None:
 
 def finish() -> None:
     """Wait for every rank, stop the watcher and destroy the process group (a no-op in one process)."""
-    global _CONTEXT, _WATCH
+    global _CONTEXT, _WATCH, _AT_BATCH
     import torch.distributed as tdist
 
+    _AT_BATCH = None
     if _CONTEXT is None or not _CONTEXT.distributed:
         _CONTEXT = None
         return

@@ -16,7 +16,7 @@ import numpy as np
 
 from ..stats import cka as cka_mod
 from ..stats import device_cka
-from . import hostmem, inflight, pipeline
+from . import dist, hostmem, inflight, pipeline
 from ..inputs import taps as taps_mod
 from ..inputs.cache import make_key
 from .context import Run, RunInfo
@@ -175,6 +175,7 @@ def stream(models: Sequence[LoadedModel], source: ImageSource, indices: Sequence
 def _consume(models, statistics, precision, planned, total, source, run, min_batch):
     store, info, progress = run.store, run.info, run.progress
     for done, (batch, (meta, found, missing), prepared) in enumerate(planned):
+        dist.at_batch(batch.index)  # a failure under torchrun names the rank and this batch
         if progress:
             progress(done, total, f"batch {done + 1}/{total}")
         if prepared is not None:
@@ -271,9 +272,10 @@ def cka_accumulators(models: Sequence[LoadedModel], statistics: Sequence[GramSta
             for i in range(k) for j in range(i, k)}
 
 
-def fold_cka(accs: dict, found: list[dict], estimator: str, device: str = "cpu") -> None:
+def fold_cka(accs: dict, found: list[dict], estimator: str, device: str = "cpu", key: int | None = None) -> None:
     """Add one batch's Grams of every model to every pair's accumulator: each Gram centred once and every
-    pair's HSIC formed on ``device`` (vitlab.device_cka); only the (La, Lb) estimates come back to the host."""
+    pair's HSIC formed on ``device`` (vitlab.device_cka); only the (La, Lb) estimates come back to the host.
+    ``key``: the batch's global number (``batch.index``), which orders the per-batch terms across ranks."""
     import torch
 
     mode = device_cka.mode_for(device)
@@ -283,10 +285,13 @@ def fold_cka(accs: dict, found: list[dict], estimator: str, device: str = "cpu")
     for (i, j), acc in accs.items():
         if getattr(acc, "permutations", 0):  # the permutation null (evidence) permutes the centred Grams on the host
             host = host or [cka_mod.centred(f["gram"]["grams"], estimator) for f in found]
-            acc.update(host[i], None if i == j else host[j])
+            acc.update(host[i], None if i == j else host[j], key=key)
             continue
         xy = device_cka.hsic_all_pairs(centred[i], centred[j], estimator, mode)
-        acc.add(xy, selfs[i], selfs[j], centred[i].shape[-1])
+        if key is None:
+            acc.add(xy, selfs[i], selfs[j], centred[i].shape[-1])
+        else:
+            acc.add(xy, selfs[i], selfs[j], centred[i].shape[-1], key=key)
 
 
 @dataclass(frozen=True)
@@ -323,7 +328,8 @@ def cka(models: Sequence[LoadedModel], source: ImageSource, opts: CKAOptions = C
     ``run.reduce`` (torch.distributed) sums accumulator states across ranks before computing. ``statistic``
     overrides the Gram statistics built from ``opts`` (one for all models, or one per model). ``run.bootstrap``
     > 0 adds a 95 % interval over batches to every cell and ``opts.permutations`` > 0 a permutation null
-    (``vitlab.evidence``), pooled over the repeats' batches; both need every batch's terms in one process.
+    (``vitlab.evidence``), pooled over the repeats' batches. Under torchrun ``run.reduce`` puts every rank's
+    per-batch terms back in batch order first, so the intervals and nulls equal a single process's.
     """
     if not models:
         raise VitlabError("give at least one model")
@@ -335,14 +341,14 @@ def cka(models: Sequence[LoadedModel], source: ImageSource, opts: CKAOptions = C
     repeats, shuffle = max(1, opts.repeats), opts.shuffle
     per_repeat = []
     pooled = None  # every repeat's per-batch terms, for the intervals
-    evidence = run.bootstrap > 0 and run.shard[1] == 1
+    evidence = run.bootstrap > 0
     for r in range(repeats):
         seed = None if (repeats <= 1 and shuffle is None) else (shuffle or 0) + r
         indices = select(source, opts.images, seed)
         accs = cka_accumulators(models, stats, opts.estimator, opts.permutations if evidence else 0, run.seed + r)
         part = run.with_progress(scaled(run.progress, r, repeats, "repeat"))
-        for _, found in stream(models, source, indices, opts.batch_size, [[s] for s in stats], part):
-            fold_cka(accs, found, opts.estimator, models[0].device)
+        for batch, found in stream(models, source, indices, opts.batch_size, [[s] for s in stats], part):
+            fold_cka(accs, found, opts.estimator, models[0].device, batch.index)
         run.reduce_accumulators(accs)
         per_repeat.append({p: a.compute(models[p[0]].label, models[p[1]].label) for p, a in accs.items()})
         pooled = accs if pooled is None else {p: pooled[p].merge(a) for p, a in accs.items()}

@@ -259,37 +259,67 @@ class BootstrapCKA(cka_mod.MinibatchCKA):
     """A :class:`~vitlab.stats.cka.MinibatchCKA` that also keeps every batch's HSIC terms and P permuted cross terms.
 
     Memory: T x (La·Lb + La + Lb) + T x P x La·Lb floats; P = 0 keeps no null. The permutations of batch t come
-    from ``default_rng([seed, t])`` (t counts this accumulator's updates), so a run is reproducible.
+    from ``default_rng([seed, t])``, t the batch's ``key`` (its global number in the run's batch plan; by default
+    the count of this accumulator's updates), so a run is reproducible and a batch gets the same permutations on
+    whichever rank computes it. Under torchrun :func:`vitlab.engine.dist.all_reduce_accumulators` gathers every rank's
+    terms and puts them back in key order (:meth:`keyed_terms`), so the resamples are a single process's.
     """
 
     def __init__(self, layers_a: list[str], layers_b: list[str], estimator: str = "unbiased", permutations: int = 0,
                  seed: int = 0):
         super().__init__(layers_a, layers_b, estimator)
         self.permutations, self.seed = int(permutations), int(seed)
+        self.keys: list = []  # each batch's global number: ranks' terms are put back in this order (vitlab.engine.dist)
+        self.sizes: list[int] = []  # each batch's images
         self.terms_xy: list[np.ndarray] = []
         self.terms_xx: list[np.ndarray] = []
         self.terms_yy: list[np.ndarray] = []
         self.null_xy: list[np.ndarray] = []
 
-    def update(self, ca: np.ndarray, cb: np.ndarray | None = None) -> None:
+    def update(self, ca: np.ndarray, cb: np.ndarray | None = None, key: int | None = None) -> None:
         """One batch's centred Grams: the base class's sums (through :meth:`add`, which keeps the batch's terms)
-        and, with ``permutations``, this batch's null."""
+        and, with ``permutations``, this batch's null. ``key``: the batch's global number (class docstring)."""
+        key = len(self.terms_xy) if key is None else int(key)
         if self.permutations:
-            self.null_xy.append(self._null(ca, ca if cb is None else cb, (len(self.layers_a), len(self.layers_b))))
-        super().update(ca, cb)
+            self.null_xy.append(self._null(ca, ca if cb is None else cb, (len(self.layers_a), len(self.layers_b)),
+                                           key))
+        self._key = key
+        try:
+            super().update(ca, cb)
+        finally:
+            self._key = None
 
-    def add(self, xy: np.ndarray, xx: np.ndarray, yy: np.ndarray, n: int) -> None:
+    def add(self, xy: np.ndarray, xx: np.ndarray, yy: np.ndarray, n: int, key: int | None = None) -> None:
         """One batch's HSIC estimates formed on the device (vitlab.stats.device_cka); keeps them as this batch's terms.
         The permutation null needs the centred Grams themselves: with ``permutations`` the runner calls update."""
+        key = getattr(self, "_key", None) if key is None else int(key)
         super().add(xy, xx, yy, n)
+        self.keys.append(len(self.terms_xy) if key is None else key)
+        self.sizes.append(int(n))
         self.terms_xy.append(np.asarray(xy))
         self.terms_xx.append(np.asarray(xx))
         self.terms_yy.append(np.asarray(yy))
 
-    def _null(self, ca: np.ndarray, cb: np.ndarray, shape: tuple) -> np.ndarray:
+    def keyed_terms(self) -> list:
+        """``[(key, (xy, xx, yy, n, null or None)), ...]``: this process's per-batch terms, for an ordered gather."""
+        nulls = self.null_xy if self.null_xy else [None] * len(self.keys)
+        return list(zip(self.keys, zip(self.terms_xy, self.terms_xx, self.terms_yy, self.sizes, nulls)))
+
+    def load_keyed_terms(self, keyed: list) -> BootstrapCKA:
+        """Become the accumulator of the batches ``keyed`` (every rank's terms, in key order): the sums are added
+        again in that order, so they are a single process's to the last bit."""
+        fresh = BootstrapCKA(self.layers_a, self.layers_b, self.estimator, self.permutations, self.seed)
+        for key, (xy, xx, yy, n, null) in keyed:
+            fresh.add(xy, xx, yy, n, key=key)
+            if self.permutations:
+                fresh.null_xy.append(null)
+        self.__dict__.update(fresh.__dict__)
+        return self
+
+    def _null(self, ca: np.ndarray, cb: np.ndarray, shape: tuple, key: int) -> np.ndarray:
         """(P, La, Lb) cross HSIC of B's Grams under P random pairings of this batch (a loop of small GEMMs: on
         these CPUs gathering all P permuted Grams for one GEMM measured ~10x slower)."""
-        rng = np.random.default_rng([self.seed, len(self.terms_xy)])
+        rng = np.random.default_rng([self.seed, key])
         n = ca.shape[-1]
         null = np.empty((self.permutations,) + shape)
         for p in range(self.permutations):
@@ -299,6 +329,8 @@ class BootstrapCKA(cka_mod.MinibatchCKA):
 
     def merge(self, other: "BootstrapCKA") -> "BootstrapCKA":
         super().merge(other)
+        self.keys += other.keys
+        self.sizes += other.sizes
         self.terms_xy += other.terms_xy
         self.terms_xx += other.terms_xx
         self.terms_yy += other.terms_yy

@@ -63,7 +63,8 @@ MEASURES = {"cka": M.measure_uniformity, "distance": M.measure_locality, "heads"
 def run_tour(models: list[LoadedModel], source: ImageSource, opts: TourOptions, run: Run) -> TourReport:
     """Measure every claim on ``models`` (a ViT with a CLS token and a CNN among them) and ``source``; each
     check's user error (a missing model, data a model cannot read) becomes a "can't tell" row that says why.
-    Each claim gets its interval chart and its paper-style figure, both from this one run."""
+    Each claim gets its interval chart and its paper-style figure, both from this one run. Under torchrun every
+    check runs over the sharded runner (``run.shard``; ``vitlab.tour.measure``)."""
     import pandas as pd
 
     from ..charts.evidence import estimate_chart
@@ -79,10 +80,14 @@ def run_tour(models: list[LoadedModel], source: ImageSource, opts: TourOptions, 
         claim = CLAIMS[key]
         if run.progress:
             run.progress(k, len(keys), claim.figure)
+        error = None
         try:
             check, data, figure = MEASURES[key](ms, source, opts, run)
         except VitlabError as e:
-            check, data, figure = cant_tell(key, str(e)), [], {}
+            error = str(e)
+        error = _first_error(run, key, error)
+        if error is not None:
+            check, data, figure = cant_tell(key, error), [], {}
         rows.append(check)
         frame = pd.DataFrame(data, columns=["label", "role", "value", "lo", "hi", "unit", "units", "interval"])
         frame.insert(0, "figure", claim.figure)
@@ -96,3 +101,12 @@ def run_tour(models: list[LoadedModel], source: ImageSource, opts: TourOptions, 
     if run.progress:
         run.progress(len(keys), len(keys), "done")
     return TourReport(rows, charts, [m.label for m in models], run.info, frames, figures, papers)
+
+
+def _first_error(run: Run, key: str, error: str | None) -> str | None:
+    """Under torchrun a check that failed on any rank is "can't tell" on every rank, with the first rank's reason,
+    so that all ranks go on to the next check together (one process: ``error`` itself)."""
+    if run.shard[1] == 1:
+        return error
+    errors = run.gather_ordered([(run.shard[0], error)], f"outcome of tour check '{key}'")
+    return next((e for e in errors if e is not None), None)

@@ -7,6 +7,10 @@ quantile on the pixel grid) keep the percentile bootstrap (``vitlab.stats.eviden
 Every measurement returns ``(Check, rows, figure)``: the check, the estimates drawn in the interval chart, and the
 data of the paper-style figure (``vitlab.charts.tour``), all from the one run. A user error (a missing model, data
 the model cannot read) turns into a "can't tell" row that says why, so one check never stops the tour.
+
+Under torchrun every stream takes this rank's batches (``run.shard``); CKA terms come back in batch order through
+``run.reduce_accumulators`` (``evidence.BootstrapCKA`` keyed by batch number) and per-batch or per-image values
+through ``run.gather_ordered``, so every rank resamples exactly what a single process would.
 """
 
 from __future__ import annotations
@@ -72,10 +76,10 @@ def _self_cka(models: list[LoadedModel], source, opts, run: Run) -> list[ev.Boot
     """Self-CKA accumulators (default taps) of each model over the same batches."""
     stats = [GramStatistic() for _ in models]
     accs = [ev.BootstrapCKA(s.taps(m), s.taps(m)) for m, s in zip(models, stats)]
-    for _, found in _stream(models, source, _indices(source, opts), opts.batch_size, [[s] for s in stats], run):
+    for batch, found in _stream(models, source, _indices(source, opts), opts.batch_size, [[s] for s in stats], run):
         for acc, f in zip(accs, found):
-            acc.update(cka_mod.centred(f["gram"]["grams"]))
-    return accs
+            acc.update(cka_mod.centred(f["gram"]["grams"]), key=batch.index)
+    return run.reduce_accumulators(accs)
 
 
 def _jk(acc: ev.BootstrapCKA) -> np.ndarray:
@@ -127,9 +131,9 @@ def measure_uniformity(ms: Models, source, opts, run):
 def _distances(m: LoadedModel, source, opts, run, blocks=None) -> np.ndarray:
     """(L, H, n) per-image mean attention distance (prefix keys dropped, not renormalised)."""
     stat = AttentionDistanceStatistic(blocks)
-    raw = [f[0][stat.name]["raw"]
-           for _, f in _stream([m], source, _indices(source, opts), opts.batch_size, [[stat]], run, min_batch=1)]
-    return np.concatenate(raw, axis=-1)
+    raw = [(b.index, f[0][stat.name]["raw"])
+           for b, f in _stream([m], source, _indices(source, opts), opts.batch_size, [[stat]], run, min_batch=1)]
+    return np.concatenate(run.gather_ordered(raw, "attention distances"), axis=-1)
 
 
 def _distance_frame(m: LoadedModel, d: np.ndarray, uniform: float) -> pd.DataFrame:
@@ -180,10 +184,13 @@ def _head_rank(vit: LoadedModel, cnn: LoadedModel, source, opts, run):
     heads = [f"b{b}.h{h}" for b in blocks for h in range(vit.model.blocks[0].attn.num_heads)]
     acc = ev.BootstrapCKA(heads, list(ostat.taps_))
     raw = []
-    for _, f in _stream([vit, cnn], source, _indices(source, opts), opts.batch_size, [[dstat, hstat], [ostat]],
-                        run):
-        raw.append(f[0][dstat.name]["raw"])
-        acc.update(cka_mod.centred(f[0][hstat.name]["grams"]), cka_mod.centred(f[1][ostat.name]["grams"]))
+    for batch, f in _stream([vit, cnn], source, _indices(source, opts), opts.batch_size, [[dstat, hstat], [ostat]],
+                            run):
+        raw.append((batch.index, f[0][dstat.name]["raw"]))
+        acc.update(cka_mod.centred(f[0][hstat.name]["grams"]), cka_mod.centred(f[1][ostat.name]["grams"]),
+                   key=batch.index)
+    run.reduce_accumulators(acc)
+    raw = run.gather_ordered(raw, "head distances")
     dist = np.concatenate(raw, -1).mean(-1).ravel()  # (len(blocks)·H,) block-major, as the head Grams
     sim = np.nanmean(_point(acc), -1)
     t = len(acc.terms_xy)
@@ -216,24 +223,27 @@ def measure_head_rank(ms: Models, source, opts, run):
     return T.check_head_rank(neg, p, null_hi, detail, twin), rows, {"heads": pd.concat(frames, ignore_index=True)}
 
 
-def _field_maps(m: LoadedModel, points: list[tuple[str, str]], source, opts) -> list[np.ndarray]:
-    """Per-image |gradient| maps (n, H, W) of the centre of each (module, 'in'|'out') point."""
+def _field_maps(m: LoadedModel, points: list[tuple[str, str]], source, opts, run: Run) -> list[np.ndarray]:
+    """Per-image |gradient| maps (n, H, W) of the centre of each (module, 'in'|'out') point (torchrun: this rank's
+    batches, then every rank's maps in batch order)."""
     from ..analyses.receptive import centre_gradient
+    from ..engine import dist
+    from ..inputs.data import decode
 
     prefix, grid = taps_mod.num_prefix_tokens(m.model), taps_mod.grid_size(m.model)
-    out = [[] for _ in points]
-    for batch in plan_batches(source, select(source, opts.rf_images, None), 8):
-        from ..inputs.data import decode
-
+    kept = []
+    for batch in plan_batches(source, select(source, opts.rf_images, None), 8)[run.shard[0]::run.shard[1]]:
+        dist.at_batch(batch.index)
         decode(source, batch)
         if not batch.images:
             continue
         x = to_tensor(batch.images, m)
-        for k, (module, where) in enumerate(points):
-            out[k].append(centre_gradient(m.model, module, x, where, prefix, grid).cpu().numpy())
-    if not out[0]:
+        kept.append((batch.index, [centre_gradient(m.model, module, x, where, prefix, grid).cpu().numpy()
+                                   for module, where in points]))
+    kept = run.gather_ordered(kept, "receptive-field maps")
+    if not kept:
         raise VitlabError(f"no readable image among the first {opts.rf_images} of '{source.name}'")
-    return [np.concatenate(o) for o in out]
+    return [np.concatenate([k[i] for k in kept]) for i in range(len(points))]
 
 
 def _growth(maps: list[np.ndarray], idx: np.ndarray):
@@ -262,9 +272,9 @@ def _map_frame(m: LoadedModel, label: str, maps: np.ndarray) -> pd.DataFrame:
 def _growth_pair(vit: LoadedModel, cnn: LoadedModel, source, opts, run):
     from ..analyses.receptive import block_names
 
-    vmaps = _field_maps(vit, [("blocks.0", "in"), ("blocks.0.ls1", "out")], source, opts)
+    vmaps = _field_maps(vit, [("blocks.0", "in"), ("blocks.0.ls1", "out")], source, opts, run)
     first = block_names(cnn)[0]
-    cmaps = _field_maps(cnn, [(first, "in"), (first, "out")], source, opts)
+    cmaps = _field_maps(cnn, [(first, "in"), (first, "out")], source, opts, run)
     idx = ev.resample_indices(len(vmaps[0]), run.bootstrap, run.seed)
     vg, vb, va, vr = _growth(vmaps, idx)
     cg, cb, ca, cr = _growth(cmaps, idx)
@@ -297,12 +307,13 @@ def _skip_pair(models: list[LoadedModel], source, opts, run):
     """Per model: the median ratio estimate, its leave-one-batch-out values and the mean ratio per sublayer and
     token kind (the lines of Fig 7)."""
     stat = SkipStatistic()
-    sums: list[list] = [[] for _ in models]
-    counts: list[list] = [[] for _ in models]
-    for _, f in _stream(models, source, _indices(source, opts), opts.batch_size, [[stat]] * len(models), run):
-        for k in range(len(models)):
-            sums[k].append(f[k][stat.name]["ratio_sum"])
-            counts[k].append(float(np.asarray(f[k][stat.name]["count"]).sum()))
+    kept = [(b.index, [(f[k][stat.name]["ratio_sum"], float(np.asarray(f[k][stat.name]["count"]).sum()))
+                       for k in range(len(models))])
+            for b, f in _stream(models, source, _indices(source, opts), opts.batch_size, [[stat]] * len(models),
+                                run)]
+    kept = run.gather_ordered(kept, "skip-ratio sums")  # every rank's batches, in batch order
+    sums = [[per[k][0] for per in kept] for k in range(len(models))]
+    counts = [[per[k][1] for per in kept] for k in range(len(models))]
     idx = ev.jackknife_indices(len(counts[0]))
     out, curves = [], []
     for m, s, c in zip(models, sums, counts):
@@ -369,15 +380,17 @@ def _localization(models: list[LoadedModel], source, opts, run):
     layer, and the token-by-position CKA maps of a spread of tokens (Figs 9-10)."""
     stats = [LocalizationStatistic((default_layers(m.model)[-1],)) for m in models]
     accs: list = [None] * len(models)
-    for _, found in _stream(models, source, _indices(source, opts), opts.batch_size, [[s] for s in stats], run):
+    for batch, found in _stream(models, source, _indices(source, opts), opts.batch_size, [[s] for s in stats], run):
         for k, (s, f) in enumerate(zip(stats, found)):
             a = f[s.name]
             if accs[k] is None:
                 accs[k] = ev.BootstrapCKA([str(t) for t in range(a["tokens_0"].shape[0])],
                                           [str(g) for g in range(a["patches_0"].shape[0])])
-            accs[k].update(cka_mod.centred(a["tokens_0"]), cka_mod.centred(a["patches_0"]))
+            accs[k].update(cka_mod.centred(a["tokens_0"]), cka_mod.centred(a["patches_0"]), key=batch.index)
     if accs[0] is None:
-        raise VitlabError("no batch of 4 or more readable images: localization needs at least 4 images")
+        raise VitlabError("no batch of 4 or more readable images: localization needs at least 4 images"
+                          + (" (on this rank: use fewer processes than batches)" if run.shard[1] > 1 else ""))
+    run.reduce_accumulators(accs)
     idx = _jk(accs[0])
     out, maps = [], []
     for m, acc, s in zip(models, accs, stats):
@@ -449,10 +462,12 @@ def _probe_margins(m: LoadedModel, source, opts, run) -> tuple[np.ndarray, list[
     feats: dict[str, list] = {}
     labels: list = []
     pool = select(source, max(opts.images, opts.probe_test + 30 * opts.probe_shots), None)
-    for batch, f in _stream([m], source, pool, opts.batch_size, [[stat]], run):
-        for key, v in f[0][stat.name].items():
+    kept = [(batch.index, (f[0][stat.name], list(batch.labels)))
+            for batch, f in _stream([m], source, pool, opts.batch_size, [[stat]], run)]
+    for values, batch_labels in run.gather_ordered(kept, "probe features"):  # every rank's, in batch order
+        for key, v in values.items():
             feats.setdefault(key, []).append(v)
-        labels += list(batch.labels)
+        labels += batch_labels
     x = {k: np.concatenate(v) for k, v in feats.items()}
     y = np.array(labels)
     classes = len(source.classes)
@@ -500,10 +515,11 @@ def measure_scale(ms: Models, source, opts, run):
     stats = [GramStatistic() for _ in models]
     accs = {(a, b): ev.BootstrapCKA(stats[specs.index(a)].taps(ms.get(a)), stats[specs.index(b)].taps(ms.get(b)))
             for a, b in scale_pairs}
-    for _, found in _stream(models, source, _indices(source, opts), opts.batch_size, [[s] for s in stats], run):
+    for batch, found in _stream(models, source, _indices(source, opts), opts.batch_size, [[s] for s in stats], run):
         c = [cka_mod.centred(f["gram"]["grams"]) for f in found]
         for (a, b), acc in accs.items():
-            acc.update(c[specs.index(a)], c[specs.index(b)])
+            acc.update(c[specs.index(a)], c[specs.index(b)], key=batch.index)
+    run.reduce_accumulators(accs)
     idx = _jk(next(iter(accs.values())))
     points, reps, texts, curves = [], [], [], []
     for (a, b), acc in accs.items():
