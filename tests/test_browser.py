@@ -344,7 +344,8 @@ def test_every_presentation_slide_shows_its_paper_figure(page, server):
         # the marker the slide writes just above the paper-style chart, then that chart (the slide's first) drawn
         page.locator(f'.present-paper[data-figure="{claim.figure}"]').wait_for()
         chart = page.locator('[data-testid="stVegaLiteChart"]').first
-        chart.locator("g.role-mark").first.wait_for()
+        chart.wait_for()
+        chart.locator("g.role-mark path").first.wait_for(state="attached")  # its marks are drawn
         assert page.locator('[data-testid="stVegaLiteChart"]').count() >= 2, claim.figure  # and the interval chart
         for answer in ("pattern", "learned"):
             assert page.locator(f'[data-answer="{answer}"]').count() == 1
