@@ -1,4 +1,4 @@
-"""vitlab's Streamlit app: `streamlit run app/Home.py`.
+"""vitlab's Streamlit app: `vitlab app` (or `streamlit run app/Home.py` from the repository root).
 
 The entrypoint draws the shared sidebar pickers (so their values survive page switches) and hands over to
 the chosen page with `st.navigation`. Pages are thin: widgets, one engine call, one chart, export.
@@ -19,7 +19,9 @@ import lab
 
 from vitlab import table
 
-st.set_page_config(page_title="vitlab", page_icon=":material/biotech:", layout="wide")
+# an emoji favicon is drawn in the browser; a ":material/...:" one is fetched from a font server (FACTS.md). The
+# Material icons of the pages come from the font bundled with Streamlit: nothing leaves the machine.
+st.set_page_config(page_title="vitlab", page_icon="🔬", layout="wide")
 page = lab.page
 
 # every analysis page comes from the table of analyses (vitlab.table); home and the presenter are the app's own

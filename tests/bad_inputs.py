@@ -120,3 +120,144 @@ def make_catalogue(folder: Path) -> dict[str, str]:
     # root reads a mode-000 file anyway: then it is a valid image and must be used
     expected["no_access.png"] = "ok" if os.access(noaccess, os.R_OK) else "skip"
     return expected
+
+
+# ---------------------------------------------------------------- hostile sizes (issue 24): small files, huge work
+
+# PNG colour types and bytes per pixel of the strips: (colour type, bit depth, channels)
+_PNG_MODES = {"L": (0, 8, 1), "LA": (4, 8, 2), "RGB": (2, 8, 3), "RGBA": (6, 8, 4), "I;16": (0, 16, 1),
+              "RGBA;16": (6, 16, 4), "P": (3, 8, 1)}
+
+
+def png_strip(width: int, height: int, mode: str = "LA", level: int = 9) -> bytes:
+    """A valid PNG of width×height pixels (all zero, alpha 0), compressed as it is written: a 10×14,999,999 strip
+    (under the 150-megapixel cap) is a ~300 KB file that decodes to hundreds of MB. Never held uncompressed."""
+    ctype, depth, channels = _PNG_MODES[mode]
+    row = b"\0" * (1 + width * channels * depth // 8)  # filter byte 0, then the row
+    ihdr = struct.pack(">IIBBBBB", width, height, depth, ctype, 0, 0, 0)
+    comp, parts = zlib.compressobj(level), []
+    block = 1 << 22
+    per = max(1, block // len(row))
+    chunk = row * per
+    left = height
+    while left:
+        n = min(per, left)
+        parts.append(comp.compress(chunk if n == per else row * n))
+        left -= n
+    parts.append(comp.flush())
+    extra = _png_chunk(b"PLTE", b"\0\0\0\xff\xff\xff") if ctype == 3 else b""
+    return (b"\x89PNG\r\n\x1a\n" + _png_chunk(b"IHDR", ihdr) + extra + _png_chunk(b"IDAT", b"".join(parts))
+            + _png_chunk(b"IEND", b""))
+
+
+def tiff_pages(pages: int) -> bytes:
+    """A little-endian TIFF of ``pages`` chained 1×1 greyscale pages (~100 bytes each): 300,000 pages is a ~29 MiB
+    file (under the 50 MiB upload cap) whose page count Pillow finds only by walking every page."""
+    entries = 8
+    ifd_size = 2 + entries * 12 + 4
+    out = bytearray(b"II*\0" + struct.pack("<I", 8))
+    for k in range(pages):
+        ifd = len(out)
+        pixel = ifd + ifd_size
+        nxt = 0 if k == pages - 1 else pixel + 2  # the next IFD after the pixel (and a pad byte: word aligned)
+        tags = [(256, 3, 1, 1), (257, 3, 1, 1), (258, 3, 1, 8), (259, 3, 1, 1), (262, 3, 1, 1),
+                (273, 4, 1, pixel), (278, 3, 1, 1), (279, 4, 1, 1)]
+        out += struct.pack("<H", entries)
+        for tag, kind, count, value in tags:
+            out += struct.pack("<HHII", tag, kind, count, value) if kind == 4 else \
+                struct.pack("<HHIHH", tag, kind, count, value, 0)
+        out += struct.pack("<I", nxt) + bytes([(k * 37) % 256, 0])
+    return bytes(out)
+
+
+# name: (how to make the bytes, what must happen): each decodes within the caps' memory and a few seconds
+HOSTILE_SIZES = {
+    "strip_la_10x14999999.png": (lambda: png_strip(10, 14_999_999, "LA"), "note"),
+    "strip_rgba_10x14999999.png": (lambda: png_strip(10, 14_999_999, "RGBA"), "note"),
+    "strip_16bit_10x14999999.png": (lambda: png_strip(10, 14_999_999, "I;16"), "note"),
+    "strip_palette_14999999x10.png": (lambda: png_strip(14_999_999, 10, "P"), "note"),
+    "rgba16_12000x12000.png": (lambda: png_strip(12_000, 12_000, "RGBA;16"), "ok"),
+    "pages_300000.tif": (lambda: tiff_pages(300_000), "note"),
+    "animated_12000x12000.gif": (lambda: _big_gif(12_000), "note"),
+    "float_12000x12000.tif": (lambda: _save(Image.new("F", (12_000, 12_000), 0.5), "TIFF",
+                                            compression="tiff_deflate"), "ok"),
+}
+
+
+def _big_gif(side: int) -> bytes:
+    """Two full-size frames: finding the second one means decoding the first."""
+    frames = [Image.new("P", (side, side), k) for k in (1, 2)]
+    return _save(frames[0], "GIF", save_all=True, append_images=frames[1:])
+
+
+# ---------------------------------------------------------------- hostile shapes, names, --out folders, caches
+
+# scaled-down hostile shapes for quick tests (the full-size ones are HOSTILE_SIZES, measured by the bench):
+# name: (bytes maker, the shorter side of the result, whether a notice is due)
+HOSTILE_SHAPES = {
+    **{f"strip_{m.replace(';', '')}_{w}x{h}.png": ((lambda m=m, w=w, h=h: png_strip(w, h, m)), 10, True)
+       for m in ("L", "LA", "RGB", "RGBA", "I;16", "RGBA;16", "P") for w, h in ((10, 200_000), (200_000, 10))},
+    "line_1x100000.png": (lambda: png_strip(1, 100_000, "L"), 1, True),
+    "pages_2000.tif": (lambda: tiff_pages(2000), 1, True),
+    "square_3000.png": (lambda: png_strip(3000, 3000, "RGBA"), 250, False),  # 3000 // 12: what a 248 need keeps
+}
+
+# file names a file system allows (bytes): each image must be used, and named in printable text
+HOSTILE_NAMES = [b"caf\xe9.png", b"\xff\xfe.png", b"line\nbreak.png", b"-rf.png", b".hidden.png",
+                 b"quote's \"and\" space.png", b"e\xcc\x81t\xc3\xa9.png", b"x" * 240 + b".png", b"tab\there.jpg",
+                 b"back\\slash.png", b"UPPER.PNG"]
+
+
+def plant_out(case: str, out: Path, outside: Path) -> list[Path]:
+    """Put hostile case ``case`` into the output folder ``out`` (``outside`` is a folder beside it); return the
+    files outside vitlab's own that must be left exactly as they are."""
+    import json
+
+    victim = outside / "victim.txt"
+    victim.write_text("precious")
+    st = victim.stat()
+    entry = [st.st_size, st.st_mtime_ns]
+    record = out / ".vitlab-files.json"
+    fmt = "vitlab-outputs/2"
+    mine = out / "mine.txt"
+    mine.write_text("the user's")
+    if case == "symlinked run.json":
+        (out / "run.json").symlink_to(victim)
+    elif case == "symlinked record":
+        record.symlink_to(victim)
+    elif case == "symlinked output":
+        (out / "pair_0.csv").symlink_to(victim)
+    elif case == "record is a folder":
+        record.mkdir()
+    elif case == "record lists a number":
+        record.write_text('{"files": 5}')
+    elif case == "record lists a string":
+        record.write_text('{"files": "mine.txt"}')
+    elif case == "record is not json":
+        record.write_bytes(b"\xff\xfe{not json")
+    elif case == "record of the old format":
+        record.write_text(json.dumps({"files": ["mine.txt"]}))
+    elif case == "record reaches outside":
+        record.write_text(json.dumps({"format": fmt, "files": {"../outside/victim.txt": entry, str(victim): entry}}))
+    elif case == "record lists a link":
+        (out / "link.txt").symlink_to(victim)
+        record.write_text(json.dumps({"format": fmt, "files": {"link.txt": entry}}))
+    elif case == "record lists a file through a linked folder":
+        (out / "sub").symlink_to(outside, target_is_directory=True)
+        record.write_text(json.dumps({"format": fmt, "files": {"sub/victim.txt": entry}}))
+    elif case == "record lists the user's file with a wrong size":
+        record.write_text(json.dumps({"format": fmt, "files": {"mine.txt": [99, mine.stat().st_mtime_ns]}}))
+    else:
+        raise KeyError(case)
+    return [victim, mine]
+
+
+OUT_CASES = ["symlinked run.json", "symlinked record", "symlinked output", "record is a folder",
+             "record lists a number", "record lists a string", "record is not json", "record of the old format",
+             "record reaches outside", "record lists a link", "record lists a file through a linked folder",
+             "record lists the user's file with a wrong size"]
+
+# what sqlite says when a cache cannot be written or opened: (message, whether an existing cache is still read)
+CACHE_FAILURES = {"full disk": "database or disk is full", "read-only folder": "attempt to write a readonly database",
+                  "cannot open": "unable to open database file", "locked": "database is locked",
+                  "I/O error": "disk I/O error"}

@@ -123,10 +123,10 @@ def test_second_run_computes_zero_batches_and_third_model_reuses(tiny_vit, tiny_
     np.testing.assert_allclose(rep3.pair(0, 1).cka, first.pair(0, 1).cka, rtol=1e-12)
 
 
-def test_small_batches_are_dropped_and_reported(tiny_resnet, fmnist_source, store):
+def test_a_short_last_batch_joins_the_one_before(tiny_resnet, fmnist_source, store):
+    # 10 images in batches of 4: 4 and 6, not 4, 4 and a dropped 2 (issue 24: no image is left out)
     rep = run.cka([tiny_resnet], fmnist_source, run.CKAOptions(images=10, batch_size=4), run.Run(store=store))
-    assert rep.info.dropped_batches and "fewer than 4" in rep.info.dropped_batches[0]
-    assert rep.images == 8
+    assert not rep.info.dropped_batches and rep.images == 10 and rep.pair(0, 0).batches == 2
 
 
 def test_repeats_give_mean_and_spread(tiny_resnet, fmnist_source, store):

@@ -14,9 +14,10 @@ import sys
 import time
 from pathlib import Path
 
-from .table import ANALYSES, Analysis
 from .errors import VitlabError
+from .inputs.outdir import check_out, write_file
 from .options import parse_ints, parse_strs
+from .table import ANALYSES, Analysis
 
 MODEL_HELP = ("model spec NAME[@WEIGHTS] or zoo:NAME[@random[:SEED]]; WEIGHTS: pretrained (default), "
               "random[:SEED] (the untrained twin), or a .safetensors/.pth/.bin file")
@@ -165,6 +166,7 @@ def run_analysis(analysis: Analysis, args) -> int:
             return 0  # one image (or a check): rank 0 alone computes and writes --out; the others wait for it
         print(f"vitlab {analysis.name} does not split over processes (one image, or a check): under torchrun rank 0 "
               f"runs it alone and the other {ctx.world - 1} rank(s) wait", file=sys.stderr)
+    out = check_out(args.out)  # before any model runs: a file named as the folder is a typo, not a late traceback
     opts = options_from_args(analysis, args)
     source = open_source(args.data)
     engine_models, models = load_models(analysis, args)
@@ -182,13 +184,13 @@ def run_analysis(analysis: Analysis, args) -> int:
         ctx.reduce_info(run.info)
     if not ctx.is_main:
         return 0
-    out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     written = write_outputs(analysis, result, opts, out)
     extra = {**{f.name: getattr(opts, f.name) for f in dataclasses.fields(opts)}, **analysis.record(result, opts),
              "bootstrap": args.bootstrap, "seed": run.seed}
     write_run_json(out, analysis.name, models + list(getattr(result, "extra_models", [])), args, run.info, t0,
-                   list(getattr(result, "warnings", []))[:20], model_taps=getattr(result, "taps", None), **extra)
+                   list(getattr(result, "warnings", []))[:20], model_taps=getattr(result, "taps", None),
+                   written=written, **extra)
     for line in analysis.headline(result):
         print(line)
     print(f"{len(written)} files in {out}")
@@ -197,21 +199,22 @@ def run_analysis(analysis: Analysis, args) -> int:
 
 def write_outputs(analysis: Analysis, result, opts, out: Path) -> list:
     """CSV tables, PNG/SVG charts and any other files of one result; the paths written."""
-    from .charts import save_all
+    from .charts.common import slug, to_bytes
 
+    # every file through write_file (atomic, never through a symbolic link: vitlab.inputs.outdir)
     written = []
     for stem, frame in analysis.tables(result).items():
-        frame.to_csv(out / f"{stem}.csv", index=False)
-        written.append(out / f"{stem}.csv")
-    written += save_all(analysis.charts(result, opts), out)
+        written.append(write_file(out / f"{stem}.csv", frame.to_csv(index=False)))
+    for stem, chart in analysis.charts(result, opts).items():
+        written += [write_file(out / f"{slug(stem)}.{fmt}", to_bytes(chart, fmt)) for fmt in ("png", "svg")]
     if analysis.files:
         written += analysis.files(result, out)
     return written
 
 
 def write_json(path: Path, obj) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(obj, indent=2, default=str))
+    """``obj`` as JSON at ``path``, written atomically (never through a symbolic link, vitlab.inputs.outdir)."""
+    write_file(path, json.dumps(obj, indent=2, default=str))
 
 
 def _input_workers() -> dict:
@@ -226,10 +229,10 @@ def _input_workers() -> dict:
 
 
 def write_run_json(out: Path, command: str, models: list, args, info, t0: float, warnings=(),
-                   model_taps: list[list[str]] | None = None, **extra) -> None:
+                   model_taps: list[list[str]] | None = None, written: list | None = None, **extra) -> None:
     """``out/run.json``: what ran (models with fingerprints, images, batches computed / from cache, per-model
     forward passes, skipped images, seconds, input workers); then skipped images and warnings are reported on
-    stderr."""
+    stderr. ``written``: the files the command's writers returned, recorded with run.json (vitlab.inputs.outdir)."""
     from .engine import dist
 
     write_json(out / "run.json", {
@@ -251,9 +254,11 @@ def write_run_json(out: Path, command: str, models: list, args, info, t0: float,
         "processes": dist.context().world,
         "input_workers": _input_workers(),
     })
-    from .inputs.outdir import finish, wall_from_perf
+    from .inputs.outdir import finish
 
-    stale = finish(out, wall_from_perf(t0))  # charts of an earlier run that this one did not write again
+    stale, notices = finish(out, list(written or []))  # charts of an earlier run that this one did not write again
+    for notice in notices:
+        print(f"vitlab: note: {notice}", file=sys.stderr)
     if stale:
         print(f"removed {len(stale)} file(s) an earlier run wrote into {out} and this one did not", file=sys.stderr)
     if info:
@@ -307,17 +312,63 @@ def add_cache(sub) -> None:
 
 
 def run_cache(args) -> int:
-    from .inputs.cache import Store, clear, default_dir
+    from .inputs.cache import Store, clear, default_dir, holds_cache, size_budget_gb
 
+    directory = Path(args.cache_dir or default_dir()).expanduser()
     if args.action == "clear":  # without opening a Store: clearing must work on a damaged database too
-        directory = Path(args.cache_dir or default_dir()).expanduser()
         n, what = clear(directory)
         print(f"removed {n} {what} from {directory}")
-    else:
-        info = Store(args.cache_dir or "default").info()
-        print(f"{info['directory']}: {info['entries']} entries, {info['bytes'] / 2**20:.1f} MiB "
-              f"of {info['size_limit'] / 2**30:.1f} GiB")
+        return 0
+    size_budget_gb()  # a bad VITLAB_CACHE_GB is named even when there is no cache yet
+    if not (directory.is_dir() and holds_cache(directory)):  # info never makes a cache where there is none
+        print(f"{directory}: no cache yet")
+        return 0
+    store = Store(directory)
+    info = store.info()
+    if not info["enabled"]:
+        print(f"{directory}: the cache cannot be read ({info.get('error') or 'see the warning above'})")
+        return 0
+    print(f"{info['directory']}: {info['entries']} entries, {info['bytes'] / 2**20:.1f} MiB "
+          f"of {info['size_limit'] / 2**30:.1f} GiB" + (" (read-only here)" if info["mode"] == "ro" else ""))
+    store.close()
     return 0
+
+
+# ---------------------------------------------------------------- app: Streamlit, local wherever it is started
+
+# Streamlit reads .streamlit/config.toml from the folder it is started in, so from any other folder the address
+# would be unset: every interface (FACTS.md). These flags do not depend on the folder; a flag the user gives wins.
+APP_FLAGS = {"--server.address": "localhost", "--browser.gatherUsageStats": "false",
+             "--client.toolbarMode": "minimal", "--theme.base": "light"}
+
+
+def add_app(sub) -> None:
+    p = sub.add_parser("app", help="start the Streamlit app, on localhost only, from any folder",
+                       description="Start the Streamlit app (app/Home.py) on http://localhost:8501. It listens on "
+                                   "localhost only and takes uploads up to the engine's limit, wherever it is "
+                                   "started; any other arguments go to `streamlit run` (e.g. --server.port 8502; "
+                                   "--server.address 0.0.0.0 exposes it on purpose, docs/hardening.md).")
+    p.set_defaults(func=run_app, streamlit_args=[])
+
+
+def app_command(extra: list[str]) -> list[str]:
+    """The ``streamlit run`` command line of ``vitlab app`` with ``extra`` arguments (which win over the defaults)."""
+    from .inputs.images import MAX_UPLOAD_BYTES
+
+    home = Path(__file__).resolve().parent.parent / "app" / "Home.py"
+    if not home.is_file():
+        raise VitlabError(f"the app (app/Home.py) is not beside this vitlab ({Path(__file__).parent}); install it from "
+                          "a checkout of the repository: python -m pip install -e .")
+    given = {a.split("=", 1)[0] for a in extra if a.startswith("--")}
+    defaults = {**APP_FLAGS, "--server.maxUploadSize": str(MAX_UPLOAD_BYTES // 2**20)}
+    flags = [x for k, v in defaults.items() if k not in given for x in (k, v)]
+    return [sys.executable, "-m", "streamlit", "run", str(home), *flags, *extra]
+
+
+def run_app(args) -> int:
+    import subprocess
+
+    return subprocess.call(app_command(list(args.streamlit_args)))
 
 
 def add_zoo(sub) -> None:
@@ -350,14 +401,16 @@ def add_report(sub) -> None:
 def run_report_command(args) -> int:
     from .engine import dist
     from .engine.context import Run
-    from .inputs.data import open_source
     from .errors import VitlabError
+    from .inputs.data import open_source
     from .inputs.models import load
     from .tour.report import ReportOptions, report
 
     out = Path(args.out)
     if out.suffix.lower() not in (".html", ".htm"):
         raise VitlabError(f"--out '{out}': the report is one HTML file; give a path ending in .html")
+    if out.is_dir():
+        raise VitlabError(f"--out '{out}' is a folder; the report is one HTML file: give a path ending in .html")
     t0 = time.perf_counter()
     ctx = dist.context(args)  # torchrun: the tour's batches split across ranks, as `vitlab tour`
     tour_opts = options_from_args(ANALYSES["tour"], args)
@@ -386,7 +439,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     for analysis in ANALYSES.values():
         add_analysis(sub, analysis)
-    for add in (add_taps, add_cache, add_zoo, add_report):
+    for add in (add_taps, add_cache, add_zoo, add_report, add_app):
         add(sub)
     return parser
 
@@ -395,7 +448,12 @@ ONE_PROCESS = ("taps", "cache", "zoo")  # bookkeeping: under torchrun rank 0 run
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args, extra = parser.parse_known_args(argv)
+    if args.command == "app":  # everything after `vitlab app` goes to `streamlit run`
+        args.streamlit_args = extra
+    elif extra:
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
     from .engine import dist
 
     try:

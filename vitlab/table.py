@@ -15,6 +15,7 @@ Arity says what the engine's first argument is: 'one' a ``LoadedModel`` (``--mod
 
 from __future__ import annotations
 
+import io
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -175,13 +176,11 @@ def _distance_record(report, opts) -> dict:
 
 
 def _map_overlay(view, out: Path) -> list:
-    from PIL import Image
-
     from .charts import attention as ch
+    from .charts.common import image_png
+    from .inputs.outdir import write_file
 
-    path = out / "attention_overlay.png"
-    Image.fromarray(ch.overlay(view.view, view.grid, min_side=224)).save(path)
-    return [path]
+    return [write_file(out / "attention_overlay.png", image_png(ch.overlay(view.view, view.grid, min_side=224)))]
 
 
 def _map_record(view, opts) -> dict:
@@ -200,10 +199,13 @@ def _receptive_charts(report, opts) -> dict:
 def _receptive_files(report, out: Path) -> list:
     import numpy as np
 
+    from .inputs.outdir import write_file
+
     paths = []
     for r in report.results:
-        paths.append(out / f"receptive_field_{r.residual}.npz")
-        np.savez_compressed(paths[-1], maps=r.maps, layers=np.array(r.layers))
+        buf = io.BytesIO()
+        np.savez_compressed(buf, maps=r.maps, layers=np.array(r.layers))
+        paths.append(write_file(out / f"receptive_field_{r.residual}.npz", buf.getvalue()))
     return paths
 
 
@@ -431,13 +433,13 @@ def _attribution_charts(rep, opts) -> dict:
 def _attribution_files(rep, out: Path) -> list:
     from .charts.attention import overlay
     from .charts.common import image_png
+    from .inputs.outdir import write_file
 
     paths = []
     for method, grid in rep.one.maps.items():
         stem = out / f"map_{method.replace(':', '_')}"
-        stem.with_suffix(".png").write_bytes(image_png(overlay(rep.view, grid, min_side=224)))
-        rep.one.map_frame(method).to_csv(stem.with_suffix(".csv"), index=False)
-        paths += [stem.with_suffix(".png"), stem.with_suffix(".csv")]
+        paths += [write_file(stem.with_suffix(".png"), image_png(overlay(rep.view, grid, min_side=224))),
+                  write_file(stem.with_suffix(".csv"), rep.one.map_frame(method).to_csv(index=False))]
     return paths
 
 

@@ -35,7 +35,7 @@ class Statistic(ABC):
 
     name: str = "statistic"
     version: int = 1  # bump when the meaning changes, so stale cache entries cannot look valid
-    # True: computable one tap at a time (reduce_tap + finish), formed inside the forward (vitlab.inflight)
+    # True: computable one tap at a time (reduce_tap + finish), formed inside the forward (vitlab.engine.inflight)
     streams: ClassVar[bool] = False
     # True: compute() reads the decoded PIL images (batch.images); otherwise the pipeline drops them once transformed
     needs_images: ClassVar[bool] = False
@@ -117,7 +117,7 @@ class GramStatistic(Statistic):
 
 def _forward(loaded: LoadedModel, images: list, tap_names: list[str], amp: bool) -> dict:
     """Every tap of one batch held at once (PIL images in): the path before in-capture statistics, kept for
-    references that need the activations themselves; the runner uses vitlab.inflight."""
+    references that need the activations themselves; the runner uses vitlab.engine.inflight."""
     import torch
 
     x = to_tensor(images, loaded)
@@ -139,11 +139,10 @@ def stream(models: Sequence[LoadedModel], source: ImageSource, indices: Sequence
     (torch.distributed). Batches left with fewer than ``min_batch`` readable images (4, for the unbiased HSIC)
     are dropped and reported in ``run.info``; per-image statistics (attention distance) pass ``min_batch=1``.
     Inputs are decoded and transformed by ``run.workers`` threads (or processes, ``run.worker_kind``) ahead of the
-    forward (vitlab.pipeline); each model's statistics are formed inside its forward (vitlab.inflight).
+    forward (vitlab.engine.pipeline); each model's statistics are formed inside its forward (vitlab.engine.inflight).
     """
     run = run or Run()
     store, info, progress, amp, shard = run.store, run.info, run.progress, run.amp, run.shard
-    batches = plan_batches(source, indices, batch_size)[shard[0]::shard[1]]
     precision = [forward_precision(m, amp) for m in models]
     min_side = max((needed_side(m.data_config) for m in models), default=None)
     t0 = time.perf_counter()
@@ -160,16 +159,93 @@ def stream(models: Sequence[LoadedModel], source: ImageSource, indices: Sequence
     cuda = any(str(m.device).startswith("cuda") for m in models)
     prefetcher = pipeline.Prefetcher(source, run.workers, pin=cuda, min_side=min_side, kind=run.worker_kind,
                                      keep_images=any(s.needs_images for stats in statistics for s in stats))
-    # one batch ahead hides preparation behind a CPU forward at the least memory (each batch ahead holds its
-    # inputs); a GPU forward is short, so two keep the workers busy while a batch is stacked and copied
-    ahead = pipeline.prefetched(batches, plan, prefetcher, depth=2 if cuda else 1)
     # VITLAB_KEEP_FREED=1: a CPU forward reuses freed activation memory instead of faulting fresh pages in
-    # (vitlab.hostmem; faster, but the heap grows to ~2x the forward's live peak)
+    # (vitlab.engine.hostmem; faster, but the heap grows to ~2x the forward's live peak)
     with prefetcher, hostmem.keep_freed(any(_device_type(m.device) == "cpu" for m in models)):
+        # batches are made of the images that can be read, so a bad file never takes good ones down with its batch
+        usable = readable(source, indices, run, prefetcher)
+        batches = plan_batches(source, usable, batch_size, max(1, min_batch))[shard[0]::shard[1]]
+        # one batch ahead hides preparation behind a CPU forward at the least memory (each batch ahead holds its
+        # inputs); a GPU forward is short, so two keep the workers busy while a batch is stacked and copied
+        ahead = pipeline.prefetched(batches, plan, prefetcher, depth=2 if cuda else 1)
         yield from _consume(models, statistics, precision, ahead, len(batches), source, run, min_batch)
     info.seconds += time.perf_counter() - t0
     if progress:
         progress(len(batches), len(batches), "done")
+
+
+CHECK_IMAGES = 64  # images per readability check task
+
+
+def readable(source: ImageSource, indices: Sequence[int], run: Run, prefetcher: pipeline.Prefetcher) -> list[int]:
+    """``indices`` less the images that cannot be read, in order; those are added to ``run.info.skipped_images``
+    with their reason.
+
+    Each image's verdict is cached by its item key (size and mtime, or an upload's content), so a rerun plans the
+    same batches without decoding anything and finds them in the cache. A verdict not in the cache costs one
+    decode in the prefetcher's workers (so a file that crashes the decoder ends a worker process, not vitlab),
+    a window of tasks at a time (memory O(window)). Under torchrun each rank checks every world-th image and the
+    verdicts are gathered, so every rank plans the same batches. Sources whose items always load (data sets in
+    memory) are returned as they are.
+    """
+    indices = list(indices)
+    if not getattr(source, "may_fail", False) or not indices:
+        return indices
+    store, (rank, world) = run.store, run.shard
+    split = world > 1 and run.gather is not None
+    keys = {i: make_key("readable", source.item_key(i)) for i in indices}
+    verdicts: dict[int, str | None] = {}  # index -> None (readable) or why not
+    todo = []
+    for pos, i in enumerate(indices):
+        if split and pos % world != rank:
+            continue  # another rank's share
+        cached = store.get_json(keys[i])
+        if isinstance(cached, dict) and "skip" in cached and isinstance(cached["skip"], (str, type(None))):
+            verdicts[i] = cached["skip"]
+        else:
+            todo.append(i)
+    if todo and run.progress:
+        run.progress(0, len(todo), f"checking {len(todo)} image(s) can be read")
+    window: list = []
+    depth = 2 * max(1, prefetcher.workers)
+    tasks = _check_tasks(source, todo)
+    for n, task in enumerate(tasks):
+        window.append(prefetcher.submit(Batch(-1, task, "readability"), {}))
+        while len(window) >= depth or (window and n == len(tasks) - 1):
+            checked = _verdicts(source, window.pop(0).result().batch)
+            verdicts.update(checked)
+            for i, why in checked.items():
+                store.put_json(keys[i], {"skip": why})
+    if split:
+        for part in run.gather_objects(verdicts):
+            verdicts.update(part)
+    skipped = [(source.item_id(i), verdicts[i]) for i in indices if verdicts[i] is not None]
+    run.info.skipped_images += [s for s in skipped if s not in run.info.skipped_images]
+    return [i for i in indices if verdicts[i] is None]
+
+
+def _check_tasks(source: ImageSource, todo: list[int]) -> list[list[int]]:
+    """``todo`` in runs of at most :data:`CHECK_IMAGES` in which no two items share an id (two uploads may share a
+    name), so that a decoded run's ids and skips say which item is which."""
+    tasks: list[list[int]] = []
+    names: set[str] = set()
+    for i in todo:
+        name = source.item_id(i)
+        if not tasks or len(tasks[-1]) >= CHECK_IMAGES or name in names:
+            tasks.append([])
+            names = set()
+        tasks[-1].append(i)
+        names.add(name)
+    return tasks
+
+
+def _verdicts(source: ImageSource, batch: Batch) -> dict[int, str | None]:
+    """{index: None or the reason it was skipped} of a decoded run of items with distinct ids."""
+    readable_ids, reasons = set(batch.ids), dict(batch.skipped)
+    batch.images = None
+    # an id in neither list cannot happen with vitlab's decode: such an item is left out rather than guessed
+    return {i: None if source.item_id(i) in readable_ids else reasons.get(source.item_id(i), "could not be checked")
+            for i in batch.indices}
 
 
 def _consume(models, statistics, precision, planned, total, source, run, min_batch):
@@ -274,7 +350,7 @@ def cka_accumulators(models: Sequence[LoadedModel], statistics: Sequence[GramSta
 
 def fold_cka(accs: dict, found: list[dict], estimator: str, device: str = "cpu", key: int | None = None) -> None:
     """Add one batch's Grams of every model to every pair's accumulator: each Gram centred once and every
-    pair's HSIC formed on ``device`` (vitlab.device_cka); only the (La, Lb) estimates come back to the host.
+    pair's HSIC formed on ``device`` (vitlab.stats.device_cka); only the (La, Lb) estimates come back to the host.
     ``key``: the batch's global number (``batch.index``), which orders the per-batch terms across ranks."""
     import torch
 
@@ -328,7 +404,7 @@ def cka(models: Sequence[LoadedModel], source: ImageSource, opts: CKAOptions = C
     ``run.reduce`` (torch.distributed) sums accumulator states across ranks before computing. ``statistic``
     overrides the Gram statistics built from ``opts`` (one for all models, or one per model). ``run.bootstrap``
     > 0 adds a 95 % interval over batches to every cell and ``opts.permutations`` > 0 a permutation null
-    (``vitlab.evidence``), pooled over the repeats' batches. Under torchrun ``run.reduce`` puts every rank's
+    (``vitlab.stats.evidence``), pooled over the repeats' batches. Under torchrun ``run.reduce`` puts every rank's
     per-batch terms back in batch order first, so the intervals and nulls equal a single process's.
     """
     if not models:

@@ -9,8 +9,13 @@ The cache is an optimisation, so it heals instead of failing a run (docs/hardeni
 - an entry that cannot be read (truncated file, damaged zip, wrong layout) is a miss: it is dropped, recomputed,
   and reported once per store;
 - a write that fails (disk full, file too large, read-only folder) is a warning: the results are still returned;
-- a ``cache.db`` that is not a database is moved out of the way on open (the cache starts empty), and
-  :func:`clear` removes the store's files even when diskcache cannot open them.
+- only a damaged database (sqlite's "malformed" or "not a database") is moved out of the way on open, into a
+  ``damaged-N`` folder the cache records (the cache starts empty); a full disk, a read-only folder, a lock or a
+  file that cannot be opened are not damage: the cache is then read when its database can be read
+  (:class:`ReadOnlyCache`), else the run goes on uncached, with one warning either way;
+- :func:`clear` removes only what the cache made (its database files, diskcache's value files in its own shard
+  folders, the folders it moved aside), even when diskcache cannot open them, and refuses a folder that holds no
+  cache. Entries are only ever bytes and text: a pickled entry in a planted database is refused, never loaded.
 
 Keys (:func:`make_key`) hold the store format and the versions of the libraries that change numbers (torch, timm,
 Pillow, vitlab), so an upgrade never reuses stale entries.
@@ -24,8 +29,8 @@ import io
 import json
 import os
 import re
-import shutil
 import sqlite3
+import stat
 import sys
 from pathlib import Path
 
@@ -36,6 +41,11 @@ from ..errors import VitlabError
 FORMAT = 2  # bump when the stored layout or image decoding changes (2: safe decoding, shrink at decode)
 DEFAULT_GB = 20.0
 _DB_FILES = ("cache.db", "cache.db-wal", "cache.db-shm")
+RECORD = "vitlab-cache.json"  # what the cache made besides diskcache's own files (damaged databases moved aside)
+_SHARD = re.compile(r"[0-9a-f]{2}")  # diskcache's value files: ab/cd/<28 hex digits>.val (diskcache.Disk.filename)
+_VALUE = re.compile(r"[0-9a-f]{28}\.val")
+_VALUE_PATH = re.compile(r"[0-9a-f]{2}/[0-9a-f]{2}/[0-9a-f]{28}\.val")
+MAX_GB = 1_000_000.0  # a budget beyond a million GiB is a typo (and 1e10 GiB overflows sqlite's 64-bit integers)
 
 
 def default_dir() -> Path:
@@ -74,6 +84,9 @@ def size_budget_gb(text: str | None = None) -> float:
         value = float("nan")
     if not (value > 0 and np.isfinite(value)):
         raise VitlabError(f"VITLAB_CACHE_GB={text!r} must be a positive number of GiB, e.g. VITLAB_CACHE_GB=20")
+    if value > MAX_GB:
+        raise VitlabError(f"VITLAB_CACHE_GB={text!r} is more than {MAX_GB:,.0f} GiB; give the budget in GiB, "
+                          "e.g. VITLAB_CACHE_GB=20")
     return value
 
 
@@ -88,42 +101,98 @@ def unpack(blob: bytes) -> dict[str, np.ndarray]:
         return {k: z[k] for k in z.files}
 
 
+# sqlite's primary result codes for damaged files; everything else (full, read-only, cannot open, locked, busy,
+# I/O) says nothing about the database itself and must never cost a good cache
+_CORRUPT_CODES = (11, 26)  # SQLITE_CORRUPT ("database disk image is malformed"), SQLITE_NOTADB ("not a database")
+
+
 def _corrupt_db(e: Exception) -> bool:
-    """A database error that means damaged files (not a lock held by another process, which resolves itself)."""
+    """A database error that means damaged files, not a full disk, a read-only folder, a lock or a missing file."""
+    if not isinstance(e, sqlite3.DatabaseError):
+        return False
+    code = getattr(e, "sqlite_errorcode", None)
+    if isinstance(code, int):
+        return code & 0xFF in _CORRUPT_CODES
     text = str(e).lower()
-    return isinstance(e, sqlite3.DatabaseError) and not ("locked" in text or "busy" in text)
+    return "malformed" in text or "not a database" in text
+
+
+def _safe_disk():
+    """diskcache's Disk that refuses pickled values and keys: a cache folder shared with others (or a planted
+    ``cache.db``) must never run code. vitlab stores only bytes and str, which diskcache keeps raw."""
+    import diskcache
+    from diskcache.core import MODE_PICKLE
+
+    class SafeDisk(diskcache.Disk):
+        def fetch(self, mode, filename, value, read):
+            if mode == MODE_PICKLE:
+                raise ValueError("a pickled cache entry (vitlab never writes one): not read")
+            return super().fetch(mode, filename, value, read)
+
+        def get(self, key, raw):
+            if not raw:
+                raise ValueError("a pickled cache key (vitlab never writes one): not read")
+            return super().get(key, raw)
+
+    return SafeDisk
 
 
 class Store:
-    """Arrays and JSON by key; ``Store(None)`` is a no-op store (``--no-cache``)."""
+    """Arrays and JSON by key; ``Store(None)`` is a no-op store (``--no-cache``).
+
+    ``mode``: ``"rw"``, ``"ro"`` (a cache this process cannot write: a read-only or full folder; it is read and
+    nothing new is stored) or ``"off"`` (none, or one that cannot even be read: the run goes on uncached)."""
 
     def __init__(self, directory: str | Path | None = "default", size_gb: float | None = None):
         self.enabled = directory is not None
         self._cache = None
+        self.mode = "off"
         self.warnings: list[str] = []
         self._bad_reads = 0
         if not self.enabled:
             return
         self.directory = Path(default_dir() if directory == "default" else directory).expanduser()
-        self.size_gb = size_budget_gb() if size_gb is None else size_gb
+        self.size_gb = size_budget_gb() if size_gb is None else size_budget_gb(str(size_gb))
         try:
             self.directory.mkdir(parents=True, exist_ok=True)
-            self._cache = self._open()
-        except OSError as e:
-            raise VitlabError(f"cannot open the cache folder '{self.directory}': {e}; set VITLAB_CACHE_DIR") from e
-        except sqlite3.DatabaseError as e:
+            self._cache, self.mode = self._open(), "rw"
+            return
+        except (OSError, sqlite3.Error) as e:
             if not _corrupt_db(e):
-                raise VitlabError(f"the cache '{self.directory}' is busy ({e}); try again, or use --no-cache") from e
+                self._fall_back(e)
+                return
+            damage = e
+        try:
             moved = _move_aside(self.directory)
-            self._warn(f"the cache database in '{self.directory}' was unreadable ({e}); moved it to '{moved}' and "
-                       "started an empty cache")
-            self._cache = self._open()
+        except OSError as e:  # a read-only folder cannot take a damaged-N: go on without the cache
+            self._warn(f"the cache database in '{self.directory}' is unreadable ({damage}) and cannot be moved aside "
+                       f"({e.strerror or e}); this run goes on uncached")
+            return
+        self._warn(f"the cache database in '{self.directory}' was unreadable ({damage}); moved it to '{moved}' and "
+                   "started an empty cache")
+        try:
+            self._cache, self.mode = self._open(), "rw"
+        except (OSError, sqlite3.Error) as e:
+            self._fall_back(e)
 
     def _open(self):
         import diskcache
 
-        return diskcache.Cache(str(self.directory), size_limit=int(self.size_gb * 2**30),
+        return diskcache.Cache(str(self.directory), size_limit=int(self.size_gb * 2**30), disk=_safe_disk(),
                                eviction_policy="least-recently-used", disk_min_file_size=1 << 16)
+
+    def _fall_back(self, e: Exception) -> None:
+        """The cache cannot be opened for writing (full disk, read-only folder, lock, permissions): read it when its
+        database can be read, else go on without one; one warning either way."""
+        why = f"{type(e).__name__}: {getattr(e, 'strerror', None) or e}"
+        try:
+            self._cache, self.mode = ReadOnlyCache(self.directory), "ro"
+        except (OSError, sqlite3.Error, ValueError):
+            self._cache, self.mode = None, "off"
+            self._warn(f"cannot use the cache in '{self.directory}' ({why}); this run goes on uncached, its results "
+                       "are written")
+            return
+        self._warn(f"cannot write to the cache in '{self.directory}' ({why}); it is read, and nothing new is stored")
 
     def _warn(self, text: str) -> None:
         if text not in self.warnings:
@@ -146,7 +215,7 @@ class Store:
             return None
 
     def _write(self, key: str, value) -> None:
-        if self._cache is None:
+        if self._cache is None or self.mode != "rw":  # read-only: said once when it was opened
             return
         try:
             self._cache.set(key, value)
@@ -167,75 +236,237 @@ class Store:
         self._write("j:" + key, json.dumps(value))
 
     def info(self) -> dict:
+        """What is in the cache ({"enabled": False, ...} when there is none); never raises."""
         if self._cache is None:
-            return {"enabled": False}
-        return {"enabled": True, "directory": str(self.directory), "entries": len(self._cache),
-                "bytes": int(self._cache.volume()), "size_limit": int(self._cache.size_limit)}
+            return {"enabled": False, "mode": self.mode, "directory": str(getattr(self, "directory", "")) or None}
+        try:
+            return {"enabled": True, "mode": self.mode, "directory": str(self.directory), "entries": len(self._cache),
+                    "bytes": int(self._cache.volume()), "size_limit": int(self._cache.size_limit)}
+        except (OSError, sqlite3.Error) as e:
+            return {"enabled": False, "mode": self.mode, "directory": str(self.directory),
+                    "error": f"{type(e).__name__}: {e}"}
 
     def clear(self) -> int:
+        """Empty this cache (see :func:`clear`); the number of entries or files removed."""
         if self._cache is None:
             return 0
+        self._cache.close()
         try:
-            return int(self._cache.clear())
-        except Exception:  # noqa: BLE001 - clearing must always work: fall back to removing the files
-            self._cache.close()
-            removed = remove_files(self.directory)
-            self._cache = self._open()
-            return removed
+            return clear(self.directory)[0]
+        finally:
+            self._cache = self._open() if self.mode == "rw" else ReadOnlyCache(self.directory)
 
     def close(self) -> None:
         if self._cache is not None:
             self._cache.close()
 
 
+def _record(directory: Path) -> dict:
+    """The cache's own record of what it made besides diskcache's files (folders it moved aside)."""
+    try:
+        rec = json.loads((directory / RECORD).read_text())
+    except (OSError, ValueError):
+        return {"moved_aside": []}
+    ok = isinstance(rec, dict) and isinstance(rec.get("moved_aside"), list)
+    return rec if ok and all(isinstance(n, str) for n in rec["moved_aside"]) else {"moved_aside": []}
+
+
+def _write_record(directory: Path, rec: dict) -> None:
+    from .outdir import write_file
+
+    if rec["moved_aside"]:
+        write_file(directory / RECORD, json.dumps(rec, indent=1))
+    elif (directory / RECORD).is_file():
+        (directory / RECORD).unlink()
+
+
 def _move_aside(directory: Path) -> Path:
-    """Rename the damaged database files (kept for inspection, never read again); return the new folder."""
+    """Rename the damaged database files (kept for inspection, never read again) into a new ``damaged-N`` folder,
+    recorded in the cache's record so that ``cache clear`` removes it; return the folder."""
     n = 0
-    while (target := directory / f"damaged-{n}").exists():
+    while (target := directory / f"damaged-{n}").exists() or target.is_symlink():
         n += 1
     target.mkdir()
+    rec = _record(directory)
+    rec["moved_aside"].append(target.name)
+    _write_record(directory, rec)
     for name in _DB_FILES:
         if (directory / name).exists():
             (directory / name).rename(target / name)
     return target
 
 
-def remove_files(directory: str | Path) -> int:
-    """Remove what diskcache keeps in ``directory`` (its database, its value files in two-hex-digit folders, and
-    damaged databases moved aside) without opening it; other files are left alone. Returns the files removed."""
-    directory = Path(directory)
+def _is_plain(path: Path, want_dir: bool) -> bool:
+    """A real file or folder (not a symbolic link)."""
+    try:
+        mode = os.lstat(path).st_mode
+    except OSError:
+        return False
+    return stat.S_ISDIR(mode) if want_dir else stat.S_ISREG(mode)
+
+
+def _remove_shards(directory: Path) -> int:
+    """diskcache's value files, named as diskcache names them (``ab/cd/<28 hex digits>.val``), and the shard
+    folders they leave empty; anything else in those folders (a user's ``00/`` of photos) stays."""
     removed = 0
-    for name in _DB_FILES:
-        if (directory / name).exists():
-            (directory / name).unlink()
-            removed += 1
-    for sub in directory.iterdir() if directory.is_dir() else ():
-        if sub.is_dir() and (re.fullmatch(r"[0-9a-f]{2}", sub.name) or sub.name.startswith("damaged-")):
-            removed += sum(1 for p in sub.rglob("*") if p.is_file())
-            shutil.rmtree(sub)
+    for d1 in directory.iterdir():
+        if not (_SHARD.fullmatch(d1.name) and _is_plain(d1, True)):
+            continue
+        for d2 in d1.iterdir():
+            if not (_SHARD.fullmatch(d2.name) and _is_plain(d2, True)):
+                continue
+            for f in d2.iterdir():
+                if _VALUE.fullmatch(f.name) and _is_plain(f, False):
+                    f.unlink()
+                    removed += 1
+            _rmdir_if_empty(d2)
+        _rmdir_if_empty(d1)
     return removed
 
 
-def clear(directory: str | Path | None = None) -> tuple[int, str]:
-    """Empty the cache at ``directory`` (default: the default folder), however damaged: (count, how)."""
-    directory = Path(directory or default_dir()).expanduser()
-    if not directory.is_dir():
-        return 0, "nothing to clear"
+def _rmdir_if_empty(path: Path) -> None:
     try:
-        import diskcache
+        path.rmdir()
+    except OSError:
+        pass  # not empty: something the cache did not make is in it
 
-        with diskcache.Cache(str(directory)) as c:
-            n = int(c.clear())
-        # clear() leaves damaged databases moved aside by Store: remove them as well
-        return n + remove_files_aside(directory), "entries"
-    except Exception:  # noqa: BLE001 - an unreadable database: remove its files instead
-        return remove_files(directory), "files (the database was unreadable)"
+
+def remove_files(directory: str | Path) -> int:
+    """Remove what the cache made in ``directory`` without opening its database: the database files, diskcache's
+    value files and shard folders (as diskcache names them), and the folders the cache moved aside (as its record
+    lists them). Nothing else. Returns the files removed."""
+    directory = Path(directory)
+    removed = 0
+    for name in _DB_FILES:
+        if _is_plain(directory / name, False) or (directory / name).is_symlink():
+            (directory / name).unlink()
+            removed += 1
+    return removed + _remove_shards(directory) + remove_files_aside(directory)
 
 
 def remove_files_aside(directory: Path) -> int:
-    n = 0
-    for sub in directory.glob("damaged-*"):
-        if sub.is_dir():
-            n += sum(1 for p in sub.rglob("*") if p.is_file())
-            shutil.rmtree(sub)
+    """Remove the folders the cache moved a damaged database into (listed in its record, and only the database
+    files in them); returns the files removed."""
+    rec, n, kept = _record(directory), 0, []
+    for name in rec["moved_aside"]:
+        sub = directory / name
+        if not (re.fullmatch(r"damaged-\d+", name) and _is_plain(sub, True)):
+            continue
+        for f in _DB_FILES:
+            if _is_plain(sub / f, False):
+                (sub / f).unlink()
+                n += 1
+        _rmdir_if_empty(sub)
+        if sub.exists():
+            kept.append(name)
+    _write_record(directory, {**rec, "moved_aside": kept})
     return n
+
+
+def holds_cache(directory: Path) -> bool:
+    """Whether ``directory`` holds a vitlab cache: its database, or folders its record says it moved aside."""
+    return (directory / "cache.db").exists() or (directory / "cache.db").is_symlink() or \
+        bool(_record(directory)["moved_aside"])
+
+
+def clear(directory: str | Path | None = None) -> tuple[int, str]:
+    """Empty the cache at ``directory`` (default: the default folder), however damaged: (count, how). Removes only
+    what the cache made; a folder that holds no cache is refused (VitlabError), and so is a cache that cannot be
+    changed (read-only, full disk), with the reason."""
+    directory = Path(directory or default_dir()).expanduser()
+    if not directory.exists():
+        return 0, "entries (there is no cache folder)"
+    if not directory.is_dir():
+        raise VitlabError(f"the cache folder '{directory}' is a file; nothing was removed")
+    if not holds_cache(directory):
+        raise VitlabError(f"'{directory}' holds no vitlab cache (no cache.db); nothing was removed. Give the cache "
+                          "folder (VITLAB_CACHE_DIR or --cache-dir)")
+    try:
+        try:
+            if not (directory / "cache.db").exists():
+                return remove_files_aside(directory), "files (moved-aside databases)"
+            import diskcache
+
+            with diskcache.Cache(str(directory), disk=_safe_disk()) as c:
+                n = int(c.clear())
+            # clear() leaves damaged databases moved aside by Store: remove them as well
+            return n + remove_files_aside(directory), "entries"
+        except (sqlite3.Error, OSError, ValueError) as e:
+            if not (isinstance(e, ValueError) or _corrupt_db(e)):
+                raise
+            return remove_files(directory), "files (the database was unreadable)"
+    except (sqlite3.Error, OSError) as e:
+        raise VitlabError(f"cannot clear the cache in '{directory}' ({type(e).__name__}: "
+                          f"{getattr(e, 'strerror', None) or e}); check that the folder is writable and the disk "
+                          "has room") from e
+
+
+class ReadOnlyCache:
+    """A diskcache database read without writing anything (a read-only or full folder, a shared cache): ``get``,
+    ``len``, ``volume`` and ``size_limit`` of diskcache's ``Cache``. Only the raw kinds of entries vitlab writes
+    are read (bytes and text, in the database or in value files inside the folder), never a pickle."""
+
+    def __init__(self, directory: Path):
+        import threading
+        from urllib.parse import quote
+
+        self.directory = Path(directory)
+        db = self.directory / "cache.db"
+        if not _is_plain(db, False):
+            raise ValueError(f"no database in '{directory}'")
+        self._lock = threading.Lock()
+        err: Exception | None = None
+        # mode=ro needs the -shm file of a WAL database or the right to make it; immutable=1 reads a folder
+        # nobody can write (a shared read-only cache) without either
+        for flags in ("mode=ro", "immutable=1"):
+            try:
+                con = sqlite3.connect(f"file:{quote(str(db))}?{flags}", uri=True, check_same_thread=False)
+                con.execute("SELECT count(*) FROM Cache").fetchone()
+                self._con = con
+                break
+            except sqlite3.Error as e:
+                err = e
+        else:
+            raise err
+        row = self._query("SELECT value FROM Settings WHERE key = 'size_limit'")
+        self.size_limit = int(row[0]) if row and isinstance(row[0], int) else 0
+
+    def _query(self, sql: str, args: tuple = ()):
+        with self._lock:
+            return self._con.execute(sql, args).fetchone()
+
+    def get(self, key: str):
+        import time
+
+        row = self._query("SELECT mode, filename, value FROM Cache WHERE key = ? AND raw = 1 "
+                          "AND (expire_time IS NULL OR expire_time > ?)", (key, time.time()))
+        if row is None:
+            return None
+        mode, filename, value = row
+        if mode == 1:  # MODE_RAW
+            return bytes(value) if isinstance(value, (bytes, memoryview)) else value
+        if mode in (2, 3) and isinstance(filename, str) and _VALUE_PATH.fullmatch(filename.replace(os.sep, "/")):
+            data = (self.directory / filename).read_bytes()
+            return data if mode == 2 else data.decode("utf-8")
+        raise ValueError("a cache entry of a kind vitlab never writes: not read")
+
+    def set(self, key: str, value) -> None:
+        raise OSError(30, "read-only cache")
+
+    def delete(self, key: str) -> bool:
+        return False
+
+    def __len__(self) -> int:
+        return int(self._query("SELECT count(*) FROM Cache")[0])
+
+    def volume(self) -> int:
+        pages = self._query("PRAGMA page_count")[0] * self._query("PRAGMA page_size")[0]
+        return int(pages + (self._query("SELECT coalesce(sum(size), 0) FROM Cache")[0] or 0))
+
+    def iterkeys(self):
+        with self._lock:
+            rows = self._con.execute("SELECT key FROM Cache WHERE raw = 1").fetchall()
+        return (r[0] for r in rows)
+
+    def close(self) -> None:
+        self._con.close()

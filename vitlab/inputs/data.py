@@ -28,6 +28,27 @@ from ..errors import VitlabError
 
 ASSETS = Path(__file__).resolve().parents[2] / "assets"
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".gif", ".tif", ".tiff", ".webp", ".ppm", ".pgm")
+# image files a folder may hold that Pillow may not read (phones save HEIC; cameras RAW): listed, so that each is
+# used when Pillow can read it (AVIF, with Pillow >= 11.3) or named as skipped with what to do (vitlab.inputs.images)
+OTHER_IMAGE_SUFFIXES = (".heic", ".heif", ".avif", ".jxl", ".jp2", ".cr2", ".cr3", ".crw", ".nef", ".nrw", ".arw",
+                        ".srf", ".sr2", ".dng", ".raf", ".orf", ".rw2", ".pef", ".srw", ".x3f", ".erf", ".kdc",
+                        ".3fr", ".iiq", ".rwl", ".mrw", ".raw")
+LISTED_SUFFIXES = frozenset(IMAGE_SUFFIXES + OTHER_IMAGE_SUFFIXES)
+
+
+def display_name(text: str) -> str:
+    """A file name as text that can be printed, written to JSON/CSV and shown in the app: bytes that are not UTF-8
+    (kept by Python as surrogates, PEP 383) become ``\\xNN`` escapes."""
+    try:
+        text.encode("utf-8")
+        return text
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+
+
+def key_bytes(text: str) -> bytes:
+    """A key's bytes for hashing, for any name the file system allows (not-UTF-8 names hash by their bytes)."""
+    return text.encode("utf-8", "surrogateescape")
 
 
 class ImageSource(ABC):
@@ -35,6 +56,7 @@ class ImageSource(ABC):
 
     name: str = "images"
     classes: list[str] | None = None
+    may_fail: bool = False  # whether an item can fail to load (files); batches are then planned over readable ones
 
     @abstractmethod
     def __len__(self) -> int: ...
@@ -51,7 +73,7 @@ class ImageSource(ABC):
     def load(self, i: int, min_side: int | None = None):
         """The i-th image as a PIL image; VitlabError when it cannot be read.
 
-        ``min_side``: the shorter side the caller needs (files are shrunk to it while decoding, vitlab.images)."""
+        ``min_side``: the shorter side the caller needs (files are shrunk to it while decoding, vitlab.inputs.images)."""
 
     def label(self, i: int) -> int | None:
         return None
@@ -70,6 +92,8 @@ def _decode(data: bytes | str | Path, name: str, min_side: int | None = None):
 class FilesSource(ImageSource):
     """A list of image files, or of uploaded (name, bytes) pairs, with optional labels."""
 
+    may_fail = True
+
     def __init__(self, items: Sequence, labels: Sequence[int] | None = None, classes: Sequence[str] | None = None,
                  name: str = "files"):
         self.items = list(items)
@@ -82,7 +106,7 @@ class FilesSource(ImageSource):
 
     def item_id(self, i: int) -> str:
         it = self.items[i]
-        return it[0] if isinstance(it, tuple) else str(it)
+        return display_name(it[0] if isinstance(it, tuple) else str(it))
 
     def item_key(self, i: int) -> str:
         it = self.items[i]
@@ -99,22 +123,24 @@ class FilesSource(ImageSource):
 
         it = self.items[i]
         if isinstance(it, tuple):
-            return _decode(it[1], it[0], min_side)
-        check_file(it)  # a FIFO named like an image would block open() forever; loops and dead links are named
-        return _decode(it if isinstance(it, Path) else Path(it), str(it), min_side)
+            return _decode(it[1], display_name(it[0]), min_side)
+        name = display_name(str(it))
+        check_file(it, name)  # a FIFO named like an image would block open() forever; loops and dead links are named
+        return _decode(it if isinstance(it, Path) else Path(it), name, min_side)
 
     def label(self, i: int) -> int | None:
         return None if self._labels is None else int(self._labels[i])
 
 
 def _list_images(root: Path) -> list[Path]:
-    """Every non-folder entry named like an image under ``root``, sorted: regular files, and also pipes, dead links
+    """Every non-folder entry named like an image under ``root`` (:data:`LISTED_SUFFIXES`: also HEIC, AVIF and
+    camera RAW files, which are then used or named as skipped), sorted: regular files, and also pipes, dead links
     and link loops, which then fail to load with their reason instead of vanishing (symlinked folders not followed:
-    a loop cannot recurse)."""
+    a loop cannot recurse). Names that are not UTF-8 are kept (sorted by their bytes)."""
     found = []
     for folder, _, names in os.walk(root, followlinks=False):
-        found += [Path(folder) / n for n in names if Path(n).suffix.lower() in IMAGE_SUFFIXES]
-    return sorted(found)
+        found += [Path(folder) / n for n in names if Path(n).suffix.lower() in LISTED_SUFFIXES]
+    return sorted(found, key=lambda p: key_bytes(str(p)))
 
 
 def listing_key(text: str) -> str:
@@ -123,13 +149,13 @@ def listing_key(text: str) -> str:
     root = Path(str(text).strip()).expanduser()
     if not root.is_dir():
         return str(text)
-    h = hashlib.sha256(str(root.resolve()).encode())
+    h = hashlib.sha256(key_bytes(str(root.resolve())))
     for p in _list_images(root):
         try:
             st = os.stat(p)
-            h.update(f"{p}\0{st.st_size}\0{st.st_mtime_ns}\0".encode())
+            h.update(key_bytes(f"{p}\0{st.st_size}\0{st.st_mtime_ns}\0"))
         except OSError as e:
-            h.update(f"{p}\0{e.errno}\0".encode())
+            h.update(key_bytes(f"{p}\0{e.errno}\0"))
     return f"{text}#{h.hexdigest()[:16]}"
 
 
@@ -143,7 +169,7 @@ def folder_source(path: str | Path) -> FilesSource:
         )
     files = _list_images(root)
     if not files:
-        raise VitlabError(f"folder '{root}' holds no images ({', '.join(IMAGE_SUFFIXES)})")
+        raise VitlabError(f"folder '{display_name(str(root))}' holds no images ({', '.join(IMAGE_SUFFIXES)})")
     rel = [f.relative_to(root) for f in files]
     if all(len(r.parts) >= 2 for r in rel):
         classes = sorted({r.parts[0] for r in rel})
@@ -284,23 +310,30 @@ class Batch:
     notices: list[tuple[str, str]] | None = None  # (id, what was done to a usable image)
 
 
-def plan_batches(source: ImageSource, indices: Sequence[int], batch_size: int) -> list[Batch]:
-    """Fixed chunks of ``indices``; images are decoded later, only for batches that need a forward pass."""
+def plan_batches(source: ImageSource, indices: Sequence[int], batch_size: int, min_batch: int = 1) -> list[Batch]:
+    """Fixed chunks of ``indices``; images are decoded later, only for batches that need a forward pass.
+
+    A last chunk shorter than ``min_batch`` (a statistic's least batch: 4 for the unbiased HSIC) joins the chunk
+    before it, so that no image is left out for want of company (a batch is then at most ``batch_size +
+    min_batch - 1`` images)."""
     if batch_size < 1:
         raise VitlabError(f"--batch-size must be positive, not {batch_size}")
+    chunks = [list(indices[start:start + batch_size]) for start in range(0, len(indices), batch_size)]
+    if len(chunks) > 1 and len(chunks[-1]) < min_batch:
+        last = chunks.pop()
+        chunks[-1] += last
     out = []
-    for b, start in enumerate(range(0, len(indices), batch_size)):
-        chunk = list(indices[start:start + batch_size])
+    for b, chunk in enumerate(chunks):
         h = hashlib.sha256()
         for i in chunk:
-            h.update(source.item_key(i).encode())
+            h.update(key_bytes(source.item_key(i)))
             h.update(b"\0")
         out.append(Batch(b, chunk, h.hexdigest()[:24]))
     return out
 
 
 def decode(source: ImageSource, batch: Batch, min_side: int | None = None) -> Batch:
-    """Decode the images of ``batch`` (shrunk to ``min_side``, see vitlab.images); unreadable ones are recorded in
+    """Decode the images of ``batch`` (shrunk to ``min_side``, see vitlab.inputs.images); unreadable ones are recorded in
     ``batch.skipped`` and left out, decode notices (first frame of an animation, ...) in ``batch.notices``."""
     from .images import NOTES
 
@@ -322,7 +355,7 @@ def decode(source: ImageSource, batch: Batch, min_side: int | None = None) -> Ba
 
 def transform_image(img, loaded) -> "object":
     """One PIL image as the model expects it: (C, H, W) on the host. ``loaded.transform``, run by
-    :mod:`vitlab.evaltransform` when it is timm's eval transform (the same tensor in fewer Python steps)."""
+    :mod:`vitlab.inputs.evaltransform` when it is timm's eval transform (the same tensor in fewer Python steps)."""
     mode = "L" if loaded.in_chans == 1 else "RGB"
     return evaltransform.apply(loaded.transform, img if img.mode == mode else img.convert(mode))
 

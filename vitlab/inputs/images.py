@@ -13,9 +13,15 @@ Images come from folders and uploads the lab does not control, so decoding assum
   others are stretched from their [min, max] (said in a notice).
 - **Alpha** (RGBA, LA, P with transparency) is composited on :data:`BACKGROUND` (white), so hidden colours under
   transparent pixels never reach the model.
-- **Animations** (GIF, WebP, APNG) use their first frame, and a notice says so.
+- **Animations** (GIF, WebP, APNG) use their first frame, and a notice says so. Whether there is a second frame is
+  one bounded ``seek(1)``, never Pillow's ``n_frames`` (which walks every page of a TIFF or GIF).
 - **Extreme strips** (one side over :data:`MAX_ASPECT` times the other) keep their central part: a model's
-  resize would otherwise blow a 10000×10 strip up to 248000×248 before cropping the centre anyway.
+  resize would otherwise blow a 10000×10 strip up to 248000×248 before cropping the centre anyway. The part is cut
+  right after decoding, in the file's own mode, before any conversion: a 10×15,000,000 LA, RGBA or 16-bit strip
+  (a 300 KB PNG under the pixel cap) costs its decoded size once, not gigabytes.
+- **Memory.** What exists at full size is the decoded image in its stored mode (at most 4 bytes a pixel, so
+  600 MB at the 150-megapixel cap); conversions that expand it (palette to RGBA, 16-bit to float) run a band of
+  rows at a time. Any file under the caps decodes within 1 GiB of extra memory (bench/decode_bench.py).
 
 Whatever goes wrong in Pillow (truncated data, wrong magic, bombs, broken EXIF, unsupported codecs) becomes a
 :class:`VitlabError` naming the file and the reason; the caller skips the file and reports it. Pillow's own
@@ -58,23 +64,55 @@ def needed_side(data_config: dict) -> int:
     return int(math.ceil(max(size[-2:]) / min(1.0, crop)))
 
 
-def check_file(path: str | Path) -> None:
-    """Raise a VitlabError unless ``path`` is a regular file that can be opened (never blocks on a FIFO)."""
+def check_file(path: str | Path, name: str | None = None) -> None:
+    """Raise a VitlabError unless ``path`` is a regular file that can be opened (never blocks on a FIFO); messages
+    call it ``name`` (default: the path)."""
+    shown = str(path) if name is None else name
     try:
         st = os.stat(path)
     except OSError as e:
         if os.path.islink(path):
             why = "a symbolic link loop" if e.errno == 40 else "a broken symbolic link"
-            raise VitlabError(f"image '{path}': {why}") from None
-        raise VitlabError(f"image '{path}' does not exist or cannot be read ({e.strerror})") from None
+            raise VitlabError(f"image '{shown}': {why}") from None
+        raise VitlabError(f"image '{shown}' does not exist or cannot be read ({e.strerror})") from None
     if not stat.S_ISREG(st.st_mode):
         kind = "a folder" if stat.S_ISDIR(st.st_mode) else "a pipe (FIFO)" if stat.S_ISFIFO(st.st_mode) else \
             "a device or socket"
-        raise VitlabError(f"image '{path}': not a regular file but {kind}")
+        raise VitlabError(f"image '{shown}': not a regular file but {kind}")
     if st.st_size == 0:
-        raise VitlabError(f"image '{path}': empty file (0 bytes)")
+        raise VitlabError(f"image '{shown}': empty file (0 bytes)")
     if not os.access(path, os.R_OK):
-        raise VitlabError(f"image '{path}': permission denied")
+        raise VitlabError(f"image '{shown}': permission denied")
+
+
+# image formats Pillow reads only with a plugin it does not ship (or not at all): refused by name, with what to do,
+# before a byte is read (a DNG is a TIFF to Pillow, which would decode its small preview instead of the photo)
+_CONVERT = "convert it to JPEG or PNG first"
+UNREADABLE_FORMATS = {
+    **dict.fromkeys((".heic", ".heif"), f"HEIC/HEIF (what phones save) is not readable by Pillow; {_CONVERT} (on a "
+                                        "Mac: Preview, File > Export; elsewhere: heif-convert)"),
+    ".avif": f"AVIF is not readable by this Pillow (Pillow >= 11.3 built with libavif reads it); {_CONVERT}",
+    ".jxl": f"JPEG XL is not readable by Pillow; {_CONVERT} (djxl)",
+    ".jp2": f"JPEG 2000 is not readable by this Pillow (it needs OpenJPEG); {_CONVERT}",
+    **dict.fromkeys((".cr2", ".cr3", ".crw", ".nef", ".nrw", ".arw", ".srf", ".sr2", ".dng", ".raf", ".orf", ".rw2",
+                     ".pef", ".srw", ".x3f", ".erf", ".kdc", ".3fr", ".iiq", ".rwl", ".mrw", ".raw"),
+                    "a camera RAW file, which vitlab does not develop; export it as JPEG or PNG from your photo "
+                    "software (or dcraw, darktable)"),
+}
+_RAW = UNREADABLE_FORMATS[".dng"]
+
+
+def unreadable_format(name: str) -> str | None:
+    """Why a file named ``name`` cannot be used, judged by its name alone (HEIC, RAW, ...), or None."""
+    suffix = Path(name).suffix.lower()
+    why = UNREADABLE_FORMATS.get(suffix)
+    if why is None:
+        return None
+    from PIL import Image
+
+    if why is not _RAW and suffix in Image.registered_extensions():
+        return None  # this Pillow reads it (AVIF with libavif, a HEIF plugin registered by the user)
+    return why
 
 
 def decode(data: bytes | str | Path, name: str, min_side: int | None = None):
@@ -85,6 +123,9 @@ def decode(data: bytes | str | Path, name: str, min_side: int | None = None):
     """
     from PIL import Image, UnidentifiedImageError
 
+    why = unreadable_format(name)
+    if why:
+        raise VitlabError(f"image '{name}': {why}")
     if isinstance(data, (bytes, bytearray)):
         if not data:
             raise VitlabError(f"image '{name}': empty file (0 bytes)")
@@ -94,7 +135,7 @@ def decode(data: bytes | str | Path, name: str, min_side: int | None = None):
     _quiet_pillow()
     try:
         with Image.open(io.BytesIO(data) if isinstance(data, (bytes, bytearray)) else data) as img:
-            return _decode_open(img, name, min_side or DEFAULT_MIN_SIDE)
+            return _decode_open(img, name, min_side or DEFAULT_MIN_SIDE, data)
     except VitlabError:
         raise
     except UnidentifiedImageError as e:
@@ -129,7 +170,7 @@ def _unidentified_hint(name: str, data) -> str:
     return "not an image file"
 
 
-def _decode_open(img, name: str, min_side: int):
+def _decode_open(img, name: str, min_side: int, source=None):
     w, h = img.size
     if w < 1 or h < 1:
         raise VitlabError(f"image '{name}': has no pixels ({w}×{h})")
@@ -137,25 +178,79 @@ def _decode_open(img, name: str, min_side: int):
         raise VitlabError(f"image '{name}': {w}×{h} is {w * h / 1e6:.0f} megapixels, over the limit of "
                           f"{MAX_PIXELS / 1e6:.0f} (possibly a decompression bomb); shrink it first")
     notes: list[str] = []
-    frames = int(getattr(img, "n_frames", 1) or 1)
-    if frames > 1:
+    frames = _frames(img, source)
+    if frames != 1:
         img.seek(0)
-        notes.append(f"animated ({frames} frames): the first frame is used")
+        notes.append(f"animated ({frames or 'several'} frames): the first frame is used")
     factor = min(w, h) // max(1, min_side)
     if factor >= 2 and img.format == "JPEG":
         img.draft(None, (w // factor, h // factor))
     img.load()  # before EXIF: a PNG's EXIF may follow its pixels, and a failed read must not look like a load
     orientation = _orientation(img, notes)
-    out = _to_8bit(img, min_side, notes)
+    # the central part of a strip is cut first, while the image is in its stored mode: alpha compositing, palette
+    # expansion and float conversion of a 10×15,000,000 strip at full size cost gigabytes (bench/decode_bench.py)
+    out = _to_8bit(_central_part(img, name, notes), min_side, notes)
     if orientation in _ORIENTATION:
         from PIL import Image
 
         out = out.transpose(getattr(Image.Transpose, _ORIENTATION[orientation]))
-    out = _central_part(out, name, notes)
     if out is img:
         out = img.copy()  # detached from the file (closed on return) and from its metadata (EXIF can be 64 KB)
     out.info = {NOTES: notes}
     return out
+
+
+def _frames(img, source=None) -> int | None:
+    """1 for a still image; the number of frames when the file's header says it (APNG, WebP); None ("several")
+    when finding it would mean walking the file. Pillow's ``n_frames`` walks every page of a TIFF (300,000 chained
+    pages: minutes) and decodes every frame of a GIF; here a GIF's blocks are skipped without decoding
+    (:func:`_gif_second_frame`) and other formats take one bounded ``seek(1)``."""
+    known = img.__dict__.get("n_frames", img.__dict__.get("_n_frames"))
+    if isinstance(known, int):
+        return max(1, known)
+    if img.format == "GIF" and source is not None:
+        return None if _gif_second_frame(source) else 1
+    if not hasattr(img, "seek"):
+        return 1
+    try:
+        img.seek(1)
+    except Exception:  # noqa: BLE001 - no second frame (EOFError), or a damaged one: the first is still an image
+        return 1
+    return None
+
+
+def _gif_second_frame(source) -> bool:
+    """Whether a GIF holds a second image, found by skipping blocks by their lengths: Pillow's ``seek(1)`` decodes
+    the first frame to find the second (13 s for 144 megapixels on a loaded core)."""
+    f = io.BytesIO(source) if isinstance(source, (bytes, bytearray)) else open(source, "rb")  # noqa: SIM115
+    with f:
+        head = f.read(13)
+        if len(head) < 13:
+            return False
+        if head[10] & 0x80:
+            f.seek(3 * (2 << (head[10] & 7)), 1)  # the global colour table
+        images = 0
+        while True:
+            kind = f.read(1)
+            if kind == b"\x21":  # extension: a label, then sub-blocks
+                f.read(1)
+            elif kind == b"\x2c":  # image: descriptor, local colour table, LZW code size, then sub-blocks
+                images += 1
+                if images == 2:
+                    return True
+                desc = f.read(9)
+                if len(desc) < 9:
+                    return False
+                if desc[8] & 0x80:
+                    f.seek(3 * (2 << (desc[8] & 7)), 1)
+                f.read(1)
+            else:  # the trailer, the end of the data, or garbage
+                return False
+            while True:
+                size = f.read(1)
+                if not size or size == b"\0":
+                    break
+                f.seek(size[0], 1)
 
 
 def _orientation(img, notes: list[str]) -> int:
@@ -168,7 +263,33 @@ def _orientation(img, notes: list[str]) -> int:
 
 def _reduce(img, min_side: int):
     factor = min(img.size) // max(1, min_side)
+    if factor >= 2 and img.mode in ("LA", "RGBA", "PA"):
+        return _banded(img, img.mode, min_side)  # Pillow premultiplies alpha into a full-size copy first
     return img.reduce(factor) if factor >= 2 else img
+
+
+BAND_PIXELS = 4_000_000  # pixels converted at a time when a mode must be expanded before it can be shrunk
+
+
+def _banded(img, mode: str, min_side: int):
+    """``img.convert(mode)`` shrunk like :func:`_reduce`, converted a band of rows at a time: a 150-megapixel
+    palette image never exists as full-size RGBA (600 MB) or a 16-bit one as full-size float64 (1.2 GB)."""
+    from PIL import Image
+
+    w, h = img.size
+    f = max(1, min(w, h) // max(1, min_side))
+    rows = max(f, BAND_PIXELS // max(1, w) // f * f)
+    parts = []
+    for y in range(0, h, rows):
+        band = img.crop((0, y, w, min(h, y + rows)))
+        band = band.convert(mode) if band.mode != mode else band
+        parts.append(band.reduce(f) if f >= 2 else band)
+    out = Image.new(mode, (parts[0].size[0], sum(p.size[1] for p in parts)))
+    y = 0
+    for p in parts:
+        out.paste(p, (0, y))
+        y += p.size[1]
+    return out
 
 
 def _to_8bit(img, min_side: int, notes: list[str]):
@@ -177,15 +298,15 @@ def _to_8bit(img, min_side: int, notes: list[str]):
 
     mode = img.mode
     if mode.startswith("I;16"):
-        return _from_array(_box(np.asarray(img), min_side), 65535.0, notes)
+        return _from_array(_box(img, min_side), 65535.0, notes)
     if mode in ("I", "F"):
         small = _reduce(img, min_side)
         arr = np.asarray(small, dtype=np.float64)
         return _from_array(arr, 1.0 if mode == "F" else 65535.0, notes, is_float=mode == "F")
     if mode == "P":
-        img = img.convert("RGBA" if "transparency" in img.info else "RGB")
+        img = _banded(img, "RGBA" if "transparency" in img.info else "RGB", min_side)
     elif mode in ("1", "PA"):
-        img = img.convert("L" if mode == "1" else "RGBA")
+        img = _banded(img, "L" if mode == "1" else "RGBA", min_side)
     img = _reduce(img, min_side)
     if img.mode in ("RGBA", "LA", "RGBa", "La"):
         rgba = img.convert("RGBA")
@@ -196,13 +317,19 @@ def _to_8bit(img, min_side: int, notes: list[str]):
     return img.convert("RGB")  # CMYK, YCbCr, LAB, HSV
 
 
-def _box(arr: np.ndarray, min_side: int) -> np.ndarray:
-    """Integer box downsampling of a 2-D array (what ``Image.reduce`` does, for modes it does not take)."""
-    f = min(arr.shape[:2]) // max(1, min_side)
-    if f < 2:
-        return arr.astype(np.float64)
-    h, w = arr.shape[0] // f * f, arr.shape[1] // f * f
-    return arr[:h, :w].reshape(h // f, f, w // f, f).mean(axis=(1, 3))
+def _box(img, min_side: int) -> np.ndarray:
+    """Integer box downsampling of a single-channel image that ``Image.reduce`` does not take (16-bit), as float64,
+    a band of rows at a time (the full-size image never exists as an array)."""
+    w, h = img.size
+    f = max(1, min(w, h) // max(1, min_side))
+    w2, h2 = w // f * f, h // f * f
+    rows = max(f, BAND_PIXELS // max(1, w) // f * f)
+    parts = []
+    for y in range(0, h2, rows):
+        band = np.asarray(img.crop((0, y, w2, min(h2, y + rows))))
+        parts.append(band.reshape(band.shape[0] // f, f, w2 // f, f).mean(axis=(1, 3)) if f >= 2
+                     else band.astype(np.float64))
+    return np.concatenate(parts, axis=0)
 
 
 def _from_array(arr: np.ndarray, full_scale: float, notes: list[str], is_float: bool = False):

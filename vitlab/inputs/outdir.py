@@ -1,56 +1,160 @@
-"""Output folders (``--out``): a rerun leaves only its own files, never stale charts of an earlier run.
+"""Output folders (``--out``): a rerun leaves only its own files, and vitlab touches nothing else there.
 
 A command's outputs depend on its inputs (one chart per model pair, per layer, ...), so a second run into the same
 folder may write fewer or other files than the first; the first run's extra charts would then sit beside the new
-CSVs and look current. Each run records the files it wrote in ``.vitlab-files.json``; the next run into that folder
-removes those of them it did not write again. Files the user put there are never listed, so never removed.
+CSVs and look current. Each run records in ``.vitlab-files.json`` exactly the files its writers returned (and
+``run.json``), with the size and modification time each had when written; the next run into that folder removes
+those of them it did not write again. The folder may be one the user also keeps other files in (``--out ~``), so:
+
+- a file is removed only when it is listed in the record, lies inside ``--out`` (no ``..``, no absolute path, no
+  symbolic link on the way), is a regular file and not a symbolic link, and still has the size and modification
+  time vitlab recorded (a file the user has since replaced or edited is theirs);
+- a record that is not what vitlab writes (hand-edited, an older format, ``{"files": 5}``) is ignored with a
+  notice: nothing is removed on its word;
+- every file is written to a temporary file in the folder and renamed over its name (:func:`write_file`): a symbolic
+  link named like an output (``run.json`` -> ``~/.bashrc``) is replaced by the file, its target is never written.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import time
+import stat
+import tempfile
 from pathlib import Path
 
 MANIFEST = ".vitlab-files.json"
+FORMAT = "vitlab-outputs/2"  # records without it (vitlab < 2, which listed files by mtime) are not trusted
 
 
-def written_since(out: Path, since_wall: float) -> list[str]:
-    """Files under ``out`` (relative paths) modified at or after ``since_wall`` (seconds since the epoch)."""
-    limit = int(since_wall * 1e9)
-    found = []
-    for folder, _, names in os.walk(out):
-        for n in names:
-            p = Path(folder) / n
-            try:
-                if p.name != MANIFEST and p.is_file() and p.stat().st_mtime_ns >= limit:
-                    found.append(str(p.relative_to(out)))
-            except OSError:
-                continue
-    return sorted(found)
+def check_out(out: str | Path) -> Path:
+    """``out`` as a Path, or a VitlabError when it cannot be an output folder (an existing file, or a file on its
+    way): called before any model runs, so a typo never costs the computation."""
+    from ..errors import VitlabError
+
+    out = Path(out).expanduser()
+    probe = out
+    while True:
+        if probe.exists() or probe.is_symlink():
+            if not probe.is_dir():
+                what = "is a file" if probe == out else f"lies under '{probe}', which is a file"
+                raise VitlabError(f"--out '{out}' {what}, not a folder; give a folder for the results")
+            return out
+        if probe.parent == probe:
+            return out
+        probe = probe.parent
 
 
-def finish(out: str | Path, started_wall: float) -> list[str]:
-    """Remove the files an earlier run recorded in ``out`` that this run (started at ``started_wall``) did not
-    write again; record this run's files. Returns the relative paths removed."""
-    out = Path(out)
-    mine = written_since(out, started_wall)
+def write_file(path: str | Path, data: bytes | str) -> Path:
+    """Write ``data`` to ``path`` atomically (a temporary file in the same folder, renamed over ``path``): a reader
+    never sees half a file, and a symbolic link at ``path`` is replaced, never followed."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if isinstance(data, str):
+        data = data.encode("utf-8")
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".vitlab-", suffix=".tmp")  # O_EXCL: never a link
     try:
-        before = json.loads((out / MANIFEST).read_text())["files"]
-    except (OSError, ValueError, KeyError, TypeError):
-        before = []
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.chmod(tmp, 0o666 & ~_umask())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+    return path
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def _relative(out: Path, path: str | Path) -> str | None:
+    """``path`` relative to ``out`` when it is inside it (lexically), else None."""
+    try:
+        rel = Path(os.path.normpath(path)).relative_to(os.path.normpath(out))
+    except ValueError:
+        return None
+    return None if not rel.parts or ".." in rel.parts else rel.as_posix()
+
+
+def read_record(out: Path) -> tuple[dict[str, list[int]], str | None]:
+    """The files an earlier run recorded in ``out`` ({relative path: [size, mtime_ns]}) and a notice when a record
+    is there but is not one vitlab writes (then nothing is trusted)."""
+    path = out / MANIFEST
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return {}, None
+    if not stat.S_ISREG(st.st_mode):
+        return {}, f"ignored {path}: not a regular file (vitlab writes a plain JSON file there)"
+    try:
+        record = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as e:
+        return {}, f"ignored {path}: not a record vitlab writes ({type(e).__name__}); no earlier output removed"
+    files = record.get("files") if isinstance(record, dict) else None
+    ok = (isinstance(record, dict) and record.get("format") == FORMAT and isinstance(files, dict)
+          and all(isinstance(k, str) and isinstance(v, list) and len(v) == 2 and all(type(x) is int for x in v)
+                  for k, v in files.items()))
+    if not ok:
+        return {}, f"ignored {path}: not a record vitlab writes (format {FORMAT!r}); no earlier output removed"
+    return files, None
+
+
+def _removable(out: Path, rel: str, size_mtime: list[int]) -> Path | None:
+    """The file ``rel`` names, when it may be removed (inside ``out`` with no link on the way, a regular file,
+    unchanged since vitlab wrote it); else None."""
+    if _relative(out, out / rel) != rel:
+        return None  # absolute, '..', or not in normal form: a record vitlab did not write
+    p = out / rel
+    try:
+        real_out = os.path.realpath(out)
+        if os.path.realpath(p.parent) != os.path.normpath(os.path.join(real_out, os.path.dirname(rel))):
+            return None  # a folder on the way is a symbolic link
+        st = os.lstat(p)
+    except (OSError, ValueError):
+        return None
+    if not stat.S_ISREG(st.st_mode) or [st.st_size, st.st_mtime_ns] != list(size_mtime):
+        return None
+    return p
+
+
+def finish(out: str | Path, written: list[str | Path]) -> tuple[list[str], list[str]]:
+    """Remove the files an earlier run recorded in ``out`` that this run did not write again, and record this run's
+    files (``written``, the paths its writers returned, and ``run.json``). Returns (relative paths removed,
+    notices)."""
+    out = Path(out)
+    mine: dict[str, list[int]] = {}
+    for p in [*written, out / "run.json"]:
+        rel = _relative(out, p)
+        if rel is None:
+            continue
+        try:
+            st = os.lstat(out / rel)
+        except OSError:
+            continue
+        if stat.S_ISREG(st.st_mode):
+            mine[rel] = [st.st_size, st.st_mtime_ns]
+    before, notice = read_record(out)
+    notices = [notice] if notice else []
     removed = []
-    for rel in before:
-        p = out / str(rel)
-        # stay inside out: a hand-edited manifest must not remove anything elsewhere
-        if str(rel) not in mine and p.resolve().is_relative_to(out.resolve()) and p.is_file():
+    for rel, size_mtime in before.items():
+        if rel in mine or rel == MANIFEST:
+            continue
+        p = _removable(out, rel, size_mtime)
+        if p is None:
+            continue
+        try:
             p.unlink()
-            removed.append(str(rel))
-    (out / MANIFEST).write_text(json.dumps({"files": mine}, indent=1))
-    return removed
-
-
-def wall_from_perf(t0: float) -> float:
-    """The wall-clock time of a ``time.perf_counter()`` reading taken earlier in this process."""
-    return time.time() - (time.perf_counter() - t0)
+            removed.append(rel)
+        except OSError as e:
+            notices.append(f"could not remove {p} ({e.strerror})")
+    try:
+        write_file(out / MANIFEST, json.dumps({"format": FORMAT, "files": dict(sorted(mine.items()))}, indent=1))
+    except OSError as e:
+        notices.append(f"could not record the files written in {out / MANIFEST} ({e.strerror or e})")
+    return removed, notices
