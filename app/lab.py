@@ -38,7 +38,8 @@ SOURCES = {
     UPLOADS: "Uploaded images…",
 }
 DEVICES = ("auto", "cpu", "cuda")
-# Small defaults: the zoo models on 64 bundled Fashion-MNIST images give the first heatmap in seconds on a CPU.
+# Small defaults: the zoo models on 64 bundled Fashion-MNIST images give the first heatmap in seconds on a CPU;
+# batches of 16 give the intervals 4 batches to rest on (2 batches of 32 give none: docs/evidence.md, issue 28).
 # VITLAB_MODEL_A / _B / VITLAB_DATA start the app on other choices (tests, demos).
 DEFAULTS: dict[str, Any] = {
     "model_a": os.environ.get("VITLAB_MODEL_A", "zoo:vit-cls"),
@@ -46,7 +47,7 @@ DEFAULTS: dict[str, Any] = {
     "source": os.environ.get("VITLAB_DATA", "fashion-mnist:test"),
     "folder": "",
     "images": int(os.environ.get("VITLAB_IMAGES", "64")),
-    "batch_size": int(os.environ.get("VITLAB_BATCH_SIZE", "32")),
+    "batch_size": int(os.environ.get("VITLAB_BATCH_SIZE", "16")),
     "device": os.environ.get("VITLAB_DEVICE", "auto"),
 }
 MEMO_SIZE = 24  # results kept per browser session, so that a click re-draws without re-reading the cache

@@ -89,7 +89,8 @@ def test_defaults_are_the_zoo_models_on_fashion_mnist(monkeypatch):
     assert fresh.DEFAULTS["model_a"] == "zoo:vit-cls"
     assert fresh.DEFAULTS["model_b"] == "zoo:resnet"
     assert fresh.DEFAULTS["source"] == "fashion-mnist:test"
-    assert fresh.DEFAULTS["images"] == 64 and fresh.DEFAULTS["batch_size"] == 32
+    # 4 batches: the fewest an interval rests on (vitlab.evidence.MIN_UNITS; tests/test_coverage.py uses these)
+    assert fresh.DEFAULTS["images"] == 64 and fresh.DEFAULTS["batch_size"] == 16
     # the pickers offer the zoo, the paper's models by friendly name, any timm name and a checkpoint file
     choices = fresh.model_choices()
     assert "zoo:vit-cls" in choices and "ViT-B/32" in choices and "BiT R50x1" in choices
@@ -398,6 +399,9 @@ def test_paper_tour_walks_every_figure_with_a_verdict_or_an_error_in_words():
             assert verdicts and not errors, (step, errors)
         if verdicts:
             assert charts(at), step
+            # both answers, and (8 images: one batch) intervals that say there were too few units
+            assert any(v.startswith("**Pattern:") for v in verdicts), verdicts
+            assert any(v.startswith("**Learned:") for v in verdicts), verdicts
         at.button(key="tour.next").click().run()
     assert seen == list(vitlab.tour.CLAIMS)
     assert at.radio(key="tour.step").value == seen[0]  # Next wraps around

@@ -1,5 +1,6 @@
-"""AppTest of the presentation layout of the Paper tour: one figure per screen with its claim, verdict and numbers;
-Previous / Next (← / →) walk every figure and wrap; the report download is offered."""
+"""AppTest of the presentation layout of the Paper tour: one figure per screen with the paper-style figure, its
+claim, both answers (pattern and learned) and their numbers; Previous / Next (← / →) walk every figure and wrap;
+the report download is offered."""
 
 from __future__ import annotations
 
@@ -40,10 +41,14 @@ def test_presentation_walks_every_figure_with_claim_verdict_numbers_and_offers_t
     for k, claim in enumerate(claims):
         text = html_text(at)
         assert f"{k + 1} / {len(claims)}" in text and claim.title in text
-        assert "present-verdict" in text and "statistic" in text and "control" in text
-        verdict = next(v for v in ("can't tell", "not shown", "shown") if f">{v}<" in text.replace("&#x27;", "'"))
-        seen.append(verdict)
-        assert at.get("vega_lite_chart") or any("No figure" in i.value for i in at.info)
+        plain = text.replace("&#x27;", "'")
+        assert "present-verdict" in text and "statistic" in text and "95 % interval:" in text
+        verdict = next(v for v in ("can't tell", "not shown", "shown") if f'data-answer="pattern">{v}<' in plain)
+        learned = next(v for v in ("yes", "no", "can't tell", "n.a.") if f'data-answer="learned">{v}<' in plain)
+        seen.append((verdict, learned))
+        # the paper-style figure of this claim, drawn from the tour's run, and the interval chart
+        assert f'class="present-paper" data-figure="{claim.figure}"' in text, claim.figure
+        assert len(at.get("vega_lite_chart")) >= 2
         at.button(key="present.next").click().run()
         assert not at.exception, [e.message for e in at.exception]
     assert claims[0].title in html_text(at)  # Next wraps around

@@ -147,7 +147,11 @@ def test_statistic_on_a_real_model_matches_float64_loops(samples, store):
     # share 3/103 of uniform attention counts as distance 0
     assert frame["uniform_px"].iloc[0] == pytest.approx(_pairwise_reference(10, 16) * 100 / 103, rel=1e-12)
     assert res_ren.uniform_px == pytest.approx(_pairwise_reference(10, 16), rel=1e-12)
-    half = 1.96 * frame["std_px"] / np.sqrt(6)
+    # 95 % t interval of the mean over 6 images: t_5 · sample std / √6 (the frame's std is over images, ddof 0)
+    from scipy.stats import t as student
+
+    half = student.ppf(0.975, 5) * frame["std_px"] * np.sqrt(6 / 5) / np.sqrt(6)
+    assert (frame["interval_unit"] == "images").all() and (frame["interval_units"] == 6).all()
     assert np.allclose(frame["distance_hi"] - frame["distance_px"], half)
     assert np.allclose(frame["distance_px"] - frame["distance_lo"], half)
 

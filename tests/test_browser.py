@@ -31,7 +31,7 @@ ARGS = ["--no-sandbox", "--headless", "--disable-gpu", "--disable-dev-shm-usage"
         "--disable-component-update", "--disable-sync", "--no-first-run"]
 ZOO_READY = all((ROOT / "assets" / "zoo" / f"{n}.safetensors").is_file() for n in ("vit-cls", "resnet"))
 # the app's own defaults when the zoo is trained; timm's tiny random models on the bundled photos otherwise
-ENV = ({"VITLAB_IMAGES": "64", "VITLAB_BATCH_SIZE": "32"} if ZOO_READY else
+ENV = ({"VITLAB_IMAGES": "64", "VITLAB_BATCH_SIZE": "16"} if ZOO_READY else
        {"VITLAB_MODEL_A": "test_vit@random", "VITLAB_MODEL_B": "test_resnet@random", "VITLAB_DATA": "samples",
         "VITLAB_IMAGES": "8", "VITLAB_BATCH_SIZE": "4"})
 SLOW = 240_000  # ms: first model load and first run on a busy 2-core machine
@@ -328,6 +328,31 @@ def test_paper_tour_steps_through_figures(page, server):
     _settle(page)
     page.get_by_text("Figs 3-4: Local and global attention", exact=True).wait_for()  # the heading, not the chart title
     _no_exception(page)
+
+
+def test_every_presentation_slide_shows_its_paper_figure(page, server):
+    """Present the tour: every slide holds the paper-style figure of its claim (a chart whose title names the
+    figure "as in the paper"), beside both answers; Next walks them all."""
+    if not ZOO_READY:
+        pytest.skip("the tour compares a ViT with a ResNet: the zoo models are needed")
+    from vitlab.tour import CLAIMS
+
+    _goto(page, server, "present")
+    for k, claim in enumerate(CLAIMS.values()):
+        page.get_by_text(f"{claim.figure} · {k + 1} / {len(CLAIMS)}", exact=True).wait_for()
+        _no_exception(page)
+        # the marker the slide writes just above the paper-style chart, then that chart (the slide's first) drawn
+        page.locator(f'.present-paper[data-figure="{claim.figure}"]').wait_for()
+        chart = page.locator('[data-testid="stVegaLiteChart"]').first
+        chart.wait_for()
+        chart.locator("canvas, svg").first.wait_for()  # drawn (the app's charts render to a canvas)
+        assert page.locator('[data-testid="stVegaLiteChart"]').count() >= 2, claim.figure  # and the interval chart
+        for answer in ("pattern", "learned"):
+            assert page.locator(f'[data-answer="{answer}"]').count() == 1
+        if k == 0:
+            _shot(page, "present")
+        page.get_by_role("button", name="Next ▶").click()
+        _settle(page)
 
 
 def test_long_run_can_be_cancelled(page, server):

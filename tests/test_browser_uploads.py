@@ -98,9 +98,11 @@ def test_report_file_opens_from_disk_with_no_server(page, tmp_path):  # noqa: F8
         for k in range(figures.count()):
             section = figures.nth(k)
             section.scroll_into_view_if_needed()
-            assert section.locator("svg").count() >= 1 or "No figure" in section.inner_text()
+            # the paper-style figure of the claim (offline SVG), both answers beside it
+            assert section.locator(".paper svg").count() == 1, section.get_attribute("data-figure")
             assert section.locator("[data-verdict]").inner_text() in ("shown", "not shown", "can't tell")
-        assert pg.locator("svg").count() >= 9
+            assert section.locator("[data-learned]").inner_text() in ("yes", "no", "can't tell", "n.a.")
+        assert pg.locator(".paper svg").count() == 10
         text = pg.locator("#provenance").inner_text()
         for needle in ("zoo:vit-cls", "zoo:resnet", "fingerprint", "sha256", "fashion-mnist:test", "64", "torch",
                        "timm", "vitlab", "UTC"):

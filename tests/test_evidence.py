@@ -32,27 +32,59 @@ def _batches(rng, t, n=16, noise=3.0):
     return out
 
 
-def test_bootstrap_equals_a_plain_numpy_bootstrap_of_the_per_batch_terms():
+def test_cka_interval_equals_a_plain_numpy_jackknife_t_of_the_per_batch_terms():
+    from scipy.stats import t as student
+
     rng = np.random.default_rng(1)
     batches = _batches(rng, 12)
     acc = _fill(ev.BootstrapCKA(["x", "x2"], ["y", "noise"]), batches)
     got = acc.evidence(resamples=300, seed=7)
-    # reference: Song's HSIC_1 per batch (float64), resampled with a plain loop over rng.integers
+    # reference: Song's HSIC_1 per batch (float64), each batch left out in turn with a plain loop
     xy = np.array([[[hsic1_song(linear_gram64(a), linear_gram64(b)) for b in ys] for a in xs] for xs, ys in batches])
     xx = np.array([[hsic1_song(linear_gram64(a), linear_gram64(a)) for a in xs] for xs, _ in batches])
     yy = np.array([[hsic1_song(linear_gram64(b), linear_gram64(b)) for b in ys] for _, ys in batches])
-    r = np.random.default_rng(7)
-    reps = []
-    for _ in range(300):
-        i = r.integers(0, len(batches), len(batches))
-        reps.append(xy[i].sum(0) / np.sqrt(np.outer(xx[i].sum(0), yy[i].sum(0))))
-    lo, hi = np.percentile(np.array(reps), [2.5, 97.5], axis=0)
-    np.testing.assert_allclose(got.lo, lo, rtol=1e-9, atol=1e-12)
-    np.testing.assert_allclose(got.hi, hi, rtol=1e-9, atol=1e-12)
-    np.testing.assert_allclose(got.cka, xy.sum(0) / np.sqrt(np.outer(xx.sum(0), yy.sum(0))), rtol=1e-9)
-    assert np.all(got.lo <= got.cka) and np.all(got.cka <= got.hi)
+    full = xy.sum(0) / np.sqrt(np.outer(xx.sum(0), yy.sum(0)))
+    loo = []
+    for t in range(len(batches)):
+        keep = [u for u in range(len(batches)) if u != t]
+        loo.append(xy[keep].sum(0) / np.sqrt(np.outer(xx[keep].sum(0), yy[keep].sum(0))))
+    loo = np.array(loo)
+    se = np.sqrt(11 / 12 * ((loo - loo.mean(0)) ** 2).sum(0))
+    half = student.ppf(0.975, 11) * se
+    np.testing.assert_allclose(got.lo, full - half, rtol=1e-9, atol=1e-12)
+    np.testing.assert_allclose(got.hi, full + half, rtol=1e-9, atol=1e-12)
+    np.testing.assert_allclose(got.cka, full, rtol=1e-9)
+    assert got.batches == 12 and got.interval_info() == {"interval_unit": "batches", "interval_units": 12,
+                                                         "interval_method": "jackknife t"}
     # the accumulator's running sums are those of MinibatchCKA
     np.testing.assert_allclose(acc.compute().cka, got.cka, rtol=1e-12)
+
+
+def test_too_few_batches_give_no_interval_and_say_so():
+    rng = np.random.default_rng(2)
+    acc = _fill(ev.BootstrapCKA(["x", "x2"], ["y", "noise"]), _batches(rng, 3))
+    got = acc.evidence(resamples=200, seed=0)
+    assert np.isnan(got.lo).all() and np.isnan(got.hi).all() and np.isfinite(got.cka).all()
+    cols = got.columns(0, 0)
+    assert cols["interval_units"] == 3 and cols["interval_method"] == "too few batches for an interval (3 < 4)"
+    e = Estimate.jackknife(0.5, np.array([0.4, 0.5, 0.6]), "batches")
+    assert e.too_few and np.isnan(e.lo) and "too few batches for an interval" in e.text()
+    assert e.basis == "too few batches for an interval (3 < 4)"
+    assert verdict(e, Estimate.exact(0.0)) == "can't tell"
+    e4 = Estimate.jackknife(0.5, np.array([0.4, 0.5, 0.6, 0.5]), "batches")
+    assert not e4.too_few and e4.lo < 0.5 < e4.hi and e4.basis == "jackknife t over 4 batches"
+    p = Estimate.from_samples(0.5, np.linspace(0, 1, 101), unit="images", units=2)
+    assert p.too_few and np.isnan(p.hi)
+
+
+def test_mean_estimate_is_the_t_interval_of_the_mean():
+    from scipy.stats import t as student
+
+    x = np.array([0.1, 0.4, 0.35, 0.2, 0.3])
+    e = ev.mean_estimate(x, "draws")
+    half = student.ppf(0.975, 4) * x.std(ddof=1) / np.sqrt(5)
+    assert e.value == pytest.approx(x.mean()) and e.lo == pytest.approx(x.mean() - half)
+    assert e.hi == pytest.approx(x.mean() + half) and (e.unit, e.units) == ("draws", 5)
 
 
 def test_interval_width_shrinks_as_one_over_root_batches():
@@ -172,6 +204,12 @@ def test_verdict(stat, control, floor, want):
     assert verdict(stat, control, floor=floor) == want
 
 
+def test_a_difference_at_round_off_is_no_difference():
+    same = Estimate(2.220446049250313e-16, 2.220446049250313e-16, 2.220446049250313e-16)  # a model vs itself
+    assert verdict(same, Estimate.exact(0.0)) == "not shown"
+    assert verdict(Estimate(1e-9, 5e-10, 2e-9), Estimate.exact(0.0)) == "shown"  # small but real
+
+
 def test_verdict_less():
     assert verdict(Estimate(0.6, 0.55, 0.65), Estimate(0.9, 0.88, 0.92), "less") == "shown"
     assert verdict(Estimate(0.9, 0.85, 0.95), Estimate(0.9, 0.88, 0.92), "less") == "not shown"
@@ -230,12 +268,21 @@ def test_cka_report_and_cli_carry_intervals_and_the_null(tmp_path):
     np.testing.assert_allclose(ab.evidence.lo, ba.evidence.lo.T)
     assert "cka_lo" not in plain.to_frame()
     out = tmp_path / "cka"
-    assert main(["cka", "-m", "zoo:vit-cls", "-d", "fashion-mnist:test", "-n", "16", "-b", "8", "--bootstrap", "20",
+    assert main(["cka", "-m", "zoo:vit-cls", "-d", "fashion-mnist:test", "-n", "32", "-b", "8", "--bootstrap", "20",
                  "--permutations", "5", "--seed", "2", "--no-cache", "-o", str(out)]) == 0
     csv = pd.read_csv(out / "cka.csv")
     assert csv[["cka_lo", "cka_hi", "p_null"]].notna().all().all()
+    assert (csv["interval_unit"] == "batches").all() and (csv["interval_units"] == 4).all()
+    assert (csv["interval_method"] == "jackknife t").all()
     meta = json.loads((out / "run.json").read_text())
     assert meta["bootstrap"] == 20 and meta["seed"] == 2 and meta["permutations"] == 5
+    assert meta["interval"] == {"interval_unit": "batches", "interval_units": 4, "interval_method": "jackknife t"}
+    # 2 batches (the 64 images in batches of 32): no interval drawn as if it were one, and it says so
+    assert main(["cka", "-m", "zoo:vit-cls", "-d", "fashion-mnist:test", "-n", "16", "-b", "8", "--no-cache",
+                 "-o", str(out)]) == 0
+    csv = pd.read_csv(out / "cka.csv")
+    assert csv[["cka_lo", "cka_hi"]].isna().all().all() and csv["cka"].notna().all()
+    assert (csv["interval_method"] == "too few batches for an interval (2 < 4)").all()
 
 
 def test_localization_rates_with_chance_level_and_interval():
@@ -254,12 +301,15 @@ def test_localization_rates_with_chance_level_and_interval():
         assert r["chance"] == 1 / 16 and r["positions"] == 16
         assert r["corrected"] == pytest.approx((r["rate"] - 1 / 16) / (1 - 1 / 16))
         assert r["rate_lo"] <= r["rate"] <= r["rate_hi"]
+        assert (r["interval_unit"], r["interval_units"], r["interval_method"]) == ("batches", 6, "jackknife t")
     none = localization.localization([vitlab.load("zoo:vit-cls", "cpu")], src,
                                      localization.LocalizationOptions(images=16, batch_size=8), Run(bootstrap=0))
     assert np.isnan(none.rates()["rate_lo"]).all()
 
 
-def test_skip_ratio_intervals_are_a_bootstrap_of_the_batch_sums():
+def test_skip_ratio_intervals_are_a_jackknife_t_of_the_batch_sums():
+    from scipy.stats import t as student
+
     from vitlab import skips
 
     src = vitlab.open_source("fashion-mnist:test")
@@ -269,16 +319,17 @@ def test_skip_ratio_intervals_are_a_bootstrap_of_the_batch_sums():
     rep = skips.skip_ratios([m], src, skips.SkipOptions(images=40, batch_size=8), Run(bootstrap=100, seed=3))
     res = rep.results[0]
     assert np.all(res.ratio_lo <= res.ratio + 1e-12) and np.all(res.ratio <= res.ratio_hi + 1e-12)
-    # reference: the per-batch sums, resampled with a plain loop
+    # reference: the per-batch sums, each batch left out in turn with a plain loop
     stat = skips.SkipStatistic()
     sums = [f[0][stat.name] for _, f in vitlab.stream([m], src, range(40), 8, [[stat]], Run())]
-    r = np.random.default_rng(3)
-    reps = []
-    for _ in range(100):
-        i = r.integers(0, 5, 5)
-        reps.append(sum(sums[k]["ratio_sum"] for k in i) / sum(float(sums[k]["count"].sum()) for k in i))
-    np.testing.assert_allclose(res.ratio_lo, np.percentile(np.array(reps), 2.5, axis=0), rtol=1e-9)
-    assert {"ratio_lo", "ratio_hi"} <= set(rep.to_frame().columns)
+    full = sum(s["ratio_sum"] for s in sums) / sum(float(s["count"].sum()) for s in sums)
+    loo = np.array([sum(sums[k]["ratio_sum"] for k in range(5) if k != t)
+                    / sum(float(sums[k]["count"].sum()) for k in range(5) if k != t) for t in range(5)])
+    half = student.ppf(0.975, 4) * np.sqrt(4 / 5 * ((loo - loo.mean(0)) ** 2).sum(0))
+    np.testing.assert_allclose(res.ratio_lo, full - half, rtol=1e-9)
+    frame = rep.to_frame()
+    assert {"ratio_lo", "ratio_hi"} <= set(frame.columns)
+    assert (frame["interval_units"] == 5).all() and (frame["interval_method"] == "jackknife t").all()
 
 
 def test_receptive_field_radii_carry_intervals_and_fractions_of_the_side():

@@ -143,10 +143,13 @@ def test_draws_give_a_bootstrap_interval_of_the_mean(tiny_vit, fmnist_source, st
         draws.append((order[rank < 2], order[(rank >= 2) & (rank < 4)], order[rank >= 4][:30]))
     accs = np.array([manual_probe(x[a], y[a], x[b], y[b], x[c], y[c])[2] for a, b, c in draws])
     assert row["accuracy"] == pytest.approx(accs.mean()) and row["draws"] == 4
-    r = np.random.default_rng(7)
-    means = [accs[r.integers(0, 4, 4)].mean() for _ in range(300)]
-    assert row["accuracy_lo"] == pytest.approx(np.percentile(means, 2.5))
-    assert row["accuracy_hi"] == pytest.approx(np.percentile(means, 97.5))
+    # the t interval of the mean over the 4 draws (issue 28: the percentile bootstrap over 4 draws was too narrow)
+    from scipy.stats import t as student
+
+    half = student.ppf(0.975, 3) * accs.std(ddof=1) / np.sqrt(4)
+    assert row["accuracy_lo"] == pytest.approx(accs.mean() - half)
+    assert row["accuracy_hi"] == pytest.approx(accs.mean() + half)
+    assert (row["interval_unit"], row["interval_units"], row["interval_method"]) == ("draws", 4, "jackknife t")
     assert row["accuracy_lo"] < row["accuracy_hi"] or accs.min() == accs.max()
     shares = [max(collections.Counter(y[c].tolist()).values()) / len(c) for _, _, c in draws]
     assert row["chance"] == pytest.approx(np.mean(shares))

@@ -3,11 +3,13 @@ fetched), its provenance, and the CLI."""
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import re
 from html.parser import HTMLParser
 
 import altair as alt
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -16,6 +18,7 @@ from vitlab import report as R
 from vitlab import tour as T
 from vitlab.cli import main
 from vitlab.engine.context import Run, RunInfo
+from vitlab.stats.evidence import Estimate
 
 
 class Page(HTMLParser):
@@ -51,18 +54,22 @@ def assert_self_contained(text: str) -> None:
 
 
 def fake_tour() -> T.TourReport:
-    rows = [T.Check("Fig 1", "One", "claim one <b>", "shown", 0.5, 0.4, 0.6, 0.1, "twin", "ev 1"),
-            T.Check("Fig 2", "Two", "claim two", "not shown", 0.1, 0.0, 0.2, 0.3, "control", "ev 2"),
-            T.Check("Fig 3", "Three", "claim three", "can't tell", float("nan"), float("nan"), float("nan"),
-                    float("nan"), "none", "no ViT among the models")]
-    frames, charts = {}, {}
+    E = Estimate
+    jk = E.jackknife(0.5, np.array([0.45, 0.55, 0.5, 0.52]), "batches")
+    rows = [T.make_check("cka", jk, E(0.1, 0.1, 0.1), "twin", "ev 1",
+                         learned=T.Learned(E(0.5, 0.4, 0.6), E(0.2, 0.15, 0.25))),
+            T.make_check("skips", E(0.1, 0.0, 0.2), E(0.3, 0.25, 0.35), "control", "ev 2"),
+            T.cant_tell("scale", "no ViT among the models")]
+    rows = [dataclasses.replace(r, claim=c) for r, c in zip(rows, ("claim one <b>", "claim two", "claim three"))]
+    frames, charts, papers = {}, {}, {}
     for r in rows[:2]:
         frames[r.figure] = pd.DataFrame({"label": ["a", "b"], "role": ["statistic", "control"], "value": [1.0, 2.0],
                                          "lo": [0.5, 1.5], "hi": [1.5, 2.5]})
         charts[r.figure] = alt.Chart(frames[r.figure]).mark_point().encode(x="value:Q", y="label:N")
-    frames["Fig 3"] = pd.DataFrame(columns=["label", "role", "value", "lo", "hi"])
-    charts["Fig 3"] = alt.Chart(frames["Fig 3"]).mark_point()
-    return T.TourReport(rows, charts, ["m1", "m2"], RunInfo(), frames)
+        papers[r.figure] = alt.Chart(frames[r.figure]).mark_rect().encode(x="label:N", y="role:N", color="value:Q")
+    frames["Fig 12"] = pd.DataFrame(columns=["label", "role", "value", "lo", "hi"])
+    charts["Fig 12"] = alt.Chart(frames["Fig 12"]).mark_point()
+    return T.TourReport(rows, charts, ["m1", "m2"], RunInfo(), frames, {}, papers)
 
 
 def test_html_has_every_figure_verdict_and_provenance_and_nothing_external():
@@ -74,12 +81,18 @@ def test_html_has_every_figure_verdict_and_provenance_and_nothing_external():
     assert_self_contained(text)
     page = parse(text)
     sections = [a for t, a in page.tags if t == "section"]
-    assert [s.get("data-figure") for s in sections if "data-figure" in s] == ["Fig 1", "Fig 2", "Fig 3"]
-    assert text.count("<svg") == 2 and "No figure" in text  # Fig 3 could not be measured: said, not drawn
+    assert [s.get("data-figure") for s in sections if "data-figure" in s] == ["Figs 1-2", "Fig 7", "Fig 12"]
+    # each measured claim: its paper-style figure and its interval chart; Fig 12 could not be measured: said
+    assert text.count("<svg") == 4 and "No figure" in text
+    papers = [a["data-figure"] for t, a in page.tags if t == "div" and a.get("class") == "paper"]
+    assert papers == ["Figs 1-2", "Fig 7"]
     verdicts = [a["data-verdict"] for t, a in page.tags if "data-verdict" in a]
     assert verdicts == ["shown", "not shown", "can't tell"]
+    learned = [a["data-learned"] for t, a in page.tags if "data-learned" in a]
+    assert learned == ["yes", "can't tell", "n.a."]
     body = "".join(page.text)
-    assert "[0.400, 0.600]" in body and "0.100 (twin)" in body and "n/a" in body
+    assert "0.100 (twin)" in body and "n/a" in body and "jackknife t over 4 batches" in body
+    assert "0.500 [0.400, 0.600]" in body and "0.200 [0.150, 0.250]" in body  # trained vs untrained twins
     assert "claim one <b>" in body and "<b>" not in text.split("<body>")[1].replace("&lt;b&gt;", "")  # escaped
     assert any(a.get("id") == "provenance" for _, a in page.tags)
     ckpt = vitlab.zoo.checkpoint_path("vit-cls")
@@ -108,7 +121,7 @@ def test_cli_report_on_the_zoo_writes_one_self_contained_file(tmp_path, capsys):
     assert rc == 0
     text = out.read_text()
     assert_self_contained(text)
-    assert text.count("<svg") == 2 and text.count('data-verdict="') == 2
+    assert text.count("<svg") == 4 and text.count('data-verdict="') == 2 and text.count('data-learned="') == 2
     assert "Fig 7" in text and "Fig 9" in text and 'id="provenance"' in text
     assert "report:" in capsys.readouterr().out
 

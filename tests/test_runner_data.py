@@ -164,9 +164,11 @@ def test_cli_cka_output_contract_and_cache(tmp_path):
     assert r.returncode == 0, r.stderr[-3000:]
     frame = pd.read_csv(out / "cka.csv")
     # issue 12: every cell carries its 95 % interval over batches; the permutation null only with --permutations
-    assert list(frame.columns) == ["model_a", "layer_a", "model_b", "layer_b", "cka", "cka_lo", "cka_hi", "p_null",
-                                   "null_lo", "null_hi"]
-    assert frame["p_null"].isna().all() and (frame["cka_lo"] <= frame["cka"] + 1e-12).all()
+    assert list(frame.columns) == ["model_a", "layer_a", "model_b", "layer_b", "cka", "cka_lo", "cka_hi",
+                                   "interval_unit", "interval_units", "interval_method", "p_null", "null_lo", "null_hi"]
+    # 10 images in batches of 5 (a corrupt one skipped): too few batches for an interval, and it says so
+    assert frame["interval_method"].str.startswith("too few batches for an interval").all()
+    assert frame["p_null"].isna().all() and frame["cka_lo"].isna().all() and frame["cka"].notna().all()
     assert set(zip(frame.model_a, frame.model_b)) == {(a, b) for a in ("test_vit@random", "test_resnet@random")
                                                       for b in ("test_vit@random", "test_resnet@random")}
     meta = json.loads((out / "run.json").read_text())

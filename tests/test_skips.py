@@ -116,8 +116,13 @@ def test_cached_second_run_and_charts(tiny_vit, samples, store):
     charts = skip_charts.skip_charts(first)
     assert set(charts) == {"skip_ratio_lines", "skip_cosine_lines", f"skip_ratio_{tiny_vit.label}",
                            f"skip_cosine_{tiny_vit.label}"}
-    spec = charts["skip_ratio_lines"].to_dict()  # lines, and the intervals' error bars (default bootstrap)
-    assert [layer["mark"]["type"] for layer in spec["layer"]] == ["line", "rule"]
+    # 2 batches: too few for an interval, so no error bar is drawn as if it were one, and the frame says why
+    assert charts["skip_ratio_lines"].to_dict()["mark"]["type"] == "line"
+    assert frame["ratio_lo"].isna().all() and frame["interval_method"].str.startswith("too few batches").all()
+    four = skips.skip_ratios([vitlab.load("zoo:vit-cls", "cpu")], vitlab.open_source("fashion-mnist:test"),
+                             skips.SkipOptions(images=16, batch_size=4), vitlab.Run(store=store))
+    spec = skip_charts.skip_charts(four)["skip_ratio_lines"].to_dict()
+    assert [layer["mark"]["type"] for layer in spec["layer"]] == ["line", "rule"]  # 4 batches: error bars
     assert charts["skip_cosine_lines"].to_dict()["mark"]["type"] == "line"  # no interval for the cosine
 
 
@@ -132,22 +137,25 @@ def _fields(spec: dict) -> set:
     return out
 
 
-def test_summary_intervals_are_a_bootstrap_of_the_token_mean_and_drawn():
+def test_summary_intervals_are_a_jackknife_of_the_token_mean_and_drawn():
     """The interval of each line of Fig 7 (the mean over a kind's tokens) against a plain loop over the per-batch
-    sums: resample the batches, re-add, divide, average over the kind's tokens, take percentiles."""
+    sums: leave each batch out, re-add, divide, average over the kind's tokens; mean ± t_4 · jackknife se."""
     src = vitlab.open_source("fashion-mnist:test")
     m = vitlab.load("zoo:vit-cls", "cpu")
     rep = skips.skip_ratios([m], src, skips.SkipOptions(images=40, batch_size=8), vitlab.Run(bootstrap=120, seed=4))
     summary = rep.summary()
     stat = skips.SkipStatistic()
     sums = [f[0][stat.name] for _, f in vitlab.stream([m], src, range(40), 8, [[stat]], vitlab.Run())]
-    r = np.random.default_rng(4)
-    reps = []
-    for _ in range(120):
-        i = r.integers(0, 5, 5)
+    from scipy.stats import t as student
+
+    def kinds(i):
         ratio = sum(sums[k]["ratio_sum"] for k in i) / sum(float(sums[k]["count"].sum()) for k in i)  # (S, N)
-        reps.append(np.stack([ratio[:, :1].mean(1), ratio[:, 1:].mean(1)], axis=1))  # CLS, spatial
-    lo, hi = np.percentile(np.array(reps), [2.5, 97.5], axis=0)  # (S, 2)
+        return np.stack([ratio[:, :1].mean(1), ratio[:, 1:].mean(1)], axis=1)  # CLS, spatial
+
+    full = kinds(range(5))
+    loo = np.array([kinds([k for k in range(5) if k != t]) for t in range(5)])
+    half = student.ppf(0.975, 4) * np.sqrt(4 / 5 * ((loo - loo.mean(0)) ** 2).sum(0))
+    lo, hi = full - half, full + half  # (S, 2)
     layers = rep.results[0].layers
     for _, row in summary.iterrows():
         s, k = layers.index(row["layer"]), ["cls", "spatial"].index(row["kind"])

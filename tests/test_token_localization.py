@@ -42,7 +42,7 @@ def _tokens_block0(model, x):
         return model.blocks[0](model.norm_pre(model._pos_embed(model.patch_embed(x)))).double().numpy()
 
 
-def test_reference_cka_and_interval_match_a_float64_bootstrap_over_batches():
+def test_reference_cka_and_interval_match_a_float64_jackknife_over_batches():
     vit = vitlab.load("zoo:vit-cls", "cpu")
     src = vitlab.open_source("fashion-mnist:test")
     run = Run(bootstrap=300, seed=7)
@@ -63,12 +63,14 @@ def test_reference_cka_and_interval_match_a_float64_bootstrap_over_batches():
     def cka(t):
         return t[..., 0] / np.sqrt(t[..., 1] * t[..., 2])
 
-    idx = np.random.default_rng(7).integers(0, 4, size=(300, 4))
-    reps = cka(terms[idx].sum(1))
+    from scipy.stats import t as student
+
+    loo = np.array([cka(terms[[k for k in range(4) if k != t]].sum(0)) for t in range(4)])
+    half = student.ppf(0.975, 3) * np.sqrt(3 / 4 * ((loo - loo.mean()) ** 2).sum())
     value, lo, hi = ref.own(row, col)
     assert value == pytest.approx(cka(terms.sum(0)), abs=2e-4)
-    assert lo == pytest.approx(np.percentile(reps, 2.5), abs=2e-4)
-    assert hi == pytest.approx(np.percentile(reps, 97.5), abs=2e-4)
+    assert lo == pytest.approx(cka(terms.sum(0)) - half, abs=2e-4)
+    assert hi == pytest.approx(cka(terms.sum(0)) + half, abs=2e-4)
     assert lo < value < hi
     frame = ref.to_frame()
     assert len(frame) == 17 * 16 and {"cka_lo", "cka_hi"} <= set(frame.columns)

@@ -1,5 +1,7 @@
-"""The paper tour's checks: each says "shown" on synthetic inputs built to show the claim, "not shown" on inputs
-built to refute it and on untrained twins, and none passes on the inputs that fooled the earlier tour (issue 12)."""
+"""The paper tour's checks: each pattern answer says "shown" on synthetic inputs built to show the claim and "not
+shown" on inputs built to refute it; none passes on the inputs that fooled the earlier tour (issue 12). The learned
+answer (issue 28) says "no" or "can't tell" for untrained twins compared with twins, and a model compared with
+itself gives the null answers."""
 
 import numpy as np
 import pandas as pd
@@ -24,35 +26,47 @@ def test_every_claim_names_a_figure_and_the_report_has_the_csv_columns():
     assert set(tour.CLAIMS) == {"cka", "distance", "heads", "receptive", "skips", "removal", "localization", "gap",
                                 "probes", "scale"}
     assert all(c.figure.startswith("Fig") and c.claim for c in tour.CLAIMS.values())
-    rows = [tour.check_skips(E(5, 4, 6), E(1, 0.9, 1.1), "x"), tour.cant_tell("scale", "no pair")]
+    jk = E.jackknife(5.0, np.array([4.9, 5.1, 5.0, 5.05]), "batches")
+    rows = [tour.check_skips(jk, E(1, 0.9, 1.1), "x"), tour.cant_tell("scale", "no pair")]
     frame = tour.TourReport(rows, {}, ["a"], vitlab.RunInfo()).to_frame()
-    assert list(frame.columns) == ["figure", "claim", "verdict", "statistic", "lo", "hi", "control", "evidence"]
-    assert list(frame["verdict"]) == ["shown", "can't tell"]
+    assert list(frame.columns) == ["figure", "claim", "pattern", "statistic", "lo", "hi", "control", "control_label",
+                                   "learned", "effect", "effect_lo", "effect_hi", "twin", "twin_lo", "twin_hi",
+                                   "learned_label", "interval_unit", "interval_units", "interval_method", "evidence"]
+    assert list(frame["pattern"]) == ["shown", "can't tell"] and list(frame["learned"]) == ["can't tell", "n.a."]
+    assert frame.loc[0, "interval_method"] == "jackknife t" and frame.loc[0, "interval_units"] == 4
+    assert rows[0].interval == "jackknife t over 4 batches" and rows[0].verdict == rows[0].pattern
 
 
-def test_figs_1_2_uniformity_needs_more_than_the_untrained_twins():
+def test_figs_1_2_pattern_against_the_resnet_and_learned_against_the_twins():
     assert tour.off_diagonal_mean(staged(6, 3)) == pytest.approx((6 * 1 + 24 * 0.2) / 30)
-    # the input that fooled the old check: untrained ViT 1.000 vs ResNet 0.819, and the trained pair no different
-    gap = E(1.0 - 0.819, 0.17, 0.19)
-    assert tour.check_uniformity(gap, gap, "").verdict == "not shown"
-    assert tour.check_uniformity(gap, None, "").verdict == "can't tell"  # no control: never shown
-    assert tour.check_uniformity(E(0.35, 0.3, 0.4), E(0.18, 0.17, 0.19), "").verdict == "shown"
-    assert tour.check_uniformity(E(0.2, 0.15, 0.25), E(0.18, 0.17, 0.19), "").verdict == "can't tell"
-    assert tour.check_uniformity(E(-0.1, -0.2, 0.0), E(0.18, 0.17, 0.19), "").verdict == "not shown"
+    # the zoo's case: the ViT's layers more alike than the ResNet's (the pattern), less so than the twins' (learned)
+    gap, twins = E(0.074, 0.062, 0.087), E(0.195, 0.182, 0.213)
+    c = tour.check_uniformity(gap, twins, "")
+    assert (c.pattern, c.learned) == ("shown", "no") and c.control == 0.0 and c.twin == 0.195
+    assert tour.check_uniformity(gap, None, "").learned == "can't tell"  # no twins: the learned question is open
+    c = tour.check_uniformity(E(0.35, 0.3, 0.4), E(0.18, 0.17, 0.19), "")
+    assert (c.pattern, c.learned) == ("shown", "yes")
+    assert tour.check_uniformity(E(0.2, 0.15, 0.25), E(0.18, 0.17, 0.19), "").learned == "can't tell"
+    c = tour.check_uniformity(E(-0.1, -0.2, 0.0), E(0.18, 0.17, 0.19), "")
+    assert (c.pattern, c.learned) == ("not shown", "no")
+    assert tour.check_uniformity(E(0.05, -0.01, 0.11), None, "").pattern == "can't tell"
 
 
 def test_figs_3_4_local_heads_against_the_uniform_reference_of_the_same_convention():
     uniform = 13.23  # zoo ViT, prefix keys dropped without renormalising
-    # the input that fooled the old check: block-0 heads at 12.1-13.6 px, essentially uniform
-    fooled = tour.head_locality(np.array([12.1, 12.8, 13.2, 13.6]), uniform)
-    assert tour.check_locality(E(float(fooled), fooled - 0.01, fooled + 0.01), E.exact(0.0), 0.25, "").verdict == \
-        "not shown"
+    # the input that fooled the old check: block-0 heads at 12.1-13.6 px, essentially uniform; more local than the
+    # twin's (learned: yes), but no head is local (pattern: not shown)
+    fooled = float(tour.head_locality(np.array([12.1, 12.8, 13.2, 13.6]), uniform))
+    twin = E(0.002, 0.001, 0.003)
+    c = tour.check_locality(E(fooled, fooled - 0.01, fooled + 0.01), twin, 0.25, "")
+    assert (c.pattern, c.learned) == ("not shown", "yes")
     # a clearly local head (4 px) beyond its interval and beyond the untrained twin
     local = float(tour.head_locality(np.array([4.0, 9.0, 13.0, 13.2]), uniform))
-    twin = E(0.002, 0.001, 0.003)
-    assert tour.check_locality(E(local, local - 0.05, local + 0.05), twin, 0.25, "").verdict == "shown"
-    assert tour.check_locality(twin, twin, 0.25, "").verdict == "not shown"  # untrained: itself as control
-    assert tour.check_locality(E(0.3, 0.2, 0.4), twin, 0.25, "").verdict == "can't tell"
+    c = tour.check_locality(E(local, local - 0.05, local + 0.05), twin, 0.25, "")
+    assert (c.pattern, c.learned) == ("shown", "yes")
+    c = tour.check_locality(twin, twin, 0.25, "")  # untrained: itself as control
+    assert (c.pattern, c.learned) == ("not shown", "no")
+    assert tour.check_locality(E(0.3, 0.2, 0.4), twin, 0.25, "").pattern == "can't tell"
 
 
 def test_fig_5_rank_correlation_with_a_permutation_p_value():
@@ -88,12 +102,19 @@ def test_fig_6_growth_not_patch_geometry():
     assert vit.value == pytest.approx(0.0, abs=1e-12) and cnn.value > 0
     assert tour.check_growth(vit, cnn, "").verdict == "not shown"
     assert tour.check_growth(_growth(3.0, 12.0), cnn, "").verdict == "shown"
+    # learned: a random ViT's attention is already global, so the trained difference must beat the twins'
+    c = tour.check_growth(E(0.21, 0.19, 0.23), E(0.02, 0.01, 0.03), "", effect=E(0.19, 0.17, 0.21),
+                          twin=E(0.2, 0.19, 0.21))
+    assert (c.pattern, c.learned) == ("shown", "no")
 
 
 def test_fig_7_skips():
     ratio = np.array([[5.0, 6.0], [np.inf, 7.0]])
     assert tour.finite_median(ratio) == 6.0
     assert tour.check_skips(E(6, 5.5, 6.5), E(1.5, 1.2, 1.8), "").verdict == "shown"
+    # too few batches for an interval: never shown, whatever the point estimates
+    few = E.jackknife(6.0, np.array([5.9, 6.1]), "batches")
+    assert few.too_few and tour.check_skips(few, E(1.5, 1.2, 1.8), "").pattern == "can't tell"
     assert tour.check_skips(E(1.5, 1.2, 1.8), E(6, 5.5, 6.5), "").verdict == "not shown"
     assert tour.check_skips(E(2.0, 1.5, 2.5), E(1.8, 1.2, 2.2), "").verdict == "can't tell"
 
@@ -128,10 +149,28 @@ def test_figs_9_10_chance_corrected_localization():
     assert alone.verdict == "shown" and tour.GAP_CAVEAT not in alone.evidence and "pooling only" in alone.evidence
 
 
-def test_fig_11_probes_against_the_twin():
-    assert tour.check_probes(E(0.1, 0.05, 0.15), E(-0.05, -0.1, 0.0), "").verdict == "shown"
-    assert tour.check_probes(E(-0.05, -0.1, 0.0), E(-0.05, -0.1, 0.0), "").verdict == "not shown"
-    assert tour.check_probes(E(0.02, -0.02, 0.06), None, "").verdict == "can't tell"
+def test_fig_11_probes_against_zero_and_the_twin():
+    c = tour.check_probes(E(0.1, 0.05, 0.15), E(-0.05, -0.1, 0.0), "")
+    assert (c.pattern, c.learned) == ("shown", "yes")
+    c = tour.check_probes(E(-0.05, -0.1, 0.0), E(-0.05, -0.1, 0.0), "")
+    assert (c.pattern, c.learned) == ("not shown", "no")
+    c = tour.check_probes(E(0.02, -0.02, 0.06), None, "")
+    assert (c.pattern, c.learned) == ("can't tell", "can't tell")
+
+
+def test_a_model_compared_with_itself_gives_the_null_answers():
+    """The same estimate as statistic and control (a model against itself) and as effect and twin: every pattern
+    says "not shown" and every learned answer "no" (n.a. where no twin applies)."""
+    same = E(0.5, 0.45, 0.55)
+    zero = E(0.0, -0.01, 0.01)
+    checks = [tour.check_uniformity(zero, zero, ""), tour.check_growth(same, same, "", zero, zero),
+              tour.check_skips(same, same, "", zero, zero), tour.check_localization(same, same, "", zero, zero),
+              tour.check_removal(same, same, 3, ""), tour.check_gap(same, same, ""), tour.check_scale(zero, ""),
+              tour.check_locality(zero, zero, 0.25, ""), tour.check_probes(zero, zero, ""),
+              tour.check_head_rank(zero, 1.0, 0.5, "", twin=zero)]
+    for c in checks:
+        assert c.pattern == "not shown", c
+        assert c.learned == ("n.a." if c.figure in ("Fig 8", "Fig 10", "Fig 12") else "no"), c
 
 
 def test_fig_12_depth_drop():
@@ -156,27 +195,42 @@ def test_draw_split_is_stratified_and_seeded():
 
 @pytest.fixture(scope="module")
 def untrained_report():
-    """The tour run on untrained zoo models: their twins are themselves, so nothing that needs training passes."""
+    """The tour run on untrained zoo models: their twins are themselves, so nothing is learned."""
     src = vitlab.open_source("fashion-mnist:test")
     models = [vitlab.load("zoo:vit-cls@random:0", "cpu"), vitlab.load("zoo:resnet@random:0", "cpu")]
-    opts = tour.TourOptions(images=48, batch_size=8, rf_images=8, probe_draws=3, probe_test=60, probe_shots=3,
-                            only=("cka", "distance", "probes", "removal"),
-                            noskip=("zoo:vit-cls@random:0", "zoo:vit-cls@random:0"))
+    twin = "zoo:vit-cls@random:0"
+    opts = tour.TourOptions(images=32, batch_size=8, rf_images=4, probe_draws=4, probe_test=60, probe_shots=3,
+                            permutations=50, noskip=(twin, twin), gap_pair=(twin, twin),
+                            scale_pairs=(f"{twin} vs {twin}",))
     return tour.run_tour(models, src, opts, Run(bootstrap=50, seed=0))
 
 
-def test_untrained_twins_show_nothing_that_needs_training(untrained_report):
+def test_untrained_twins_learned_nothing(untrained_report):
     by = {r.figure: r for r in untrained_report.rows}
-    assert set(by) == {"Figs 1-2", "Figs 3-4", "Fig 11", "Fig 8"}
+    assert list(by) == [c.figure for c in tour.CLAIMS.values()]
     for figure, row in by.items():
-        assert row.verdict == "not shown", (figure, row)
-        assert row.lo <= row.statistic <= row.hi
-    assert by["Figs 1-2"].statistic == pytest.approx(by["Figs 1-2"].control)  # the twins are the models
+        if figure in ("Fig 8", "Fig 10", "Fig 12"):  # two trained models compared: no twin applies
+            assert row.learned == "n.a.", (figure, row)
+        else:
+            assert row.learned in ("no", "can't tell"), (figure, row)
+        if np.isfinite(row.lo):
+            assert row.lo <= row.statistic <= row.hi
+    # the twins are the models: the twins' numbers are the models' own
+    for figure in ("Figs 1-2", "Figs 3-4", "Fig 6", "Fig 9", "Fig 11"):
+        assert by[figure].twin == pytest.approx(by[figure].effect), figure
+    # a model compared with itself (Figs 8, 10, 12 here): the null answer, with the statistic equal to its control
+    for figure in ("Fig 8", "Fig 10"):
+        assert by[figure].pattern == "not shown" and by[figure].statistic == pytest.approx(by[figure].control)
+    assert by["Fig 12"].statistic == pytest.approx(0.0, abs=1e-9) and by["Fig 12"].pattern == "not shown"
     frame = untrained_report.frames["Figs 1-2"]
-    assert {"statistic", "control"} <= set(frame["role"]) and (frame["lo"] <= frame["hi"]).all()
+    assert {"statistic", "control", "twin"} <= set(frame["role"])
     assert set(untrained_report.charts) == set(by)
     spec = untrained_report.charts["Figs 1-2"].to_dict()
     assert any(layer["mark"]["type"] == "rule" for layer in spec["layer"])  # the interval is drawn
+    # every claim has its paper-style figure, drawn from the run's own data
+    assert set(untrained_report.paper_charts) == set(by)
+    cka = untrained_report.figures["Figs 1-2"]["cka"]
+    assert set(cka["model_a"]) == {"zoo:vit-cls@random:0", "zoo:resnet@random:0"}
 
 
 def test_a_missing_model_is_a_cant_tell_row_in_words():
@@ -198,8 +252,11 @@ def test_cli_tour_writes_the_table_and_run_json(tmp_path):
                  "-b", "8", "--bootstrap", "20", "--no-cache", "-o", str(out)]) == 0
     frame = pd.read_csv(out / "tour.csv")
     assert list(frame["figure"]) == ["Figs 1-2", "Fig 7"]
-    assert set(frame["verdict"]) <= {"shown", "not shown", "can't tell"}
-    assert frame.loc[0, "verdict"] == "not shown"
+    assert set(frame["pattern"]) <= {"shown", "not shown", "can't tell"}
+    assert set(frame["learned"]) <= {"no", "can't tell"}  # the untrained models are their own twins
+    assert (frame["interval_unit"] == "batches").all() and (frame["interval_units"] == 2).all()
+    assert frame["interval_method"].str.startswith("too few batches for an interval").all()
+    assert frame[["lo", "hi"]].isna().all().all()  # 16 images in batches of 8: no interval drawn as if one
     import json
 
     run = json.loads((out / "run.json").read_text())

@@ -188,3 +188,40 @@ def test_cli(capsys):
     assert "resnet: test accuracy" in capsys.readouterr().out
     assert zoo.main(["eval", "nope"]) == 1
     assert "known zoo models" in capsys.readouterr().err
+
+
+def _readme_rows(heading: str) -> dict[str, list[str]]:
+    """The zoo table of README that follows ``heading``: figure -> its cells."""
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    rows = {}
+    for line in text[text.index(heading):].splitlines()[1:]:
+        if line.startswith("| Fig"):
+            cells = [c.strip() for c in line.strip("|").split("|")]
+            rows[cells[0]] = cells
+        elif rows and not line.startswith("|"):
+            break
+    return rows
+
+
+def test_readme_table_of_the_196_token_pair_is_what_the_tour_says(tmp_path):
+    # the tour's cheap checks on README's settings (256 test images in batches of 32, seed 0): verdicts and numbers
+    import pandas as pd
+
+    from vitlab.cli import main
+
+    out = tmp_path / "tour"
+    assert main(["tour", "-m", "zoo:vit-cls-14", "-m", "zoo:resnet", "--control", "random", "--gap-pair",
+                 "zoo:vit-cls-14,zoo:vit-gap-14", "--only", "distance,localization,gap", "--data",
+                 "fashion-mnist:test", "-n", "256", "-b", "32", "--seed", "0", "--no-cache", "-o", str(out)]) == 0
+    frame = pd.read_csv(out / "tour.csv").set_index("figure")
+    rows = _readme_rows("At the paper's token count")
+    assert set(frame.index) == {"Figs 3-4", "Fig 9", "Fig 10"} <= set(rows)
+    for fig, r in frame.iterrows():
+        cells = rows[fig]
+        assert cells[1] == r["pattern"] and cells[3] == r["learned"], (fig, cells, r["pattern"], r["learned"])
+        digits = 3 if fig == "Figs 3-4" else 2
+        shown = f"{r['statistic']:.{digits}f} [{r['lo']:.{digits}f}, {r['hi']:.{digits}f}]".replace("-", "−")
+        assert shown in cells[2], (fig, shown, cells[2])
+    assert "pooling only" in frame.loc["Fig 10", "evidence"]

@@ -186,7 +186,7 @@ ANALYSES: dict[str, Analysis] = {a.name: a for a in [
         "CKA between every layer of every model and every other (and itself)",
         tables=lambda r: {"cka": r.to_frame()}, charts=_cka_charts, amp=True,
         record=lambda r, o: {"images": r.images, "repeats": r.repeats, "tokens": o.tokens, "kernel": o.kernel,
-                             "estimator": o.estimator},
+                             "estimator": o.estimator, "interval": r.interval_info()},
         page="similarity", icon=":material/grid_on:", docs="similarity", claims=("cka",)),
     Analysis(
         "attention-distance", "Attention distance", "Figs 3-4", "many", attention.AttentionDistanceOptions,
@@ -265,10 +265,11 @@ ANALYSES: dict[str, Analysis] = {a.name: a for a in [
         out="results/attention_parity"),
     Analysis(
         "tour", "Paper tour", "Figs 1-12", "many", tour.TourOptions, tour.run_tour,
-        "check the paper's claims on models, each against its control with 95 % intervals: shown, not shown or "
-        "can't tell (Figs 1-12)",
+        "check the paper's claims on models with 95 % intervals, two answers each: is the pattern shown against its "
+        "null, and is it learned, beyond the untrained twins (Figs 1-12)",
         tables=lambda r: {"tour": r.to_frame(), "tour_intervals": r.intervals_frame()},
         charts=lambda r, o: r.chart_files(), record=lambda r, o: {"verdicts": r.summary(),
+                                                                  "learned": r.learned_summary(),
                                                                   "checks": [c.figure for c in r.rows]},
         data="fashion-mnist:test", page="tour", section="Presentation",
         icon=":material/slideshow:", docs="evidence"),

@@ -130,7 +130,8 @@ if report is not None:
                           f"reference_cka_{m.label}_{block}_token{row}_{col}", "loc.refcka",
                           caption=f"CKA with each patch over {view.reference.images} images of the reference set "
                                   f"({view.reference.batches} batches): own patch {info['own_cka']:.2f} "
-                                  f"[{info['own_cka_lo']:.2f}, {info['own_cka_hi']:.2f}] (95 % bootstrap)")
+                                  f"[{info['own_cka_lo']:.2f}, {info['own_cka_hi']:.2f}] (95 % jackknife t over the "
+                                  "batches)")
             with cols[1]:
                 lab.image(att_charts.overlay(picture, view.gradient.map, min_side=OVERLAY), view.gradient.to_frame(),
                           f"gradient_{m.label}_{block}_token{row}_{col}", "loc.grad",

@@ -1,6 +1,7 @@
-"""Presenting the Paper tour: one figure per screen in large type (the paper's claim, the verdict on these models
-and its numbers), Previous / Next buttons with the ← and → keys, and the whole tour as one self-contained HTML file
-to take away (vitlab.report: inline SVG figures, verdicts, provenance; opens offline with no server)."""
+"""Presenting the Paper tour: one figure per screen in large type (the paper's figure drawn from this run, the paper's
+claim, the two answers on these models, pattern and learned, with their numbers and intervals), Previous / Next buttons
+with the ← and → keys, and the whole tour as one self-contained HTML file to take away (vitlab.report: inline SVG
+figures, verdicts, provenance; opens offline with no server)."""
 
 import functools
 from dataclasses import replace
@@ -26,6 +27,7 @@ STYLE = """<style>
 .v-canttell {background: #e8eaf0; color: #333}
 .present-numbers {font-size: 1.45rem; font-variant-numeric: tabular-nums; line-height: 1.5}
 .present-evidence {font-size: 1.05rem; color: #555}
+.present-paper {font-size: .95rem; text-transform: uppercase; letter-spacing: .08em; color: #777; margin: 0}
 </style>"""
 
 
@@ -38,13 +40,24 @@ def number(x: float) -> str:
     return "n/a" if x != x else f"{x:.3f}"
 
 
+LEARNED_CSS = {"yes": "v-shown", "no": "v-notshown"}
+
+
 def slide_text(row) -> str:
-    css = {"shown": "v-shown", "not shown": "v-notshown"}.get(row.verdict, "v-canttell")
+    css = {"shown": "v-shown", "not shown": "v-notshown"}.get(row.pattern, "v-canttell")
+    learned = (f'{number(row.effect)} [{number(row.effect_lo)}, {number(row.effect_hi)}] vs untrained twins '
+               f'<b>{number(row.twin)}</b> [{number(row.twin_lo)}, {number(row.twin_hi)}]'
+               if row.learned != "n.a." else escape(row.learned_label))
     return (f'<p class="present-label">The paper</p><div class="present-claim">{escape(row.claim)}</div>'
-            f'<p class="present-label">These models</p><div class="present-verdict {css}">{row.verdict}</div>'
+            f'<p class="present-label">Pattern: do these models show it?</p>'
+            f'<div class="present-verdict {css}" data-answer="pattern">{row.pattern}</div>'
             f'<div class="present-numbers">statistic <b>{number(row.statistic)}</b> '
-            f'[{number(row.lo)}, {number(row.hi)}]<br>control <b>{number(row.control)}</b> '
-            f'<span style="font-size:1.05rem">({escape(row.control_label)})</span></div>')
+            f'[{number(row.lo)}, {number(row.hi)}]<br>vs <b>{number(row.control)}</b> '
+            f'<span style="font-size:1.05rem">({escape(row.control_label)})</span></div>'
+            f'<p class="present-label">Learned: more than untrained?</p>'
+            f'<div class="present-verdict {LEARNED_CSS.get(row.learned, "v-canttell")}" data-answer="learned">'
+            f'{row.learned}</div><div class="present-numbers" style="font-size:1.15rem">{learned}</div>'
+            f'<p class="present-evidence">95 % interval: {escape(row.interval)}</p>')
 
 
 def report_html(models, src, opts, boot, done) -> bytes:
@@ -83,10 +96,15 @@ if done is not None:
         st.html(slide_text(row))
         st.html(f'<p class="present-evidence">{escape(row.evidence)}</p>')
     with left:
+        paper = done.paper_charts.get(row.figure)
+        if paper is not None:
+            st.html(f'<p class="present-paper" data-figure="{escape(row.figure)}">{escape(row.figure)} as the paper '
+                    f'draws it, from this run</p>')
+            lab.chart(paper, key=f"present.{step}.paper")
         frame = done.frames.get(row.figure)
         if frame is not None and len(frame):
             chart = done.charts[row.figure].properties(width=400).configure_legend(orient="bottom")
             lab.chart(chart, key=f"present.{step}.chart")
             lab.export(chart, frame, f"tour_{step}", f"present.{step}")
-        else:
+        elif paper is None:
             st.info("No figure: this check could not be measured on these models (see the evidence).")

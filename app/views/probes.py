@@ -50,7 +50,7 @@ if report is not None:
     sp = report.split
     st.caption(f"{len(sp.train)} training, {len(sp.val)} held-out (to choose λ) and {len(sp.test)} test images, "
                f"{sp.classes} classes; accuracies are means over {draws} few-shot draws of these images, bars "
-               "their 95 % bootstrap intervals; dashed: chance, the most common test class's share (what a guess "
+               "their 95 % t intervals over the few-shot draws; dashed: chance, the most common test class's share (what a guess "
                "that ignores the image scores at best)" + ("; above_chance: yes when the whole interval is above it"
                                                             if draws > 1 else ""))
     st.dataframe(frame, hide_index=True, height=240)

@@ -1,5 +1,6 @@
-"""Paper tour: each claim of Raghu et al. 2021 checked on the current models against its control, with 95 %
-intervals: "shown" only when the statistic's interval clears the control's (vitlab.tour). The table is the one
+"""Paper tour: each claim of Raghu et al. 2021 checked on the current models with 95 % intervals, as two answers:
+pattern (shown only when the statistic's interval clears the claim's own null) and learned (more than the untrained
+twins) (vitlab.tour); each figure drawn as the paper draws it, from the same run. The table is the one
 `vitlab tour` writes; Previous / Next walk through the figures for presentations."""
 
 from dataclasses import replace
@@ -12,6 +13,7 @@ from vitlab import table, tour
 
 STEPS = table.tour_steps()  # in table order: each row names the paper's claims its results bear on
 VERDICT_BOX = {"shown": st.success, "not shown": st.warning, "can't tell": st.info}
+LEARNED_BOX = {"yes": st.success, "no": st.warning, "can't tell": st.info, "n.a.": st.info}
 
 
 def roles(a, b):
@@ -51,11 +53,14 @@ with lab.guard():
         [vit, cnn], src, opts, replace(run, bootstrap=boot, seed=0)), "Paper tour")
 if report is not None:
     frame = report.to_frame()
-    st.dataframe(frame, hide_index=True, key="tour.table",
-                 column_config={"evidence": st.column_config.TextColumn(width="large")})
+    st.dataframe(frame[["figure", "pattern", "statistic", "lo", "hi", "control", "learned", "effect", "twin",
+                        "interval_unit", "interval_units", "interval_method", "evidence"]], hide_index=True,
+                 key="tour.table", column_config={"evidence": st.column_config.TextColumn(width="large")})
     st.download_button("tour.csv", frame.to_csv(index=False).encode(), "tour.csv", "text/csv", key="tour.csv",
                        on_click="ignore")
-    st.caption(lab.run_caption(report.info, s.images) + f"; {boot} bootstrap resamples, seed 0")
+    st.caption(lab.run_caption(report.info, s.images) + f"; intervals: jackknife t over batches (images, draws), "
+               f"percentile bootstrap ({boot} resamples, seed 0) for rank correlations and radii; pattern: against "
+               "the claim's own null; learned: against the untrained twins")
     nav = st.columns([1, 8, 1])
     nav[0].button("◀ Previous", key="tour.prev", on_click=move, args=(-1,))
     nav[2].button("Next ▶", key="tour.next", on_click=move, args=(1,))
@@ -68,10 +73,16 @@ if report is not None:
         st.markdown("**The paper**")
         st.markdown(f"> {row.claim}")
         st.markdown("**These models**")
-        VERDICT_BOX[row.verdict](f"**{row.verdict.capitalize()}.** statistic {row.statistic:.3f} "
-                                 f"[{row.lo:.3f}, {row.hi:.3f}] vs control {row.control:.3f} ({row.control_label})")
-        st.caption(row.evidence)
+        VERDICT_BOX[row.pattern](f"**Pattern: {row.pattern}.** statistic {row.statistic:.3f} "
+                                 f"[{row.lo:.3f}, {row.hi:.3f}] vs {row.control:.3f} ({row.control_label})")
+        LEARNED_BOX[row.learned](f"**Learned: {row.learned}.** " + (
+            f"{row.effect:.3f} [{row.effect_lo:.3f}, {row.effect_hi:.3f}] vs untrained twins {row.twin:.3f} "
+            f"[{row.twin_lo:.3f}, {row.twin_hi:.3f}]" if row.learned != "n.a." else row.learned_label))
+        st.caption(f"Interval: {row.interval}. {row.evidence}")
     with left:
+        paper = report.paper_charts.get(row.figure)
+        if paper is not None:
+            lab.chart(paper, key=f"tour.{step}.paper")
         frame = report.frames[row.figure]
         if len(frame):
             chart = report.charts[row.figure]

@@ -219,13 +219,16 @@ class AttentionDistanceResult:
     def to_frame(self):
         import pandas as pd
 
+        from ..stats.evidence import JACKKNIFE, interval_columns, mean_half_width
+
+        unit = interval_columns("images", self.images, JACKKNIFE)
         rows = []
         for li, layer in enumerate(self.layers):
             for h in range(self.distance_px.shape[1]):
                 d, s = float(self.distance_px[li, h]), float(self.std_px[li, h])
-                half = 1.96 * s / np.sqrt(max(self.images, 1))  # 95 % interval of the mean over images (CLT)
+                half = mean_half_width(s, self.images)
                 rows.append({"layer": layer, "head": h, "distance_px": d, "std_px": s,
-                             "distance_lo": d - half, "distance_hi": d + half,
+                             "distance_lo": d - half, "distance_hi": d + half, **unit,
                              "distance_frac": d / self.image_side_px, "std_frac": s / self.image_side_px,
                              "images": self.images, "model": self.model, "renormalised": self.renormalised,
                              "uniform_px": self.uniform_px, "uniform_frac": self.uniform_px / self.image_side_px})

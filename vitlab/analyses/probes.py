@@ -228,7 +228,8 @@ class ProbeResult:
 
     def to_frame(self):
         """model, layer, layer_index, depth (normalised, (i+1)/L), representation, accuracy (mean over draws),
-        accuracy_lo, accuracy_hi (its 95 % bootstrap interval; NaN for one draw), chance (the test images' most
+        accuracy_lo, accuracy_hi (its 95 % t interval over draws; NaN below 4 draws), interval_unit,
+        interval_units, interval_method, chance (the test images' most
         common class's share, mean over draws: :func:`majority_rate`), above_chance (:func:`above_chance`: yes, no,
         can't tell; None for one draw), val_accuracy, l2 (means over the draws), shots, tokens (individual tokens
         averaged; 1 otherwise), draws."""
@@ -336,9 +337,10 @@ def probe_model(model: LoadedModel, source: ImageSource, split: Split, *, layers
     """Few-shot probe accuracy of every layer x representation of one model (Figs 11, 13).
 
     ``draws`` few-shot draws (``split``, then re-draws of its images, seeds ``seed + d``): the accuracy is their
-    mean, with the 95 % percentile interval of ``run.bootstrap`` bootstrap means (``run.seed``; NaN for one draw
-    or no bootstrap), as the tour's Fig 11. ``run.shard``/``run.gather`` (``vitlab.dist``): each rank extracts its
-    batches' features; after the gather every rank holds all of them in batch order and fits the same probes.
+    mean, with its 95 % jackknife-t interval over the draws (the t interval of a mean; NaN below ``evidence.MIN_UNITS``
+    draws or with ``run.bootstrap`` 0), as the tour's Fig 11. ``run.shard``/``run.gather`` (``vitlab.dist``): each rank
+    extracts its batches' features; after the gather every rank holds all of them in batch order and fits the same
+    probes.
     """
     from ..stats import evidence as ev
 
@@ -361,14 +363,17 @@ def probe_model(model: LoadedModel, source: ImageSource, split: Split, *, layers
         for rep in reps:
             x = np.concatenate([feats[p][f"{rep}|{tap}"] for p in ("train", "val", "test")])
             per = np.array([_probe_draw(x, y, d, split.classes) for d in parts])  # (draws, 4)
-            acc = ev.mean_estimate(per[:, 0], run.bootstrap, run.seed) if draws > 1 and run.bootstrap else None
+            acc = ev.mean_estimate(per[:, 0], "draws") if draws > 1 and run.bootstrap else None
             lo, hi = (acc.lo, acc.hi) if acc else (np.nan, np.nan)
+            unit = ev.interval_columns("draws", draws, ev.JACKKNIFE if acc else "no interval (one draw or "
+                                       "--bootstrap 0)")
             rows.append({"model": model.label, "layer": tap, "layer_index": i, "depth": (i + 1) / len(layers),
                          "representation": rep, "accuracy": float(per[:, 0].mean()),
                          "accuracy_lo": lo, "accuracy_hi": hi, "chance": chance,
                          "above_chance": above_chance(lo, hi, chance),
                          "val_accuracy": float(per[:, 1].mean()), "l2": float(per[:, 2].mean()),
-                         "shots": len(split.train) // split.classes, "tokens": int(per[0, 3]), "draws": draws})
+                         "shots": len(split.train) // split.classes, "tokens": int(per[0, 3]), "draws": draws,
+                         **unit})
     return ProbeResult(model.label, rows, len(split.train) // split.classes,
                        {p: len(v) for p, v in labels.items()})
 
@@ -386,7 +391,7 @@ class ProbeOptions:
                                           "(default: all that the model has)", kind="strs")
     tokens: int = option(8, "individual tokens probed per layer for 'token'")
     draws: int = option(5, "few-shot draws of the split's images (seeds seed, seed+1, ...): the accuracy is their "
-                        "mean with a 95 % bootstrap interval; 1: no interval")
+                        "mean with a 95 % t interval (4 or more draws); 1: no interval")
     batch_size: int = option(64, "images per batch", short="-b")
 
 

@@ -162,6 +162,7 @@ class ReceptiveFieldResult:
     maps: np.ndarray  # (L, H, W) mean over images of |d centre / d input|, averaged over input channels
     images: int
     radius_samples: np.ndarray | None = None  # (B, 2, L) 50 % and 90 % radii (px) of each bootstrap resample
+    radius_units: int = 0  # batches (images at batch size 1) behind radius_samples
 
     @property
     def warnings(self) -> list[str]:
@@ -212,11 +213,16 @@ class ReceptiveFieldResult:
                               "radius90_px": self.radius_px(0.9), "model": self.model, "residual": self.residual,
                               "images": self.images})
         if self.radius_samples is not None:  # 95 % intervals over batches of images
-            from ..stats.evidence import percentile_interval
+            from ..stats.evidence import MIN_UNITS, PERCENTILE, interval_columns, percentile_interval
 
+            # a radius is a quantile on the pixel grid (not smooth): percentile bootstrap, not the jackknife
             lo, hi = percentile_interval(self.radius_samples)
+            if self.radius_units < MIN_UNITS:
+                lo, hi = np.full_like(lo, np.nan), np.full_like(hi, np.nan)
             frame["radius50_lo"], frame["radius50_hi"] = lo[0], hi[0]
             frame["radius90_lo"], frame["radius90_hi"] = lo[1], hi[1]
+            for col, v in interval_columns("batches", self.radius_units, PERCENTILE).items():
+                frame[col] = v
         for col in [c for c in frame.columns if c.startswith("radius")]:  # fractions of the input side
             frame[col.replace("_px", "") + "_frac" if col.endswith("_px") else col + "_frac"] = frame[col] / side
         return frame
@@ -319,6 +325,7 @@ def receptive_fields(loaded: LoadedModel, source: ImageSource, opts: ReceptiveOp
                                 resample_indices(len(kept), run.bootstrap, run.seed))  # (B, L, H, W)
         side = np.sqrt(maps.shape[-2] * maps.shape[-1])
         result.radius_samples = np.stack([radius_fraction(maps, q) * side for q in (0.5, 0.9)], axis=1)
+        result.radius_units = len(kept)
     return result
 
 

@@ -165,6 +165,7 @@ class SkipResult:
     ratio_hi: np.ndarray | None = None
     # kind ('cls' | 'spatial') -> (lo, hi), each (S,): 95 % interval of the mean ratio over that kind's tokens
     kind_intervals: dict[str, tuple[np.ndarray, np.ndarray]] | None = None
+    interval_units: int = 0  # batches behind the intervals (evidence.MIN_UNITS or more for an interval)
 
     def kinds(self) -> dict[str, slice]:
         """The token columns of each kind ('cls': prefix tokens; a CNN's one column is 'spatial')."""
@@ -190,9 +191,14 @@ class SkipResult:
                              "depth": (blocks.index(block) + 1) / len(blocks), "token": -1 if cnn else t,
                              "kind": "cls" if t < self.prefix and not cnn else "spatial",
                              "ratio": float(self.ratio[s, t]), "cosine": float(self.cosine[s, t]),
-                             **({"ratio_lo": float(self.ratio_lo[s, t]), "ratio_hi": float(self.ratio_hi[s, t])}
-                                if self.ratio_lo is not None else {})})
+                             **({"ratio_lo": float(self.ratio_lo[s, t]), "ratio_hi": float(self.ratio_hi[s, t]),
+                                 **self.interval_info()} if self.ratio_lo is not None else {})})
         return pd.DataFrame(rows)
+
+    def interval_info(self) -> dict:
+        from ..stats.evidence import JACKKNIFE, interval_columns
+
+        return interval_columns("batches", self.interval_units, JACKKNIFE)
 
     def summary(self):
         """Per sublayer: mean ratio and cosine over CLS tokens and over spatial tokens (the lines of Fig 7), with
@@ -204,6 +210,8 @@ class SkipResult:
             s = out["layer"].map({layer: i for i, layer in enumerate(self.layers)}).to_numpy()
             for j, col in enumerate(("ratio_lo", "ratio_hi")):
                 out[col] = [float(self.kind_intervals[k][j][i]) for k, i in zip(out["kind"], s)]
+            for col, v in self.interval_info().items():
+                out[col] = v
         return out
 
 
@@ -274,22 +282,26 @@ def skip_ratios(models: Sequence[LoadedModel], source: ImageSource, opts: SkipOp
 
 
 def _intervals(results: list[SkipResult], ranks: list[list[list]], run: Run) -> None:
-    """Every ratio's 95 % interval: the batches of all ranks, in batch order (so torchrun equals one process),
-    resampled ``run.bootstrap`` times."""
+    """Every ratio's 95 % jackknife-t interval over the batches of all ranks, in batch order (so torchrun equals
+    one process); a ratio of sums is smooth in the batch sums, where the jackknife covers (vitlab.evidence)."""
     import warnings
 
     from ..stats import evidence as ev
 
     for k, res in enumerate(results):
         batches = sorted((b for kept in ranks for b in kept[k]), key=lambda b: b[0])
-        if not batches:
+        res.interval_units = len(batches)
+        if len(batches) < 2:
             continue
-        idx = ev.resample_indices(len(batches), run.bootstrap, run.seed)
+        sums, counts = np.stack([b[1] for b in batches]), np.array([b[2] for b in batches])
+        idx = ev.jackknife_indices(len(batches))
         with np.errstate(invalid="ignore", divide="ignore"):
-            reps = ev.ratio_replicates(np.stack([b[1] for b in batches]), np.array([b[2] for b in batches]), idx)
-        res.ratio_lo, res.ratio_hi = ev.percentile_interval(reps)
+            point = sums.sum(0) / counts.sum()
+            reps = ev.ratio_replicates(sums, counts, idx)
+        res.ratio_lo, res.ratio_hi = ev.jackknife_interval(point, reps)
         with np.errstate(invalid="ignore"), warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)  # a sublayer whose ratios are all NaN (zero branch)
-            # the mean over a kind's tokens of each resample, as summary() averages them (NaN left out)
-            res.kind_intervals = {k: ev.percentile_interval(np.nanmean(reps[..., cols], axis=-1))
+            # the mean over a kind's tokens, as summary() averages them (NaN left out)
+            res.kind_intervals = {k: ev.jackknife_interval(np.nanmean(point[..., cols], axis=-1),
+                                                           np.nanmean(reps[..., cols], axis=-1))
                                   for k, cols in res.kinds().items()}

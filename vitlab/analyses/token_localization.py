@@ -4,7 +4,7 @@ Localization in Raghu et al. 2021 (Sec. 5, Figs 9-10) is a property of a model m
 between each token and each input patch, over images. Over a handful of uploads that estimate is noise (the unbiased
 estimator needs 4 images per batch and is wide at that size), so the token↔patch CKA map is computed over a
 **reference set** (a dataset or folder; at least :data:`MIN_IMAGES` images in at least :data:`MIN_BATCHES` batches),
-with a 95 % bootstrap interval over its batches (``vitlab.evidence.BootstrapCKA``). What one image can answer is
+with a 95 % jackknife-t interval over its batches (``vitlab.stats.evidence.BootstrapCKA``). What one image can answer is
 different: "for this token, on this image, which pixels does it carry?": the gradient map
 (``vitlab.token_gradient``) and where the token attends (``vitlab.attention.attention_map``), same token, same layer.
 
@@ -34,7 +34,7 @@ from .receptive import block_names
 from .token_gradient import TokenGradient, TokenGradientOptions, token_gradient
 
 MIN_IMAGES = 64  # the floor for a data-set statistic: 4 batches of 16 (the unbiased HSIC needs 4 per batch)
-MIN_BATCHES = 4  # a bootstrap over batches needs several batches to say anything
+MIN_BATCHES = 4  # an interval over batches needs 4 (vitlab.stats.evidence.MIN_UNITS)
 DEFAULT_REFERENCE = "fashion-mnist:test"
 REFERENCES = ("fashion-mnist:test", "samples")
 
@@ -73,7 +73,7 @@ def reference_plan(given: int, given_name: str, opts: ReferenceOptions) -> tuple
 
 @dataclass
 class ReferenceLocalization:
-    """Token↔patch CKA (T, G) of one layer over a reference set, with its 95 % bootstrap interval over batches."""
+    """Token↔patch CKA (T, G) of one layer over a reference set, with its 95 % jackknife-t interval over batches."""
 
     model: str
     layer: str  # the tap
@@ -108,7 +108,8 @@ class ReferenceLocalization:
             "token_row": np.where(own >= 0, own // gw, -1).ravel(),
             "token_col": np.where(own >= 0, own % gw, -1).ravel(),
             "position": g.ravel(), "pos_row": (g // gw).ravel(), "pos_col": (g % gw).ravel(), "own": (own == g).ravel(),
-            "cka": self.cka.ravel(), "cka_lo": self.lo.ravel(), "cka_hi": self.hi.ravel()})
+            "cka": self.cka.ravel(), "cka_lo": self.lo.ravel(), "cka_hi": self.hi.ravel(),
+            "interval_unit": "batches", "interval_units": self.batches, "interval_method": "jackknife t"})
 
     def summary(self):
         """Per spatial token: CKA with its own patch and its interval, and whether its own patch is the argmax."""
@@ -129,7 +130,7 @@ class ReferenceLocalization:
 def reference_localization(loaded: LoadedModel, source: ImageSource, layer: str, opts: ReferenceOptions,
                            run: Run) -> ReferenceLocalization:
     """Token↔patch CKA of ``layer`` (a tap) over the first ``opts.images`` of ``source``, in batches small enough to
-    give :data:`MIN_BATCHES`; the interval is the percentile bootstrap over batches (``run.bootstrap``,
+    give :data:`MIN_BATCHES`; the interval is the jackknife t over batches (``run.bootstrap`` 0: none;
     ``run.seed``)."""
     n = min(opts.images, len(source))
     if n < MIN_IMAGES:

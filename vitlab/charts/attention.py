@@ -11,6 +11,7 @@ import numpy as np
 import pandas as pd
 
 from ..errors import VitlabError
+from .common import interval_tooltips
 
 # anchor colours of "inferno" (dark -> bright), interpolated linearly: enough for an overlay, no matplotlib needed
 _INFERNO = np.array([[0, 0, 4], [40, 11, 84], [101, 21, 110], [159, 42, 99], [212, 72, 66], [245, 125, 21],
@@ -66,7 +67,7 @@ def attention_distance_chart(frame: pd.DataFrame, units: str = "px", title: str 
                  alt.Tooltip(f"{std}:Q", format=".3f", title="std over images"), "images",
                  *([alt.Tooltip("distance_lo:Q", format=".3f", title="95 % lo (px)"),
                     alt.Tooltip("distance_hi:Q", format=".3f", title="95 % hi (px)")] if "distance_lo" in frame
-                   else [])],
+                   else []), *interval_tooltips(frame)],
     )
     layers = [dots]
     if units == "px" and "distance_lo" in frame:  # the mean's 95 % interval over images

@@ -6,6 +6,7 @@ import altair as alt
 import pandas as pd
 
 from ..errors import VitlabError
+from .common import interval_tooltips
 
 
 def cka_heatmap(frame: pd.DataFrame, title: str | None = None, size: int = 360, select: str | None = None):
@@ -24,6 +25,7 @@ def cka_heatmap(frame: pd.DataFrame, title: str | None = None, size: int = 360, 
                       ("null_hi", "null 97.5 %")):
         if col in frame and frame[col].notna().any():  # all NaN: not measured (no --permutations), not "null"
             tooltip.append(alt.Tooltip(f"{col}:Q", format=".4f", title=name))
+    tooltip += interval_tooltips(frame)
     chart = alt.Chart(frame).mark_rect().encode(
         x=alt.X("layer_b:N", sort=order_b, title=f"{mb} layer", axis=alt.Axis(labelAngle=-60, labelLimit=140)),
         y=alt.Y("layer_a:N", sort=list(reversed(order_a)), title=f"{ma} layer", axis=alt.Axis(labelLimit=140)),

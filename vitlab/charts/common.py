@@ -71,3 +71,9 @@ def save_all(charts: dict[str, alt.TopLevelMixin], out_dir: str | Path) -> list[
     for stem, chart in charts.items():
         paths += save(chart, out_dir, stem)
     return paths
+
+
+def interval_tooltips(frame) -> list:
+    """Tooltips saying what an interval rests on (its method, unit and how many), where the frame says it."""
+    cols = [("interval_method", "interval"), ("interval_units", "units"), ("interval_unit", "unit")]
+    return [alt.Tooltip(f"{c}:{'Q' if c == 'interval_units' else 'N'}", title=t) for c, t in cols if c in frame]

@@ -4,19 +4,22 @@ from __future__ import annotations
 
 import altair as alt
 
-ROLE_ORDER = ["statistic", "control", "reference", "detail"]
-ROLE_COLOURS = ["#1f77b4", "#d62728", "#7f7f7f", "#bcbd22"]
+ROLE_ORDER = ["statistic", "control", "reference", "effect", "twin", "detail"]
+ROLE_COLOURS = ["#1f77b4", "#d62728", "#7f7f7f", "#9467bd", "#ff7f0e", "#bcbd22"]
 
 
 def estimate_chart(frame, title: str = "", width: int = 360):
     """Points (value) with error bars (lo to hi) per label, coloured by role; tooltips give the three numbers.
 
-    ``frame``: columns label, role ('statistic' | 'control' | 'reference' | 'detail'), value, lo, hi.
+    ``frame``: columns label, role ('statistic' | 'control' | 'reference' | 'effect' | 'twin' | 'detail'), value,
+    lo, hi, and (when present) interval: what each interval rests on ("jackknife t over 8 batches").
     """
     y = alt.Y("label:N", title=None, sort=None)
     colour = alt.Color("role:N", scale=alt.Scale(domain=ROLE_ORDER, range=ROLE_COLOURS), title=None)
     tooltip = [alt.Tooltip("label:N"), alt.Tooltip("role:N"), alt.Tooltip("value:Q", format=".4f"),
                alt.Tooltip("lo:Q", title="95 % lo", format=".4f"), alt.Tooltip("hi:Q", title="95 % hi", format=".4f")]
+    if "interval" in frame:
+        tooltip.append(alt.Tooltip("interval:N", title="interval"))
     base = alt.Chart(frame)
     bars = base.mark_rule(strokeWidth=3).encode(x=alt.X("lo:Q", title="value (95 % interval)",
                                                         scale=alt.Scale(zero=False)), x2="hi:Q", y=y, color=colour,

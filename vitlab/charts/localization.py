@@ -6,6 +6,7 @@ import altair as alt
 import pandas as pd
 
 from ..errors import VitlabError
+from .common import interval_tooltips
 
 
 def spread_tokens(frame: pd.DataFrame, count: int = 6) -> list[int]:
@@ -78,7 +79,7 @@ def localization_rate_chart(rate: pd.DataFrame, title: str | None = None, width:
     x = alt.X("layer:N", sort=list(dict.fromkeys(rate["layer"])), title=None)
     extra = [c for c in ("rate_lo", "rate_hi", "chance", "corrected") if c in rate]
     tooltip = ["model", "layer", alt.Tooltip("localized:Q", format=".2f"), alt.Tooltip("own_cka:Q", format=".3f")]
-    tooltip += [alt.Tooltip(f"{c}:Q", format=".2f") for c in extra]
+    tooltip += [alt.Tooltip(f"{c}:Q", format=".2f") for c in extra] + interval_tooltips(rate)
     bars = alt.Chart(rate).mark_bar().encode(
         x=x, xOffset="model:N", color="model:N",
         y=alt.Y("localized:Q", scale=alt.Scale(domain=[0, 1]), title="tokens whose own patch is the best match"),

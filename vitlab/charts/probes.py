@@ -6,6 +6,7 @@ import altair as alt
 import pandas as pd
 
 from ..errors import VitlabError
+from .common import interval_tooltips
 
 REP_NAMES = {"cls": "CLS token", "gap": "GAP (spatial mean)", "gap_cls": "GAP incl. CLS", "first": "first token",
              "token": "individual tokens (mean)"}
@@ -22,7 +23,8 @@ def probe_lines(frame: pd.DataFrame, title: str | None = None, width: int = 420)
     shots = sorted(set(data["shots"]))
     ranged = {"accuracy_lo", "accuracy_hi"} <= set(data) and data["accuracy_lo"].notna().any()
     interval = [alt.Tooltip("accuracy_lo:Q", format=".3f", title="95 % lo"),
-                alt.Tooltip("accuracy_hi:Q", format=".3f", title="95 % hi"), "draws"] if ranged else []
+                alt.Tooltip("accuracy_hi:Q", format=".3f", title="95 % hi"), "draws",
+                *interval_tooltips(data)] if ranged else []
     base = alt.Chart(data).encode(
         x=alt.X("depth:Q", title="normalised layer depth", scale=alt.Scale(domain=[0, 1])),
         y=alt.Y("accuracy:Q", title="few-shot test accuracy", scale=alt.Scale(domain=[0, 1])),

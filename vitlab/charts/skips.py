@@ -6,6 +6,7 @@ import altair as alt
 import pandas as pd
 
 from ..errors import VitlabError
+from .common import interval_tooltips
 
 VALUES = {"ratio": "‖z‖ / ‖f(z)‖", "cosine": "cos(z, f(z))"}
 
@@ -14,7 +15,7 @@ def _interval(frame: pd.DataFrame) -> list:
     """Tooltips of the ratio's 95 % interval, where the frame has one (a run with ``--bootstrap``)."""
     if {"ratio_lo", "ratio_hi"} <= set(frame) and frame["ratio_lo"].notna().any():
         return [alt.Tooltip("ratio_lo:Q", format=".3f", title="ratio 95 % lo"),
-                alt.Tooltip("ratio_hi:Q", format=".3f", title="ratio 95 % hi")]
+                alt.Tooltip("ratio_hi:Q", format=".3f", title="ratio 95 % hi"), *interval_tooltips(frame)]
     return []
 
 

@@ -330,6 +330,11 @@ class CKAReport:
         return [f"CKA over {self.images} images ({self.info.batches_computed} batches computed, "
                 f"{self.info.batches_from_cache} from cache)"]
 
+    def interval_info(self) -> dict | None:
+        """The CKA intervals' unit, how many and method (run.json); None when no interval was computed."""
+        ev = next((r.evidence for r in self.results.values() if r.evidence is not None), None)
+        return None if ev is None else ev.interval_info()
+
     def pair(self, i: int, j: int) -> cka_mod.CKAResult:
         return self.results[(i, j)]
 

@@ -1,13 +1,14 @@
 """The paper's claims as checks that can fail (the pure part of ``vitlab.tour``): claims, checks, options, report.
 
-A check compares a statistic with the control the claim needs (the untrained twin, the uniform-attention reference
-in the statistic's own convention, chance level, the retrained model without skips, the GAP model, the other
-architecture) and says "shown", "not shown" or "can't tell" (:func:`vitlab.evidence.verdict`): shown only when the
-statistic's interval clears the control's interval. The pure check functions below take estimates (value and
-interval) and plain arrays; :func:`run_tour` measures them on models (``vitlab/tour_measure.py``).
+Every claim gets two answers (issue 28). **pattern**: do these models show what the paper describes, against the
+claim's own null (chance, uniform attention, zero, the other model)? "shown", "not shown" or "can't tell"
+(:func:`vitlab.stats.evidence.verdict`: shown only when the statistic's interval clears the null's). **learned**: is it
+more than the same architectures show untrained (the twins, ``NAME@random``)? "yes", "no", "can't tell", or "n.a."
+where the comparison is between two trained models (Figs 8, 10, 12). The pure check functions below take estimates
+(value and interval) and plain arrays; :func:`run_tour` measures them on models (``vitlab/tour/measure.py``).
 
     report = tour.run_tour([vit, cnn], source, TourOptions(), Run(store=Store(), bootstrap=200, seed=0))
-    report.to_frame()      # tour.csv: figure, claim, verdict, statistic, lo, hi, control, evidence
+    report.to_frame()      # tour.csv: figure, claim, pattern, statistic, lo, hi, control, learned, twin, ...
     report.charts[figure]  # Altair: statistic and control with their 95 % intervals
 
 Shapes: B resamples, L layers, H heads.
@@ -69,35 +70,123 @@ GAP_CAVEAT = ("the GAP model also differs in where its final LayerNorm sits (tim
               "fc_norm=LayerNorm after pooling), not in pooling alone")
 
 
+LEARNED = ("yes", "no", "can't tell", "n.a.")
+# Claims whose comparison is between two trained models (a retrained control, another pooling, another data scale):
+# an untrained twin does not answer whether training made the difference, so "learned" does not apply.
+NOT_LEARNED = {
+    "removal": "n.a.: both models are trained; the control is the same recipe retrained with the skip",
+    "gap": "n.a.: both models are trained; the question is the pooling they were trained with",
+    "scale": "n.a.: every model is trained; the question is how much data it was trained on",
+}
+
+
+@dataclass(frozen=True)
+class Learned:
+    """The second question of a claim: is the trained models' ``effect`` more than the untrained twins' ``twin``
+    (the same statistic, on ``NAME@random``)? ``label`` says what was compared, or why it does not apply."""
+
+    effect: Estimate | None
+    twin: Estimate | None
+    label: str = "untrained twins"
+    applies: bool = True
+
+    def answer(self, direction: str = "greater") -> str:
+        if not self.applies:
+            return "n.a."
+        if self.effect is None or self.twin is None:
+            return "can't tell"
+        return {"shown": "yes", "not shown": "no"}.get(verdict(self.effect, self.twin, direction), "can't tell")
+
+
 @dataclass(frozen=True)
 class Check:
-    """One row of the tour: a claim, its verdict, the statistic with its 95 % interval and the control."""
+    """One row of the tour: a claim and its two answers with their intervals.
+
+    pattern (shown / not shown / can't tell): do these models show what the paper describes, against the claim's
+    own null (``control``: chance, uniform attention, zero, the other model)? learned (yes / no / can't tell /
+    n.a.): is the trained models' ``effect`` more than the untrained twins' (``twin``)?
+    """
 
     figure: str
     title: str
     claim: str
-    verdict: str  # 'shown' | 'not shown' | "can't tell"
+    pattern: str
     statistic: float
     lo: float
     hi: float
     control: float
     control_label: str
+    learned: str
+    effect: float
+    effect_lo: float
+    effect_hi: float
+    twin: float
+    twin_lo: float
+    twin_hi: float
+    learned_label: str
+    interval_unit: str
+    interval_units: int
+    interval_method: str
     evidence: str
+
+    @property
+    def verdict(self) -> str:
+        """The pattern answer (the tour's verdict before issue 28)."""
+        return self.pattern
+
+    @property
+    def interval(self) -> str:
+        """What the statistic's interval rests on, in words."""
+        if not self.interval_unit:
+            return "no interval"
+        if self.interval_method.startswith("too few"):
+            return self.interval_method
+        return f"{self.interval_method} over {self.interval_units} {self.interval_unit}"
+
+
+def _triple(e: Estimate | None) -> tuple[float, float, float]:
+    nan = float("nan")
+    return (nan, nan, nan) if e is None else (e.value, e.lo, e.hi)
 
 
 def make_check(key: str, stat: Estimate, control: Estimate, control_label: str, evidence: str,
-               direction: str = "greater", floor: float | None = None, force: str | None = None) -> Check:
-    """The :class:`Check` of claim ``key``: :func:`vitlab.evidence.verdict` unless ``force`` (e.g. no control)."""
+               direction: str = "greater", floor: float | None = None, force: str | None = None,
+               learned: Learned | None = None) -> Check:
+    """The :class:`Check` of claim ``key``: the pattern by :func:`vitlab.stats.evidence.verdict` (unless ``force``), the
+    learned answer from ``learned`` (n.a. for the claims in :data:`NOT_LEARNED`)."""
+    from ..stats.evidence import interval_columns
+
     c = CLAIMS[key]
     v = force or verdict(stat, control, direction, floor)
-    return Check(c.figure, c.title, c.claim, v, stat.value, stat.lo, stat.hi, control.value, control_label, evidence)
+    if key in NOT_LEARNED:
+        learned = Learned(None, None, NOT_LEARNED[key], applies=False)
+    learned = learned or Learned(None, None, "no untrained twins (run with --control random)")
+    units = interval_columns(stat.unit, stat.units, stat.method) if stat.unit else \
+        {"interval_unit": "", "interval_units": 0, "interval_method": ""}
+    return Check(c.figure, c.title, c.claim, v, stat.value, stat.lo, stat.hi, control.value, control_label,
+                 learned.answer(direction), *_triple(learned.effect), *_triple(learned.twin), learned.label,
+                 units["interval_unit"], units["interval_units"], units["interval_method"], evidence)
 
 
 def cant_tell(key: str, why: str) -> Check:
-    """A check that could not be measured (missing model, wrong data): "can't tell", and why."""
+    """A check that could not be measured (missing model, wrong data): "can't tell" twice, and why."""
     c = CLAIMS[key]
     nan = float("nan")
-    return Check(c.figure, c.title, c.claim, "can't tell", nan, nan, nan, nan, "none", why)
+    learned = "n.a." if key in NOT_LEARNED else "can't tell"
+    return Check(c.figure, c.title, c.claim, "can't tell", nan, nan, nan, nan, "none", learned, nan, nan, nan, nan,
+                 nan, nan, NOT_LEARNED.get(key, "not measured"), "", 0, "", why)
+
+
+def difference(a: Estimate, b: Estimate, reps_a: np.ndarray | None = None,
+               reps_b: np.ndarray | None = None) -> Estimate:
+    """a − b with the interval of the paired replicates (the same resamples of the same units), or, without them,
+    no interval."""
+    if reps_a is None or reps_b is None:
+        return Estimate(a.value - b.value, np.nan, np.nan, a.unit, a.units, a.method)
+    d = np.asarray(reps_a, dtype=np.float64) - np.asarray(reps_b, dtype=np.float64)
+    if a.method == "jackknife t":
+        return Estimate.jackknife(a.value - b.value, d, a.unit)
+    return Estimate.from_samples(a.value - b.value, d, unit=a.unit, units=a.units)
 
 
 # ---------------------------------------------------------------- statistics, vectorised over resamples
@@ -149,42 +238,52 @@ def finite_median(x: np.ndarray) -> np.ndarray:
 
 
 def check_uniformity(gap: Estimate, twin_gap: Estimate | None, detail: str) -> Check:
-    """Figs 1-2: (ViT − ResNet) mean off-diagonal self-CKA, against the same gap of the untrained twins."""
-    if twin_gap is None:
-        return make_check("cka", gap, Estimate.exact(0.0), "none (run with --control random)",
-                          f"{detail}; without the untrained twins, learned uniformity cannot be told from "
-                          "initialisation", force="can't tell")
-    return make_check("cka", gap, twin_gap, "untrained twins' gap", f"{detail}; untrained twins: {twin_gap.text()}",
-                      floor=0.0)
+    """Figs 1-2: pattern: (ViT − ResNet) mean off-diagonal self-CKA > 0 (the ResNet is the null); learned: the gap
+    beyond the untrained twins' gap."""
+    extra = f"; untrained twins: {twin_gap.text()}" if twin_gap is not None else ""
+    return make_check("cka", gap, Estimate.exact(0.0), "no gap (the ResNet as uniform as the ViT)", detail + extra,
+                      learned=Learned(gap, twin_gap, "untrained twins' gap") if twin_gap is not None else None)
 
 
 def check_locality(locality: Estimate, twin: Estimate | None, margin: float, detail: str) -> Check:
-    """Figs 3-4: the most local first-block head is closer than uniform attention (same convention) by at least
-    ``margin`` (as a fraction of the uniform distance), beyond its interval and beyond the untrained twin's."""
-    control = twin if twin is not None else Estimate.exact(0.0)
-    label = "untrained twin's most local head" if twin is not None else "uniform attention"
-    return make_check("distance", locality, control, label,
+    """Figs 3-4: pattern: the most local first-block head attends closer than uniform attention (same convention,
+    locality 0) by at least ``margin`` (a fraction of the uniform distance), beyond its interval; learned: more
+    local than the untrained twin's most local head."""
+    return make_check("distance", locality, Estimate.exact(0.0), f"uniform attention (0); local from {margin:.2f}",
                       f"{detail}; a head counts as local when it attends ≥ {margin:.0%} closer than uniform",
-                      floor=margin)
+                      floor=margin, learned=Learned(locality, twin, "untrained twin's most local head")
+                      if twin is not None else None)
 
 
-def check_head_rank(neg_rho: Estimate, p_value: float, null_hi: float, detail: str, alpha: float = 0.05) -> Check:
-    """Fig 5: −Spearman(head distance, CKA with the other model's lower layers) > 0, permutation p < alpha."""
+def check_head_rank(neg_rho: Estimate, p_value: float, null_hi: float, detail: str, twin: Estimate | None = None,
+                    alpha: float = 0.05) -> Check:
+    """Fig 5: pattern: −Spearman(head distance, CKA with the other model's lower layers) > 0 with a head-label
+    permutation p < alpha; learned: beyond the untrained twins' −ρ."""
     text = f"{detail}; permutation p = {p_value:.3g}"
     force = "can't tell" if (p_value >= alpha and neg_rho.value > 0) else None
     return make_check("heads", neg_rho, Estimate.exact(null_hi), "head-label permutation null (97.5 %)", text,
-                      floor=0.0, force=force)
+                      floor=0.0, force=force,
+                      learned=Learned(neg_rho, twin, "untrained twins' −ρ") if twin is not None else None)
 
 
-def check_growth(vit_growth: Estimate, cnn_growth: Estimate, detail: str) -> Check:
-    """Fig 6: the first block's attention widens the field (50 % radius, fraction of the input side) more than
-    the CNN's first block widens its own input's field."""
-    return make_check("receptive", vit_growth, cnn_growth, "CNN first block's growth", detail)
+def check_growth(vit_growth: Estimate, cnn_growth: Estimate, detail: str, effect: Estimate | None = None,
+                 twin: Estimate | None = None) -> Check:
+    """Fig 6: pattern: the first block's attention widens the field (50 % radius, fraction of the input side) more
+    than the CNN's first block widens its own input's field; learned: that difference (``effect``) beyond the
+    untrained twins'."""
+    return make_check("receptive", vit_growth, cnn_growth, "CNN first block's growth", detail,
+                      learned=_learned(effect, twin, "untrained twins' ViT − CNN growth"))
 
 
-def check_skips(vit: Estimate, cnn: Estimate, detail: str) -> Check:
-    """Fig 7: the ViT's median ‖z‖/‖f(z)‖ above the CNN's."""
-    return make_check("skips", vit, cnn, "CNN median ratio", detail)
+def _learned(effect: Estimate | None, twin: Estimate | None, label: str) -> Learned | None:
+    return Learned(effect, twin, label) if twin is not None else None
+
+
+def check_skips(vit: Estimate, cnn: Estimate, detail: str, effect: Estimate | None = None,
+                twin: Estimate | None = None) -> Check:
+    """Fig 7: pattern: the ViT's median ‖z‖/‖f(z)‖ above the CNN's; learned: the difference beyond the twins'."""
+    return make_check("skips", vit, cnn, "CNN median ratio", detail,
+                      learned=_learned(effect, twin, "untrained twins' ViT − CNN median ratio"))
 
 
 def check_removal(noskip: Estimate, normal: Estimate, block: int, detail: str) -> Check:
@@ -192,9 +291,12 @@ def check_removal(noskip: Estimate, normal: Estimate, block: int, detail: str) -
     return make_check("removal", noskip, normal, "the same model with its skips", detail, direction="less")
 
 
-def check_localization(vit: Estimate, cnn: Estimate, detail: str) -> Check:
-    """Fig 9: chance-corrected localization of the ViT's last layer above the CNN's."""
-    return make_check("localization", vit, cnn, "CNN chance-corrected rate", detail, floor=0.0)
+def check_localization(vit: Estimate, cnn: Estimate, detail: str, effect: Estimate | None = None,
+                       twin: Estimate | None = None) -> Check:
+    """Fig 9: pattern: chance-corrected localization of the ViT's last layer above the CNN's (and above chance);
+    learned: the difference beyond the untrained twins'."""
+    return make_check("localization", vit, cnn, "CNN chance-corrected rate", detail, floor=0.0,
+                      learned=_learned(effect, twin, "untrained twins' ViT − CNN chance-corrected rate"))
 
 
 def check_gap(cls: Estimate, gap: Estimate, detail: str, norm_moved: bool = True) -> Check:
@@ -205,10 +307,10 @@ def check_gap(cls: Estimate, gap: Estimate, detail: str, norm_moved: bool = True
 
 
 def check_probes(margin: Estimate, twin: Estimate | None, detail: str) -> Check:
-    """Fig 11: min(GAP − CLS at the first layer, CLS last − CLS first) > 0, beyond the untrained twin's."""
-    control = twin if twin is not None else Estimate.exact(0.0)
-    label = "untrained twin's margin" if twin is not None else "no margin (0)"
-    return make_check("probes", margin, control, label, detail, floor=0.0)
+    """Fig 11: pattern: min(GAP − CLS at the first layer, CLS last − CLS first) > 0; learned: beyond the untrained
+    twin's margin."""
+    return make_check("probes", margin, Estimate.exact(0.0), "no margin (0)", detail,
+                      learned=_learned(margin, twin, "untrained twin's margin"))
 
 
 def check_scale(drop: Estimate, detail: str) -> Check:
@@ -262,9 +364,13 @@ class TourReport:
     charts: dict  # figure -> Altair chart of the statistic and control with their intervals
     models: list[str]
     info: RunInfo
-    frames: dict = field(default_factory=dict)  # figure -> the chart's data (CSV export)
+    frames: dict = field(default_factory=dict)  # figure -> the interval chart's data (CSV export)
+    figures: dict = field(default_factory=dict)  # figure -> the paper-style figure's data (frames), from this run
+    paper_charts: dict = field(default_factory=dict)  # figure -> Altair: the paper-style figure
 
-    COLUMNS = ("figure", "claim", "verdict", "statistic", "lo", "hi", "control", "evidence")
+    COLUMNS = ("figure", "claim", "pattern", "statistic", "lo", "hi", "control", "control_label", "learned",
+               "effect", "effect_lo", "effect_hi", "twin", "twin_lo", "twin_hi", "learned_label", "interval_unit",
+               "interval_units", "interval_method", "evidence")
 
     def to_frame(self):
         import pandas as pd
@@ -272,7 +378,12 @@ class TourReport:
         return pd.DataFrame([{k: getattr(r, k) for k in self.COLUMNS} for r in self.rows], columns=self.COLUMNS)
 
     def summary(self) -> dict[str, int]:
-        return {v: sum(r.verdict == v for r in self.rows) for v in ("shown", "not shown", "can't tell")}
+        """Counts of the pattern answers."""
+        return {v: sum(r.pattern == v for r in self.rows) for v in ("shown", "not shown", "can't tell")}
+
+    def learned_summary(self) -> dict[str, int]:
+        """Counts of the learned answers."""
+        return {v: sum(r.learned == v for r in self.rows) for v in LEARNED}
 
     def intervals_frame(self):
         """Every estimate drawn in the charts (figure, label, role, value, lo, hi): ``tour_intervals.csv``."""
@@ -280,14 +391,20 @@ class TourReport:
 
         frames = [f for f in self.frames.values() if len(f)]
         return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(
-            columns=["figure", "label", "role", "value", "lo", "hi"])
+            columns=["figure", "label", "role", "value", "lo", "hi", "unit", "units", "interval"])
 
     def chart_files(self) -> dict:
-        """File stem -> chart, for the figures that were measured."""
-        return {"tour_" + f.lower().replace(" ", "").replace("-", "_"): c for f, c in self.charts.items()
-                if len(self.frames.get(f, ()))}
+        """File stem -> chart, for the figures that were measured: the interval chart (tour_figs1_2) and the
+        paper-style figure (tour_figs1_2_paper)."""
+        def stem(f: str) -> str:
+            return "tour_" + f.lower().replace(" ", "").replace("-", "_")
+
+        out = {stem(f): c for f, c in self.charts.items() if len(self.frames.get(f, ()))}
+        out.update({stem(f) + "_paper": c for f, c in self.paper_charts.items()})
+        return out
 
     def headline(self) -> list[str]:
-        return [f"{r.figure:9s} {r.verdict:10s} {r.statistic:8.3f} [{r.lo:.3f}, {r.hi:.3f}] vs {r.control:.3f} "
-                f"({r.control_label})" for r in self.rows] + [
-            "tour: " + ", ".join(f"{n} {v}" for v, n in self.summary().items())]
+        return [f"{r.figure:9s} pattern {r.pattern:10s} {r.statistic:8.3f} [{r.lo:.3f}, {r.hi:.3f}] vs {r.control:.3f} "
+                f"({r.control_label}); learned {r.learned}" for r in self.rows] + [
+            "tour: pattern " + ", ".join(f"{n} {v}" for v, n in self.summary().items()) + "; learned "
+            + ", ".join(f"{n} {v}" for v, n in self.learned_summary().items())]

@@ -1,18 +1,22 @@
 """Measuring the tour's checks on models (``vitlab.tour.run_tour`` calls one ``measure_*`` per claim): streams
-of cached per-batch statistics, kept per batch (or per image) so that every statistic is bootstrapped with the
-same resamples as its control (paired intervals).
+of cached per-batch statistics, kept per batch (or per image) so that every statistic is resampled with the same
+units as its control (paired intervals). Smooth statistics (CKA means, mean distances, ratios of sums, mean probe
+margins) get the jackknife-t interval over their units; a rank correlation and a receptive-field radius (a
+quantile on the pixel grid) keep the percentile bootstrap (``vitlab.stats.evidence``).
 
-Every measurement returns ``(Check, frame)``; a user error (a missing model, data the model cannot read) turns
-into a "can't tell" row that says why, so one check never stops the tour.
+Every measurement returns ``(Check, rows, figure)``: the check, the estimates drawn in the interval chart, and the
+data of the paper-style figure (``vitlab.charts.tour``), all from the one run. A user error (a missing model, data
+the model cannot read) turns into a "can't tell" row that says why, so one check never stops the tour.
 
 Under torchrun every stream takes this rank's batches (``run.shard``); CKA terms come back in batch order through
 ``run.reduce_accumulators`` (``evidence.BootstrapCKA`` keyed by batch number) and per-batch or per-image values
-through ``run.gather_ordered``, so every rank bootstraps exactly what a single process would.
+through ``run.gather_ordered``, so every rank resamples exactly what a single process would.
 """
 
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 
 from ..analyses.attention import AttentionDistanceStatistic, distance_matrix
 from ..analyses.heads import HeadGramStatistic, default_lower_taps
@@ -78,16 +82,30 @@ def _self_cka(models: list[LoadedModel], source, opts, run: Run) -> list[ev.Boot
     return run.reduce_accumulators(accs)
 
 
-def _idx(acc: ev.BootstrapCKA, run: Run) -> np.ndarray:
-    return ev.resample_indices(len(acc.terms_xy), run.bootstrap, run.seed)
+def _jk(acc: ev.BootstrapCKA) -> np.ndarray:
+    """Leave-one-batch-out indices of an accumulator's batches (below 4 batches the intervals say "too few")."""
+    return ev.jackknife_indices(len(acc.terms_xy))
 
 
 def _point(acc: ev.BootstrapCKA) -> np.ndarray:
     return ev.ratio(acc.xy, acc.xx, acc.yy)
 
 
+def _jack(value, loo, unit: str = "batches") -> Estimate:
+    return Estimate.jackknife(float(value), np.asarray(loo), unit)
+
+
 def _rows(*items: tuple[str, str, Estimate]) -> list[dict]:
-    return [{"label": label, "role": role, "value": e.value, "lo": e.lo, "hi": e.hi} for label, role, e in items]
+    return [{"label": label, "role": role, "value": e.value, "lo": e.lo, "hi": e.hi, "unit": e.unit,
+             "units": e.units, "interval": e.basis} for label, role, e in items]
+
+
+def _cka_frame(m: LoadedModel, acc: ev.BootstrapCKA) -> pd.DataFrame:
+    """A self-CKA map as ``CKAResult.to_frame`` columns (model_a, layer_a, model_b, layer_b, cka)."""
+    c = _point(acc)
+    la, lb = acc.layers_a, acc.layers_b
+    return pd.DataFrame({"model_a": m.label, "model_b": m.label, "layer_a": np.repeat(la, len(lb)),
+                         "layer_b": np.tile(lb, len(la)), "cka": c.ravel()})
 
 
 def measure_uniformity(ms: Models, source, opts, run):
@@ -95,21 +113,19 @@ def measure_uniformity(ms: Models, source, opts, run):
     pair = [ms.vit, ms.cnn]
     twins = [ms.twin(m) for m in pair] if ms.control == "random" else []
     accs = _self_cka(pair + twins, source, opts, run)
-    idx = _idx(accs[0], run)
-
-    def gap(a, b):
-        reps = T.off_diagonal_mean(a.replicates(idx)) - T.off_diagonal_mean(b.replicates(idx))
-        return Estimate.from_samples(float(T.off_diagonal_mean(_point(a)) - T.off_diagonal_mean(_point(b))), reps)
-
-    unif = [Estimate.from_samples(float(T.off_diagonal_mean(_point(a))), T.off_diagonal_mean(a.replicates(idx)))
-            for a in accs]
-    g = gap(accs[0], accs[1])
-    tg = gap(accs[2], accs[3]) if twins else None
+    idx = _jk(accs[0])
+    point = [float(T.off_diagonal_mean(_point(a))) for a in accs]
+    loo = [T.off_diagonal_mean(a.replicates(idx)) for a in accs]
+    unif = [_jack(p, r) for p, r in zip(point, loo)]
+    g = _jack(point[0] - point[1], loo[0] - loo[1])
+    tg = _jack(point[2] - point[3], loo[2] - loo[3]) if twins else None
     detail = (f"mean CKA between different layers: {ms.vit.label} {unif[0].text()}, {ms.cnn.label} {unif[1].text()}"
               + (f"; untrained: {twins[0].label} {unif[2].text()}, {twins[1].label} {unif[3].text()}" if twins else ""))
-    rows = _rows(("ViT − ResNet", "statistic", g), *([("twins: ViT − ResNet", "control", tg)] if tg else []),
+    rows = _rows(("ViT − ResNet", "statistic", g), ("no gap", "control", Estimate.exact(0.0)),
+                 *([("twins: ViT − ResNet", "twin", tg)] if tg else []),
                  *[(m.label, "detail", u) for m, u in zip(pair + twins, unif)])
-    return T.check_uniformity(g, tg, detail), rows
+    figure = {"cka": pd.concat([_cka_frame(m, a) for m, a in zip(pair + twins, accs)], ignore_index=True)}
+    return T.check_uniformity(g, tg, detail), rows, figure
 
 
 def _distances(m: LoadedModel, source, opts, run, blocks=None) -> np.ndarray:
@@ -120,34 +136,48 @@ def _distances(m: LoadedModel, source, opts, run, blocks=None) -> np.ndarray:
     return np.concatenate(run.gather_ordered(raw, "attention distances"), axis=-1)
 
 
+def _distance_frame(m: LoadedModel, d: np.ndarray, uniform: float) -> pd.DataFrame:
+    """Per block and head: mean distance over images with its t interval (attention_distance_chart's columns)."""
+    from ..stats.evidence import mean_half_width
+
+    n = d.shape[-1]
+    mean, std = d.mean(-1), d.std(-1)
+    half = np.vectorize(lambda s: mean_half_width(s, n))(std)
+    blocks, heads = np.meshgrid(np.arange(d.shape[0]), np.arange(d.shape[1]), indexing="ij")
+    return pd.DataFrame({"model": m.label, "layer": blocks.ravel(), "head": heads.ravel(),
+                         "distance_px": mean.ravel(), "std_px": std.ravel(), "distance_lo": (mean - half).ravel(),
+                         "distance_hi": (mean + half).ravel(), "images": n, "uniform_px": uniform})
+
+
 def measure_locality(ms: Models, source, opts, run):
     ms.need("vit")
     m = ms.vit
     dist = distance_matrix(taps_mod.grid_size(m.model), taps_mod.patch_size(m.model))
     uniform = ev.uniform_distance(dist, taps_mod.num_prefix_tokens(m.model), renormalise=False)
     models = [m] + ([ms.twin(m)] if ms.control == "random" else [])
-    ests, texts = [], []
-    idx = None
+    ests, texts, frames = [], [], []
     for x in models:
         d = _distances(x, source, opts, run)  # (L, H, n)
-        idx = ev.resample_indices(d.shape[-1], run.bootstrap, run.seed) if idx is None else idx
         first = d[0].T  # (n, H)
-        reps = T.head_locality(ev.mean_replicates(first, idx), uniform)
-        ests.append(Estimate.from_samples(float(T.head_locality(first.mean(0), uniform)), reps))
+        idx = ev.jackknife_indices(len(first))
+        loo = T.head_locality(ev.mean_replicates(first, idx), uniform)
+        ests.append(_jack(T.head_locality(first.mean(0), uniform), loo, "images"))
         f, last = d[0].mean(-1), d[-1].mean(-1)
         texts.append(f"{x.label}: first block heads {f.min():.1f}–{f.max():.1f} px, last block "
                      f"{last.min():.1f}–{last.max():.1f} px")
+        frames.append(_distance_frame(x, d, uniform))
     detail = (f"{'; '.join(texts)}; uniform attention in the same convention (prefix keys dropped, not "
               f"renormalised) {uniform:.2f} px; locality of the most local first-block head {ests[0].text()}")
     rows = _rows(("most local head: 1 − d/uniform", "statistic", ests[0]),
-                 *([("untrained twin", "control", ests[1])] if len(ests) > 1 else []),
-                 ("local-head margin", "reference", Estimate.exact(opts.local_margin)))
-    return T.check_locality(ests[0], ests[1] if len(ests) > 1 else None, opts.local_margin, detail), rows
+                 ("uniform attention", "control", Estimate.exact(0.0)),
+                 ("local-head margin", "reference", Estimate.exact(opts.local_margin)),
+                 *([("untrained twin", "twin", ests[1])] if len(ests) > 1 else []))
+    check = T.check_locality(ests[0], ests[1] if len(ests) > 1 else None, opts.local_margin, detail)
+    return check, rows, {"distance": pd.concat(frames, ignore_index=True)}
 
 
-def measure_head_rank(ms: Models, source, opts, run):
-    ms.need("vit", "cnn")
-    vit, cnn = ms.vit, ms.cnn
+def _head_rank(vit: LoadedModel, cnn: LoadedModel, source, opts, run):
+    """(−ρ estimate, permutation p, null 97.5 %, detail, per-head frame) of Fig 5 on one ViT/CNN pair."""
     blocks = tuple(range(max(1, len(vit.model.blocks) // 2)))
     dstat, hstat, ostat = AttentionDistanceStatistic(blocks), HeadGramStatistic(blocks), \
         GramStatistic(tuple(default_lower_taps(cnn)))
@@ -163,17 +193,34 @@ def measure_head_rank(ms: Models, source, opts, run):
     raw = run.gather_ordered(raw, "head distances")
     dist = np.concatenate(raw, -1).mean(-1).ravel()  # (len(blocks)·H,) block-major, as the head Grams
     sim = np.nanmean(_point(acc), -1)
-    reps = np.nanmean(acc.replicates(_idx(acc, run)), -1)  # (B, heads)
-    neg = Estimate.from_samples(float(-ev.spearman(dist, sim)), -ev.spearman(dist, reps))
+    t = len(acc.terms_xy)
+    reps = np.nanmean(acc.replicates(ev.resample_indices(t, run.bootstrap, run.seed)), -1)  # (B, heads)
+    # a rank correlation is not smooth in the batch sums: percentile bootstrap over the batches
+    neg = Estimate.from_samples(float(-ev.spearman(dist, sim)), -ev.spearman(dist, reps), unit="batches", units=t)
     rng = np.random.default_rng(run.seed)
     null = -ev.spearman(dist, np.stack([rng.permutation(sim) for _ in range(opts.permutations)]))
     p = float((1 + (null >= neg.value).sum()) / (1 + len(null)))
     null_hi = float(np.percentile(null, 97.5))
     detail = (f"{len(heads)} heads of blocks {blocks[0]}–{blocks[-1]} of {vit.label} vs {len(ostat.taps_)} lower "
               f"layers of {cnn.label}: −Spearman(distance, CKA) {neg.text()}")
+    frame = pd.DataFrame({"model": vit.label, "head": heads, "block": [int(h[1:].split(".")[0]) for h in heads],
+                          "distance_px": dist, "cka": sim})
+    return neg, p, null_hi, detail, frame
+
+
+def measure_head_rank(ms: Models, source, opts, run):
+    ms.need("vit", "cnn")
+    neg, p, null_hi, detail, frame = _head_rank(ms.vit, ms.cnn, source, opts, run)
+    twin = None
+    frames = [frame]
+    if ms.control == "random":
+        twin, _, _, _, tframe = _head_rank(ms.twin(ms.vit), ms.twin(ms.cnn), source, opts, run)
+        detail += f"; untrained twins: {twin.text()}"
+        frames.append(tframe)
     rows = _rows(("−ρ(distance, CKA)", "statistic", neg), ("permutation null 97.5 %", "control",
-                                                             Estimate.exact(null_hi)))
-    return T.check_head_rank(neg, p, null_hi, detail), rows
+                                                             Estimate.exact(null_hi)),
+                 *([("untrained twins", "twin", twin)] if twin else []))
+    return T.check_head_rank(neg, p, null_hi, detail, twin), rows, {"heads": pd.concat(frames, ignore_index=True)}
 
 
 def _field_maps(m: LoadedModel, points: list[tuple[str, str]], source, opts, run: Run) -> list[np.ndarray]:
@@ -199,52 +246,116 @@ def _field_maps(m: LoadedModel, points: list[tuple[str, str]], source, opts, run
     return [np.concatenate([k[i] for k in kept]) for i in range(len(points))]
 
 
-def _growth(maps: list[np.ndarray], idx: np.ndarray) -> tuple[Estimate, Estimate, Estimate]:
+def _growth(maps: list[np.ndarray], idx: np.ndarray):
+    """(growth, before, after) estimates over images (percentile bootstrap: a radius is a quantile on the pixel
+    grid) and the growth's replicates (for paired differences)."""
     before, after = maps
+    n = len(before)
     rb, ra = ev.radius_fraction(before.mean(0)), ev.radius_fraction(after.mean(0))
     sb, sa = ev.radius_fraction(ev.mean_replicates(before, idx)), ev.radius_fraction(ev.mean_replicates(after, idx))
-    return (Estimate.from_samples(float(ra - rb), sa - sb), Estimate.from_samples(float(rb), sb),
-            Estimate.from_samples(float(ra), sa))
+
+    def est(v, r):
+        return Estimate.from_samples(float(v), r, unit="images", units=n)
+
+    return est(ra - rb, sa - sb), est(rb, sb), est(ra, sa), sa - sb
+
+
+def _map_frame(m: LoadedModel, label: str, maps: np.ndarray) -> pd.DataFrame:
+    """The mean |gradient| map (H, W) of one point, normalised to its maximum, as rows (panel, row, col, value)."""
+    mean = maps.mean(0)
+    mean = mean / mean.max() if mean.max() > 0 else mean
+    r, c = np.mgrid[0:mean.shape[0], 0:mean.shape[1]]
+    return pd.DataFrame({"model": m.label, "panel": f"{m.label}: {label}", "row": r.ravel(), "col": c.ravel(),
+                         "value": mean.ravel()})
+
+
+def _growth_pair(vit: LoadedModel, cnn: LoadedModel, source, opts, run):
+    from ..analyses.receptive import block_names
+
+    vmaps = _field_maps(vit, [("blocks.0", "in"), ("blocks.0.ls1", "out")], source, opts, run)
+    first = block_names(cnn)[0]
+    cmaps = _field_maps(cnn, [(first, "in"), (first, "out")], source, opts, run)
+    idx = ev.resample_indices(len(vmaps[0]), run.bootstrap, run.seed)
+    vg, vb, va, vr = _growth(vmaps, idx)
+    cg, cb, ca, cr = _growth(cmaps, idx)
+    effect = T.difference(vg, cg, vr, cr)
+    frame = pd.concat([_map_frame(vit, "block 0 input", vmaps[0]), _map_frame(vit, "attention sublayer", vmaps[1]),
+                       _map_frame(cnn, f"{first} input", cmaps[0]), _map_frame(cnn, f"{first} output", cmaps[1])],
+                      ignore_index=True)
+    return (vg, vb, va, cg, cb, ca, effect, first), frame
 
 
 def measure_growth(ms: Models, source, opts, run):
-    from ..analyses.receptive import block_names
-
     ms.need("vit", "cnn")
-    vmaps = _field_maps(ms.vit, [("blocks.0", "in"), ("blocks.0.ls1", "out")], source, opts, run)
-    first = block_names(ms.cnn)[0]
-    cmaps = _field_maps(ms.cnn, [(first, "in"), (first, "out")], source, opts, run)
-    idx = ev.resample_indices(len(vmaps[0]), run.bootstrap, run.seed)
-    vg, vb, va = _growth(vmaps, idx)
-    cg, cb, ca = _growth(cmaps, idx)
+    (vg, vb, va, cg, cb, ca, effect, first), frame = _growth_pair(ms.vit, ms.cnn, source, opts, run)
+    twin, frames = None, [frame]
+    if ms.control == "random":
+        t, tframe = _growth_pair(ms.twin(ms.vit), ms.twin(ms.cnn), source, opts, run)
+        twin = t[6]
+        frames.append(tframe)
     detail = (f"50 % radius as a fraction of the input side: {ms.vit.label} block 0 input {vb.text()}, its attention "
-              f"sublayer (pre-residual) {va.text()}; {ms.cnn.label} {first} input {cb.text()}, output {ca.text()}")
+              f"sublayer (pre-residual) {va.text()}; {ms.cnn.label} {first} input {cb.text()}, output {ca.text()}"
+              + (f"; ViT − CNN growth {effect.text()}, untrained twins {twin.text()}" if twin else ""))
     rows = _rows(("ViT: attention growth", "statistic", vg), ("CNN: first block growth", "control", cg),
                  ("ViT block 0 input", "detail", vb), ("ViT attention sublayer", "detail", va),
-                 ("CNN first block input", "detail", cb), ("CNN first block output", "detail", ca))
-    return T.check_growth(vg, cg, detail), rows
+                 ("CNN first block input", "detail", cb), ("CNN first block output", "detail", ca),
+                 *([("ViT − CNN growth", "effect", effect), ("untrained twins", "twin", twin)] if twin else []))
+    return T.check_growth(vg, cg, detail, effect, twin), rows, {"fields": pd.concat(frames, ignore_index=True)}
+
+
+def _skip_pair(models: list[LoadedModel], source, opts, run):
+    """Per model: the median ratio estimate, its leave-one-batch-out values and the mean ratio per sublayer and
+    token kind (the lines of Fig 7)."""
+    stat = SkipStatistic()
+    kept = [(b.index, [(f[k][stat.name]["ratio_sum"], float(np.asarray(f[k][stat.name]["count"]).sum()))
+                       for k in range(len(models))])
+            for b, f in _stream(models, source, _indices(source, opts), opts.batch_size, [[stat]] * len(models),
+                                run)]
+    kept = run.gather_ordered(kept, "skip-ratio sums")  # every rank's batches, in batch order
+    sums = [[per[k][0] for per in kept] for k in range(len(models))]
+    counts = [[per[k][1] for per in kept] for k in range(len(models))]
+    idx = ev.jackknife_indices(len(counts[0]))
+    out, curves = [], []
+    for m, s, c in zip(models, sums, counts):
+        s, c = np.stack(s), np.array(c)
+        ratio = s.sum(0) / c.sum()  # (S, N)
+        loo = T.finite_median(ev.ratio_replicates(s, c, idx))
+        out.append((_jack(T.finite_median(ratio), loo), loo))
+        curves.append(_skip_curve(m, ratio))
+    return out, pd.concat(curves, ignore_index=True)
+
+
+def _skip_curve(m: LoadedModel, ratio: np.ndarray) -> pd.DataFrame:
+    """Mean ‖z‖/‖f(z)‖ per sublayer over CLS and over spatial tokens (finite ratios), against depth."""
+    sub = SkipStatistic().params(m)["sublayers"]
+    prefix = taps_mod.num_prefix_tokens(m.model) if taps_mod.family(m.model) in ("vit", "mixer") else 0
+    finite = np.where(np.isfinite(ratio), ratio, np.nan)
+    kinds = {"spatial": finite[:, prefix:]} | ({"cls": finite[:, :prefix]} if prefix else {})
+    rows = []
+    for kind, part in kinds.items():
+        with np.errstate(invalid="ignore"):
+            import warnings
+
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", RuntimeWarning)
+                mean = np.nanmean(part, -1)
+        rows += [{"model": m.label, "layer": str(layer), "index": i, "depth": (i + 1) / len(sub), "kind": kind,
+                  "ratio": float(v)} for i, (layer, v) in enumerate(zip(sub, mean))]
+    return pd.DataFrame(rows)
 
 
 def measure_skips(ms: Models, source, opts, run):
     ms.need("vit", "cnn")
-    stat = SkipStatistic()
-    kept = [(b.index, [(f[k][stat.name]["ratio_sum"], float(np.asarray(f[k][stat.name]["count"]).sum()))
-                       for k in range(2)])
-            for b, f in _stream([ms.vit, ms.cnn], source, _indices(source, opts), opts.batch_size, [[stat], [stat]],
-                                run)]
-    kept = run.gather_ordered(kept, "skip-ratio sums")  # every rank's batches, in batch order
-    sums = [[per[k][0] for per in kept] for k in range(2)]
-    counts = [[per[k][1] for per in kept] for k in range(2)]
-    idx = ev.resample_indices(len(counts[0]), run.bootstrap, run.seed)
-    est = []
-    for s, c in zip(sums, counts):
-        s, c = np.stack(s), np.array(c)
-        est.append(Estimate.from_samples(float(T.finite_median(s.sum(0) / c.sum())),
-                                         T.finite_median(ev.ratio_replicates(s, c, idx))))
-    detail = f"median ‖z‖/‖f(z)‖ over sublayers and tokens: {ms.vit.label} {est[0].text('.2f')}, " \
-             f"{ms.cnn.label} {est[1].text('.2f')}"
-    return T.check_skips(est[0], est[1], detail), _rows(("ViT median ratio", "statistic", est[0]),
-                                                          ("CNN median ratio", "control", est[1]))
+    models = [ms.vit, ms.cnn] + ([ms.twin(ms.vit), ms.twin(ms.cnn)] if ms.control == "random" else [])
+    est, curves = _skip_pair(models, source, opts, run)
+    effect = _jack(est[0][0].value - est[1][0].value, est[0][1] - est[1][1])
+    twin = _jack(est[2][0].value - est[3][0].value, est[2][1] - est[3][1]) if len(est) > 2 else None
+    detail = f"median ‖z‖/‖f(z)‖ over sublayers and tokens: {ms.vit.label} {est[0][0].text('.2f')}, " \
+             f"{ms.cnn.label} {est[1][0].text('.2f')}" + \
+             (f"; ViT − CNN {effect.text('.2f')}, untrained twins {twin.text('.2f')}" if twin else "")
+    rows = _rows(("ViT median ratio", "statistic", est[0][0]), ("CNN median ratio", "control", est[1][0]),
+                 *([("ViT − CNN", "effect", effect), ("untrained twins: ViT − CNN", "twin", twin)] if twin else []))
+    return T.check_skips(est[0][0], est[1][0], detail, effect, twin), rows, {"skips": curves}
 
 
 def measure_removal(ms: Models, source, opts, run):
@@ -252,18 +363,21 @@ def measure_removal(ms: Models, source, opts, run):
         raise VitlabError(f"--noskip takes two models (with the skip, retrained without it), not {len(opts.noskip)}")
     normal, noskip = ms.get(opts.noskip[0]), ms.get(opts.noskip[1])
     accs = _self_cka([noskip, normal], source, opts, run)
-    idx = _idx(accs[0], run)
+    idx = _jk(accs[0])
     blocks = [int(t.split(".")[1]) for t in accs[0].layers_a]
-    est = [Estimate.from_samples(float(T.cross_block_mean(_point(a), blocks, opts.noskip_block)),
-                                 T.cross_block_mean(a.replicates(idx), blocks, opts.noskip_block)) for a in accs]
+    est = [_jack(T.cross_block_mean(_point(a), blocks, opts.noskip_block),
+                 T.cross_block_mean(a.replicates(idx), blocks, opts.noskip_block)) for a in accs]
     detail = (f"mean self-CKA between layers before and after block {opts.noskip_block}: {noskip.label} (retrained "
               f"without its skips) {est[0].text()}, {normal.label} {est[1].text()}")
+    figure = {"cka": pd.concat([_cka_frame(m, a) for m, a in zip([noskip, normal], accs)], ignore_index=True),
+              "block": opts.noskip_block}
     return T.check_removal(est[0], est[1], opts.noskip_block, detail), \
-        _rows(("retrained without skips", "statistic", est[0]), ("with skips", "control", est[1]))
+        _rows(("retrained without skips", "statistic", est[0]), ("with skips", "control", est[1])), figure
 
 
-def _localization(models: list[LoadedModel], source, opts, run) -> list[tuple[Estimate, Estimate, int]]:
-    """Per model: (chance-corrected rate, raw rate, positions) of its last default localization layer."""
+def _localization(models: list[LoadedModel], source, opts, run):
+    """Per model: (chance-corrected rate, raw rate, positions, loo corrected) of its last default localization
+    layer, and the token-by-position CKA maps of a spread of tokens (Figs 9-10)."""
     stats = [LocalizationStatistic((default_layers(m.model)[-1],)) for m in models]
     accs: list = [None] * len(models)
     for batch, found in _stream(models, source, _indices(source, opts), opts.batch_size, [[s] for s in stats], run):
@@ -277,52 +391,73 @@ def _localization(models: list[LoadedModel], source, opts, run) -> list[tuple[Es
         raise VitlabError("no batch of 4 or more readable images: localization needs at least 4 images"
                           + (" (on this rank: use fewer processes than batches)" if run.shard[1] > 1 else ""))
     run.reduce_accumulators(accs)
-    idx = _idx(accs[0], run)
-    out = []
-    for m, acc in zip(models, accs):
+    idx = _jk(accs[0])
+    out, maps = [], []
+    for m, acc, s in zip(models, accs, stats):
         prefix, positions = taps_mod.num_prefix_tokens(m.model), len(acc.layers_b)
-        rate, reps = ev.localized_rate(_point(acc), prefix), ev.localized_rate(acc.replicates(idx), prefix)
-        out.append((Estimate.from_samples(float(ev.chance_corrected(rate, positions)),
-                                          ev.chance_corrected(reps, positions)),
-                    Estimate.from_samples(float(rate), reps), positions))
-    return out
+        point = _point(acc)
+        rate, loo = ev.localized_rate(point, prefix), ev.localized_rate(acc.replicates(idx), prefix)
+        corr_loo = ev.chance_corrected(loo, positions)
+        low = float(ev.chance_corrected(0.0, positions))  # every token misplaced
+        out.append((_jack(ev.chance_corrected(rate, positions), corr_loo).clipped(low, 1.0),
+                    _jack(rate, loo).clipped(0.0, 1.0), positions, corr_loo))
+        maps.append(_token_maps(m, s.layers[0], point, prefix, positions))
+    return out, pd.concat(maps, ignore_index=True)
 
 
-def _loc_text(m: LoadedModel, r: tuple[Estimate, Estimate, int]) -> str:
-    corr, raw, g = r
+def _token_maps(m: LoadedModel, layer: str, cka: np.ndarray, prefix: int, positions: int,
+                count: int = 4) -> pd.DataFrame:
+    """CKA of ``count`` spatial tokens (a spread over the grid) with every input position (Figs 9-10's maps)."""
+    side = round(np.sqrt(positions))
+    tokens = sorted({int(t) for t in np.linspace(0, positions - 1, count)})
+    rows = []
+    for t in tokens:
+        for g in range(positions):
+            rows.append({"model": m.label, "layer": layer, "token": t, "panel": f"{m.label}: token {t}",
+                         "row": g // side, "col": g % side, "value": float(cka[prefix + t, g]), "own": g == t})
+    return pd.DataFrame(rows)
+
+
+def _loc_text(m: LoadedModel, r) -> str:
+    corr, raw, g = r[:3]
     return (f"{m.label} last layer: {raw.value:.0%} of tokens best matched at their own patch (chance "
             f"{ev.chance_level(g):.0%} on {g} positions), chance-corrected {corr.text('.2f')}")
 
 
 def measure_localization(ms: Models, source, opts, run):
     ms.need("vit", "cnn")
-    r = _localization([ms.vit, ms.cnn], source, opts, run)
-    detail = f"{_loc_text(ms.vit, r[0])}; {_loc_text(ms.cnn, r[1])}"
-    return T.check_localization(r[0][0], r[1][0], detail), _rows(("ViT", "statistic", r[0][0]),
-                                                                   ("CNN", "control", r[1][0]))
+    models = [ms.vit, ms.cnn] + ([ms.twin(ms.vit), ms.twin(ms.cnn)] if ms.control == "random" else [])
+    r, maps = _localization(models, source, opts, run)
+    effect = _jack(r[0][0].value - r[1][0].value, r[0][3] - r[1][3])
+    twin = _jack(r[2][0].value - r[3][0].value, r[2][3] - r[3][3]) if len(r) > 2 else None
+    detail = f"{_loc_text(ms.vit, r[0])}; {_loc_text(ms.cnn, r[1])}" + \
+        (f"; ViT − CNN {effect.text('.2f')}, untrained twins {twin.text('.2f')}" if twin else "")
+    rows = _rows(("ViT", "statistic", r[0][0]), ("CNN", "control", r[1][0]),
+                 *([("ViT − CNN", "effect", effect), ("untrained twins: ViT − CNN", "twin", twin)] if twin else []))
+    return T.check_localization(r[0][0], r[1][0], detail, effect, twin), rows, {"maps": maps}
 
 
 def measure_gap(ms: Models, source, opts, run):
     if len(opts.gap_pair) != 2:
         raise VitlabError(f"--gap-pair takes two models (CLS, GAP), not {len(opts.gap_pair)}")
     cls, gap = ms.get(opts.gap_pair[0]), ms.get(opts.gap_pair[1])
-    r = _localization([cls, gap], source, opts, run)
+    r, maps = _localization([cls, gap], source, opts, run)
     detail = f"{_loc_text(cls, r[0])}; {_loc_text(gap, r[1])}"
     # timm's avg pooling moves the final LayerNorm into fc_norm, after pooling, unless built with fc_norm=False
     norm_moved = type(getattr(gap.model, "fc_norm", None)).__name__ not in ("NoneType", "Identity")
     return T.check_gap(r[0][0], r[1][0], detail, norm_moved), _rows(("CLS model", "statistic", r[0][0]),
-                                                         ("GAP model", "control", r[1][0]))
+                                                                    ("GAP model", "control", r[1][0])), {"maps": maps}
 
 
-def _probe_margins(m: LoadedModel, source, opts, run) -> tuple[np.ndarray, list[str]]:
-    """Per few-shot draw: min(GAP − CLS at the first layer, CLS gain first → last); features extracted once."""
+def _probe_margins(m: LoadedModel, source, opts, run) -> tuple[np.ndarray, list[str], pd.DataFrame]:
+    """Per few-shot draw: min(GAP − CLS at the first layer, CLS gain first → last); features extracted once.
+    Also the probe curves: accuracy per block and representation, mean over the draws with its t interval."""
     from ..analyses import probes
 
     if not source.has_labels:
         raise VitlabError(f"data source '{source.name}' has no labels: the probe check needs Fashion-MNIST, CIFAR "
                           "or a folder with one sub-folder per class")
-    every = probes.default_layers(m.model)
-    layers = (every[0], every[-1])  # the claim compares the first and the last block
+    layers = tuple(probes.default_layers(m.model))  # the claim compares the first and the last block
     stat = probes.ProbeFeatures(layers, ("cls", "gap"))
     feats: dict[str, list] = {}
     labels: list = []
@@ -336,31 +471,41 @@ def _probe_margins(m: LoadedModel, source, opts, run) -> tuple[np.ndarray, list[
     x = {k: np.concatenate(v) for k, v in feats.items()}
     y = np.array(labels)
     classes = len(source.classes)
-    margins, texts = [], []
+    margins, texts, accs = [], [], []
     for d in range(opts.probe_draws):
         parts = dict(zip(("train", "val", "test"), draw_split(y, opts.probe_shots, opts.probe_test, run.seed + d)))
         acc = {(rep, i): probes._probe_one({p: x[f"{rep}|{tap}"][ix] for p, ix in parts.items()},
                                            {p: y[ix] for p, ix in parts.items()}, classes)[0]
-               for rep in ("cls", "gap") for i, tap in enumerate((layers[0], layers[-1]))}
-        margins.append(min(acc["gap", 0] - acc["cls", 0], acc["cls", 1] - acc["cls", 0]))
-        texts.append(f"CLS {acc['cls', 0]:.0%}→{acc['cls', 1]:.0%}, GAP {acc['gap', 0]:.0%}→{acc['gap', 1]:.0%} "
-                     f"({layers[0]} → {layers[-1]})")
-    return np.array(margins), texts
+               for rep in ("cls", "gap") for i, tap in enumerate(layers)}
+        last = len(layers) - 1
+        margins.append(min(acc["gap", 0] - acc["cls", 0], acc["cls", last] - acc["cls", 0]))
+        texts.append(f"CLS {acc['cls', 0]:.0%}→{acc['cls', last]:.0%}, GAP {acc['gap', 0]:.0%}→"
+                     f"{acc['gap', last]:.0%} ({layers[0]} → {layers[-1]})")
+        accs.append(acc)
+    rows = []
+    for (rep, i) in accs[0]:
+        e = ev.mean_estimate(np.array([a[rep, i] for a in accs]), "draws")
+        rows.append({"model": m.label, "layer": layers[i], "index": i, "depth": (i + 1) / len(layers),
+                     "representation": rep, "accuracy": e.value, "accuracy_lo": e.lo, "accuracy_hi": e.hi,
+                     "draws": len(accs)})
+    return np.array(margins), texts, pd.DataFrame(rows)
 
 
 def measure_probes(ms: Models, source, opts, run):
     ms.need("vit")
     models = [ms.vit] + ([ms.twin(ms.vit)] if ms.control == "random" else [])
-    ests, first_text = [], ""
+    ests, first_text, curves = [], "", []
     for m in models:
-        margins, texts = _probe_margins(m, source, opts, run)
-        ests.append(ev.mean_estimate(margins, run.bootstrap, run.seed))
+        margins, texts, curve = _probe_margins(m, source, opts, run)
+        ests.append(ev.mean_estimate(margins, "draws"))
         first_text = first_text or f"{m.label}, first draw: {texts[0]}"
+        curves.append(curve)
     detail = (f"margin min(GAP − CLS at the first layer, CLS gain first → last) over {opts.probe_draws} few-shot "
               f"draws ({opts.probe_shots} shots): {ests[0].text()}; {first_text}")
     twin = ests[1] if len(ests) > 1 else None
-    rows = _rows(("margin", "statistic", ests[0]), *([("untrained twin", "control", twin)] if twin else []))
-    return T.check_probes(ests[0], twin, detail), rows
+    rows = _rows(("margin", "statistic", ests[0]), ("no margin", "control", Estimate.exact(0.0)),
+                 *([("untrained twin", "twin", twin)] if twin else []))
+    return T.check_probes(ests[0], twin, detail), rows, {"probes": pd.concat(curves, ignore_index=True)}
 
 
 def measure_scale(ms: Models, source, opts, run):
@@ -375,19 +520,21 @@ def measure_scale(ms: Models, source, opts, run):
         for (a, b), acc in accs.items():
             acc.update(c[specs.index(a)], c[specs.index(b)], key=batch.index)
     run.reduce_accumulators(accs)
-    first = next(iter(accs.values()))
-    idx = _idx(first, run)
-    points, reps, texts = [], [], []
+    idx = _jk(next(iter(accs.values())))
+    points, reps, texts, curves = [], [], [], []
     for (a, b), acc in accs.items():
-        p = T.depth_drop(np.diagonal(_point(acc)))
+        diag = np.diagonal(_point(acc))
+        p = T.depth_drop(diag)
         r = T.depth_drop(np.diagonal(acc.replicates(idx), axis1=-2, axis2=-1))
         points.append(float(p))
         reps.append(r)
-        texts.append(f"{a} vs {b}: {Estimate.from_samples(float(p), r).text()}")
-    drop = Estimate.from_samples(min(points), np.min(np.stack(reps), axis=0))
+        texts.append(f"{a} vs {b}: {_jack(p, r).text()}")
+        curves.append(pd.DataFrame({"pair": f"{a} vs {b}", "layer": acc.layers_a, "index": np.arange(len(diag)),
+                                    "depth": (np.arange(len(diag)) + 1) / len(diag), "cka": diag}))
+    k = int(np.argmin(points))
+    drop = _jack(min(points), np.min(np.stack(reps), axis=0))  # the leave-one-out values of the smallest drop
     detail = ("block-by-block CKA, lower-half mean minus upper-half mean (smallest over the pairs): "
               + "; ".join(texts))
-    rows = _rows(*[(t.split(":")[0], "statistic" if i == int(np.argmin(points)) else "detail",
-                    Estimate.from_samples(points[i], reps[i])) for i, t in enumerate(texts)],
-                 ("no depth trend", "control", Estimate.exact(0.0)))
-    return T.check_scale(drop, detail), rows
+    rows = _rows(*[(t.split(":")[0], "statistic" if i == k else "detail", _jack(points[i], reps[i]))
+                   for i, t in enumerate(texts)], ("no depth trend", "control", Estimate.exact(0.0)))
+    return T.check_scale(drop, detail), rows, {"scale": pd.concat(curves, ignore_index=True)}

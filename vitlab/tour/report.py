@@ -1,9 +1,12 @@
 """One self-contained HTML file of the Paper tour: every figure as inline SVG, the verdicts with their intervals, and
 where it all came from. For presenting without a server (a projector laptop, a report to send).
 
-The file has no script, no stylesheet link and no fetched resource: the charts are Vega-Lite rendered to SVG by
-vl-convert ahead of time, the style is one inline ``<style>``. Each figure fills one screen (CSS scroll snapping),
-so Page Down / the arrow keys step through the figures in any browser; it also prints one figure per page.
+Each claim's section holds the paper-style figure (``TourReport.paper_charts``: CKA heatmaps, head distances,
+receptive-field maps, skip-ratio curves, localization maps, probe curves, from the tour's own run), its two answers
+(pattern and learned) with their intervals, and the interval chart. The file has no script, no stylesheet link and no
+fetched resource: the charts are Vega-Lite rendered to SVG by vl-convert ahead of time, the style is one inline
+``<style>``. Each figure fills one screen (CSS scroll snapping), so Page Down / the arrow keys step through the figures
+in any browser; it also prints one figure per page.
 
     models, source ─tour.run_tour─► TourReport ─render_html(+ provenance)─► report.html
 
@@ -134,19 +137,34 @@ def _number(x: float) -> str:
     return "n/a" if x != x else f"{x:.3f}"  # NaN (a check that could not be measured)
 
 
-def _slide(k: int, row, svg: str | None) -> str:
+LEARNED_CLASS = {"yes": "shown", "no": "notshown"}
+
+
+def _slide(k: int, row, svg: str | None, paper: str | None = None) -> str:
+    """One claim: the paper-style figure, the two answers with their numbers and intervals, the interval chart."""
     e = html.escape
-    verdict = VERDICT_CLASS.get(row.verdict, "canttell")
-    figure = svg if svg else '<p class="nofig">No figure: this check could not be measured (see the evidence).</p>'
+    pattern = VERDICT_CLASS.get(row.pattern, "canttell")
+    learned = LEARNED_CLASS.get(row.learned, "canttell")
+    figure = (f'<div class="paper" data-figure="{e(row.figure)}">{paper}</div>' if paper else "") + (
+        f'<div class="intervals">{svg}</div>' if svg else "")
+    if not figure:
+        figure = '<p class="nofig">No figure: this check could not be measured (see the evidence).</p>'
+    twins = (f"<tr><th>trained</th><td>{_number(row.effect)} [{_number(row.effect_lo)}, {_number(row.effect_hi)}]"
+             f"</td></tr><tr><th>untrained twins</th><td>{_number(row.twin)} [{_number(row.twin_lo)}, "
+             f"{_number(row.twin_hi)}]</td></tr>" if row.learned != "n.a." else "")
     return f"""<section class="slide" id="fig{k}" data-figure="{e(row.figure)}">
 <h2><span class="fig">{e(row.figure)}</span> {e(row.title)}</h2>
 <div class="body"><div class="figure">{figure}</div>
 <div class="text"><p class="label">The paper</p><blockquote class="claim">{e(row.claim)}</blockquote>
-<p class="label">These models</p>
-<p class="verdict {verdict}" data-verdict="{e(row.verdict)}">{e(row.verdict)}</p>
+<p class="label">Pattern: do these models show it?</p>
+<p class="verdict {pattern}" data-verdict="{e(row.pattern)}">{e(row.pattern)}</p>
 <table class="numbers"><tr><th>statistic</th><td>{_number(row.statistic)}</td></tr>
 <tr><th>95 % interval</th><td>[{_number(row.lo)}, {_number(row.hi)}]</td></tr>
-<tr><th>control</th><td>{_number(row.control)} ({e(row.control_label)})</td></tr></table>
+<tr><th>interval</th><td class="basis">{e(row.interval)}</td></tr>
+<tr><th>null</th><td>{_number(row.control)} ({e(row.control_label)})</td></tr></table>
+<p class="label">Learned: more than untrained?</p>
+<p class="verdict {learned}" data-learned="{e(row.learned)}">{e(row.learned)}</p>
+<table class="numbers">{twins}<tr><th>compared with</th><td>{e(row.learned_label)}</td></tr></table>
 <p class="evidence">{e(row.evidence)}</p></div></div></section>"""
 
 
@@ -174,7 +192,8 @@ html{scroll-snap-type:y mandatory}body{margin:0;font:20px/1.45 system-ui,-apple-
 color:#1d1d1f;background:#fff}.slide{min-height:100vh;box-sizing:border-box;padding:3vh 4vw;scroll-snap-align:start;
 border-bottom:1px solid #ddd;break-after:page}h1{font-size:2.4em;margin:0 0 .4em}h2{font-size:1.9em;margin:0 0 .6em}
 .fig{color:#666;font-weight:400}.body{display:flex;gap:3vw;align-items:flex-start;flex-wrap:wrap}
-.figure{flex:3 1 520px}.figure svg{width:100%;height:auto;max-height:78vh}.text{flex:2 1 380px}
+.figure{flex:3 1 520px}.figure svg{width:100%;height:auto;max-height:70vh}.text{flex:2 1 380px}
+.intervals svg{max-height:30vh}
 .label{font-size:.8em;text-transform:uppercase;letter-spacing:.08em;color:#666;margin:.8em 0 .2em}
 .claim{font-size:1.15em;margin:0;border-left:4px solid #999;padding-left:.8em}
 .verdict{display:inline-block;font-size:1.5em;font-weight:700;padding:.1em .6em;border-radius:.3em;margin:.2em 0}
@@ -194,13 +213,18 @@ def render_html(tour: TourReport, prov: dict, title: str) -> str:
     for k, row in enumerate(tour.rows):
         frame = tour.frames.get(row.figure) if tour.frames else None
         has = row.figure in tour.charts and (frame is None or len(frame))
-        slides.append(_slide(k, row, chart_svg(tour.charts[row.figure]) if has else None))
-        toc.append(f'<li><a href="#fig{k}">{e(row.figure)}: {e(row.title)}</a>: {e(row.verdict)}</li>')
-    counts = tour.summary()
+        paper = tour.paper_charts.get(row.figure)
+        slides.append(_slide(k, row, chart_svg(tour.charts[row.figure]) if has else None,
+                             chart_svg(paper) if paper is not None else None))
+        toc.append(f'<li><a href="#fig{k}">{e(row.figure)}: {e(row.title)}</a>: pattern {e(row.pattern)}, '
+                   f'learned {e(row.learned)}</li>')
+    counts = {f"pattern: {k}": v for k, v in tour.summary().items()}
+    counts.update({f"learned: {k}": v for k, v in tour.learned_summary().items()})
     cover = f"""<section class="slide" id="cover"><h1>{e(title)}</h1>
 <p>Raghu et al. 2021, "Do Vision Transformers See Like CNNs?": each claim checked on
 {e(', '.join(tour.models))} over {prov['images']['count']} images of {e(prov['images']['source'])}.
-"Shown" only when the statistic's 95 % interval clears its control's.</p>
+Two answers per claim: <strong>pattern</strong> ("shown" only when the statistic's 95 % interval clears the claim's own
+null) and <strong>learned</strong> ("yes" only when the trained models' interval clears the untrained twins').</p>
 <table class="summary">{''.join(f'<tr><th>{e(k)}</th><td>{v}</td></tr>' for k, v in counts.items())}</table>
 <nav><ol>{''.join(toc)}</ol></nav><p><a href="#provenance">Provenance</a></p></section>"""
     return (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><title>{e(title)}</title>'
