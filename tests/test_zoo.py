@@ -190,11 +190,11 @@ def test_cli(capsys):
     assert "known zoo models" in capsys.readouterr().err
 
 
-def _readme_rows(heading: str) -> dict[str, list[str]]:
-    """The zoo table of README that follows ``heading``: figure -> its cells."""
+def _table_rows(doc: str, heading: str) -> dict[str, list[str]]:
+    """The table of ``doc`` (relative to the repository) that follows ``heading``: figure -> its cells."""
     from pathlib import Path
 
-    text = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    text = (Path(__file__).resolve().parent.parent / doc).read_text()
     rows = {}
     for line in text[text.index(heading):].splitlines()[1:]:
         if line.startswith("| Fig"):
@@ -205,7 +205,7 @@ def _readme_rows(heading: str) -> dict[str, list[str]]:
     return rows
 
 
-def test_readme_table_of_the_196_token_pair_is_what_the_tour_says(tmp_path):
+def test_docs_tables_of_the_196_token_pair_are_what_the_tour_says(tmp_path):
     # the tour's cheap checks on README's settings (256 test images in batches of 32, seed 0): verdicts and numbers
     import pandas as pd
 
@@ -216,11 +216,13 @@ def test_readme_table_of_the_196_token_pair_is_what_the_tour_says(tmp_path):
                  "zoo:vit-cls-14,zoo:vit-gap-14", "--only", "distance,localization,gap", "--data",
                  "fashion-mnist:test", "-n", "256", "-b", "32", "--seed", "0", "--no-cache", "-o", str(out)]) == 0
     frame = pd.read_csv(out / "tour.csv").set_index("figure")
-    rows = _readme_rows("At the paper's token count")
-    assert set(frame.index) == {"Figs 3-4", "Fig 9", "Fig 10"} <= set(rows)
+    zoo_doc = _table_rows("docs/zoo.md", "`vitlab tour -m zoo:vit-cls-14")
+    readme = _table_rows("README.md", "## What the zoo shows")
+    assert set(frame.index) == {"Figs 3-4", "Fig 9", "Fig 10"} <= set(zoo_doc)
     for fig, r in frame.iterrows():
-        cells = rows[fig]
+        cells = zoo_doc[fig]
         assert cells[1] == r["pattern"] and cells[3] == r["learned"], (fig, cells, r["pattern"], r["learned"])
+        assert readme[fig][-1] == f"{r['pattern']}, {r['learned']}", (fig, readme[fig][-1])
         digits = 3 if fig == "Figs 3-4" else 2
         shown = f"{r['statistic']:.{digits}f} [{r['lo']:.{digits}f}, {r['hi']:.{digits}f}]".replace("-", "−")
         assert shown in cells[2], (fig, shown, cells[2])
