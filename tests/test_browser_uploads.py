@@ -40,7 +40,7 @@ def test_upload_two_photos_click_a_token_see_the_three_maps(page, server):  # no
     _settle(page)
     page.wait_for_function("() => !document.body.innerText.includes('of token (0,0)')")
     captions = page.locator('[data-testid="stImageCaption"]').all_inner_texts()
-    assert any("reference set" in c and "95 % bootstrap" in c for c in captions), captions
+    assert any("reference set" in c and "95 % jackknife t" in c for c in captions), captions
     assert any("gradient |∂h/∂x| of token" in c and "own patch" in c for c in captions), captions
     assert any("attention of token" in c for c in captions), captions
     _no_exception(page)

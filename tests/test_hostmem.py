@@ -19,7 +19,7 @@ PAGES = SIZE // 4096
 
 PROBE = f"""
 import json, resource, torch
-from vitlab import hostmem
+from vitlab.engine import hostmem
 
 def touch():
     # minor page faults of allocating {SIZE} bytes, writing every page, freeing them

@@ -267,7 +267,7 @@ ANALYSES: dict[str, Analysis] = {a.name: a for a in [
         "tour", "Paper tour", "Figs 1-12", "many", tour.TourOptions, tour.run_tour,
         "check the paper's claims on models with 95 % intervals, two answers each: is the pattern shown against its "
         "null, and is it learned, beyond the untrained twins (Figs 1-12)",
-        tables=lambda r: {"tour": r.to_frame(), "tour_intervals": r.intervals_frame()},
+        tables=lambda r: {"tour": r.to_frame(), "tour_intervals": r.intervals_frame(), **r.paper_tables()},
         charts=lambda r, o: r.chart_files(), record=lambda r, o: {"verdicts": r.summary(),
                                                                   "learned": r.learned_summary(),
                                                                   "checks": [c.figure for c in r.rows]},

@@ -101,6 +101,7 @@ if done is not None:
             st.html(f'<p class="present-paper" data-figure="{escape(row.figure)}">{escape(row.figure)} as the paper '
                     f'draws it, from this run</p>')
             lab.chart(paper, key=f"present.{step}.paper")
+            lab.export(paper, done.paper_frame(row.figure), f"tour_{step}_paper", f"present.{step}.paper")
         frame = done.frames.get(row.figure)
         if frame is not None and len(frame):
             chart = done.charts[row.figure].properties(width=400).configure_legend(orient="bottom")

@@ -83,6 +83,7 @@ if report is not None:
         paper = report.paper_charts.get(row.figure)
         if paper is not None:
             lab.chart(paper, key=f"tour.{step}.paper")
+            lab.export(paper, report.paper_frame(row.figure), f"tour_{step}_paper", f"tour.{step}.paper")
         frame = report.frames[row.figure]
         if len(frame):
             chart = report.charts[row.figure]

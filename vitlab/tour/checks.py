@@ -393,14 +393,29 @@ class TourReport:
         return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(
             columns=["figure", "label", "role", "value", "lo", "hi", "unit", "units", "interval"])
 
+    @staticmethod
+    def stem(figure: str) -> str:
+        """File stem of a figure's exports: 'Figs 1-2' -> 'tour_figs1_2'."""
+        return "tour_" + figure.lower().replace(" ", "").replace("-", "_")
+
+    def paper_frame(self, figure: str):
+        """The data the paper-style figure of ``figure`` is drawn from, as one table (a ``part`` column names each
+        of its frames, e.g. 'cka', 'distance'): the CSV beside its PNG/SVG."""
+        import pandas as pd
+
+        parts = [f.assign(part=name) for name, f in (self.figures.get(figure) or {}).items()
+                 if isinstance(f, pd.DataFrame)]
+        return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=["part"])
+
+    def paper_tables(self) -> dict:
+        """File stem -> the paper-style figure's data, for each figure drawn (tour_figs1_2_paper.csv)."""
+        return {self.stem(f) + "_paper": self.paper_frame(f) for f in self.paper_charts}
+
     def chart_files(self) -> dict:
         """File stem -> chart, for the figures that were measured: the interval chart (tour_figs1_2) and the
         paper-style figure (tour_figs1_2_paper)."""
-        def stem(f: str) -> str:
-            return "tour_" + f.lower().replace(" ", "").replace("-", "_")
-
-        out = {stem(f): c for f, c in self.charts.items() if len(self.frames.get(f, ()))}
-        out.update({stem(f) + "_paper": c for f, c in self.paper_charts.items()})
+        out = {self.stem(f): c for f, c in self.charts.items() if len(self.frames.get(f, ()))}
+        out.update({self.stem(f) + "_paper": c for f, c in self.paper_charts.items()})
         return out
 
     def headline(self) -> list[str]:
