@@ -127,3 +127,14 @@ def test_cli(tmp_path):
                  "maps_test_vit_random_blocks.5.resid_post.svg"):
         assert (out / name).is_file(), name
     assert main(["localization", "-m", "test_vit@random", "--tokens", "a,b", "-n", "4", "-o", str(out)]) == 2
+
+
+def test_a_constant_input_patch_is_warned_about_once_not_once_per_layer(tmp_path, capsys):
+    # a 14x14 grid on Fashion-MNIST: a 2x2 corner patch is black in all of the first 64 test images (its CKA is NaN)
+    from vitlab.cli import main
+
+    assert main(["localization", "-m", "zoo:vit-cls-14", "--data", "fashion-mnist:test", "-n", "64", "-b", "16",
+                 "--no-cache", "-o", str(tmp_path / "loc")]) == 0
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if "self-HSIC is 0" in line]
+    assert lines and len(lines) == len(set(lines)), lines

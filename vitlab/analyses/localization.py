@@ -244,7 +244,8 @@ class LocalizationReport:
 
     @property
     def warnings(self) -> list[str]:
-        return [w for r in self.results for w in r.warnings]
+        """Each warning once: an input patch's (e.g. a constant corner patch on a 14x14 grid) comes with every layer."""
+        return list(dict.fromkeys(w for r in self.results for w in r.warnings))
 
 
 def rates_with_and_without(all_tokens: LocalizationReport, left_out: LocalizationReport):
