@@ -32,7 +32,7 @@ from ..inputs.models import LoadedModel, load, twin_spec
 from ..stats import cka as cka_mod
 from ..stats import evidence as ev
 from ..stats.evidence import Estimate
-from . import checks as T
+import vitlab.tour.checks as T  # the module, not the package: the package imports this one
 
 
 def _stream(models, source, indices, batch_size, statistics, run: Run, min_batch: int = 4):
