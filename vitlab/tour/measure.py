@@ -95,6 +95,18 @@ def _jack(value, loo, unit: str = "batches") -> Estimate:
     return Estimate.jackknife(float(value), np.asarray(loo), unit)
 
 
+def _vit_minus_cnn(est, loo: int, rows: tuple, detail: str):
+    """The learned answer's inputs when ``est`` holds (ViT, CNN[, their twins]) estimates: ViT − CNN, the twins' ViT −
+    CNN (jackknife over the same units; ``loo`` indexes each entry's leave-one-out values), the detail with them, and
+    the rows for the chart."""
+    effect = _jack(est[0][0].value - est[1][0].value, est[0][loo] - est[1][loo])
+    twin = _jack(est[2][0].value - est[3][0].value, est[2][loo] - est[3][loo]) if len(est) > 2 else None
+    if twin is None:
+        return effect, None, detail, _rows(*rows)
+    return effect, twin, f"{detail}; ViT − CNN {effect.text('.2f')}, untrained twins {twin.text('.2f')}", _rows(
+        *rows, ("ViT − CNN", "effect", effect), ("untrained twins: ViT − CNN", "twin", twin))
+
+
 def _rows(*items: tuple[str, str, Estimate]) -> list[dict]:
     return [{"label": label, "role": role, "value": e.value, "lo": e.lo, "hi": e.hi, "unit": e.unit,
              "units": e.units, "interval": e.basis} for label, role, e in items]
@@ -348,13 +360,10 @@ def measure_skips(ms: Models, source, opts, run):
     ms.need("vit", "cnn")
     models = [ms.vit, ms.cnn] + ([ms.twin(ms.vit), ms.twin(ms.cnn)] if ms.control == "random" else [])
     est, curves = _skip_pair(models, source, opts, run)
-    effect = _jack(est[0][0].value - est[1][0].value, est[0][1] - est[1][1])
-    twin = _jack(est[2][0].value - est[3][0].value, est[2][1] - est[3][1]) if len(est) > 2 else None
-    detail = f"median ‖z‖/‖f(z)‖ over sublayers and tokens: {ms.vit.label} {est[0][0].text('.2f')}, " \
-             f"{ms.cnn.label} {est[1][0].text('.2f')}" + \
-             (f"; ViT − CNN {effect.text('.2f')}, untrained twins {twin.text('.2f')}" if twin else "")
-    rows = _rows(("ViT median ratio", "statistic", est[0][0]), ("CNN median ratio", "control", est[1][0]),
-                 *([("ViT − CNN", "effect", effect), ("untrained twins: ViT − CNN", "twin", twin)] if twin else []))
+    effect, twin, detail, rows = _vit_minus_cnn(
+        est, 1, (("ViT median ratio", "statistic", est[0][0]), ("CNN median ratio", "control", est[1][0])),
+        f"median ‖z‖/‖f(z)‖ over sublayers and tokens: {ms.vit.label} {est[0][0].text('.2f')}, "
+        f"{ms.cnn.label} {est[1][0].text('.2f')}")
     return T.check_skips(est[0][0], est[1][0], detail, effect, twin), rows, {"skips": curves}
 
 
@@ -428,12 +437,8 @@ def measure_localization(ms: Models, source, opts, run):
     ms.need("vit", "cnn")
     models = [ms.vit, ms.cnn] + ([ms.twin(ms.vit), ms.twin(ms.cnn)] if ms.control == "random" else [])
     r, maps = _localization(models, source, opts, run)
-    effect = _jack(r[0][0].value - r[1][0].value, r[0][3] - r[1][3])
-    twin = _jack(r[2][0].value - r[3][0].value, r[2][3] - r[3][3]) if len(r) > 2 else None
-    detail = f"{_loc_text(ms.vit, r[0])}; {_loc_text(ms.cnn, r[1])}" + \
-        (f"; ViT − CNN {effect.text('.2f')}, untrained twins {twin.text('.2f')}" if twin else "")
-    rows = _rows(("ViT", "statistic", r[0][0]), ("CNN", "control", r[1][0]),
-                 *([("ViT − CNN", "effect", effect), ("untrained twins: ViT − CNN", "twin", twin)] if twin else []))
+    effect, twin, detail, rows = _vit_minus_cnn(r, 3, (("ViT", "statistic", r[0][0]), ("CNN", "control", r[1][0])),
+                                                f"{_loc_text(ms.vit, r[0])}; {_loc_text(ms.cnn, r[1])}")
     return T.check_localization(r[0][0], r[1][0], detail, effect, twin), rows, {"maps": maps}
 
 
