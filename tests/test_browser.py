@@ -346,7 +346,8 @@ def test_every_presentation_slide_shows_its_paper_figure(page, server):
         chart = page.locator('[data-testid="stVegaLiteChart"]').first
         chart.wait_for()
         chart.locator("canvas, svg").first.wait_for()  # drawn (the app's charts render to a canvas)
-        assert page.locator('[data-testid="stVegaLiteChart"]').count() >= 2, claim.figure  # and the interval chart
+        page.locator('[data-testid="stVegaLiteChart"]').nth(1).wait_for()  # and the interval chart: waited for,
+        assert page.locator('[data-testid="stVegaLiteChart"]').count() >= 2, claim.figure  # not read at once
         for answer in ("pattern", "learned"):
             assert page.locator(f'[data-answer="{answer}"]').count() == 1
         if k == 0:
