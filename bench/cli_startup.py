@@ -28,6 +28,8 @@ COMMANDS = {
     "python -m vitlab --help": [sys.executable, "-m", "vitlab", "--help"],
     "python -m vitlab cka --help": [sys.executable, "-m", "vitlab", "cka", "--help"],
     "python -m vitlab report --help": [sys.executable, "-m", "vitlab", "report", "--help"],
+    "python -m vitlab zoo --help": [sys.executable, "-m", "vitlab", "zoo", "--help"],
+    "python -m vitlab zoo list": [sys.executable, "-m", "vitlab", "zoo", "list"],
 }
 TARGET_S = 0.5
 

@@ -40,7 +40,22 @@ def test_help_lists_every_command_without_torch_or_timm():
 @pytest.mark.parametrize("command, flag", [("cka", "--kernel"), ("report", "--title")])
 def test_command_help_shows_its_flags_without_torch_or_timm(command, flag):
     text, names = imported(command, "--help")
-    assert flag in text and not names & {"torch", "timm"}, names & {"torch", "timm"}
+    heavy = {"torch", "timm", "pandas", "altair"}  # the report's tour measures and charts load when a tour runs
+    assert flag in text and not names & heavy, names & heavy
+
+
+@pytest.mark.parametrize("args", [("zoo", "--help"), ("zoo", "train", "--help"), ("zoo", "list")])
+def test_zoo_help_and_list_answer_without_torch_or_timm(args):
+    text, names = imported(*args)
+    assert not names & {"torch", "timm"}, names & {"torch", "timm"}
+    if args[-1] == "list":  # the listing reads the cards: every recipe, with the accuracy its card gives
+        from vitlab.zoo import RECIPES, card
+
+        for name in RECIPES:
+            row = next(line for line in text.splitlines() if line.split()[0] == name)
+            assert f"{card(name)['test_accuracy']:.4f}" in row
+    else:
+        assert "--help" in text or "--max-steps" in text
 
 
 def test_a_command_imports_what_it_runs(tmp_path):
@@ -72,3 +87,20 @@ def test_a_row_names_a_module_without_importing_it_until_read():
     row = ANALYSES["similarity"]
     assert type(object.__getattribute__(row, "engine")) in (Ref, type(cka.u_center))
     assert callable(row.engine) and type(row.engine) is not Ref and row.options.__name__ == "SimilarityOptions"
+
+
+@pytest.mark.parametrize("rank", ["0", "1"])
+def test_bookkeeping_under_torchrun_runs_on_rank_0_alone_without_torch(rank, tmp_path):
+    env = dict(os.environ, PYTHONPATH=str(ROOT), WORLD_SIZE="2", RANK=rank, LOCAL_RANK=rank)
+    out = subprocess.run([sys.executable, "-X", "importtime", "-m", "vitlab", "cache", "info", "--cache-dir",
+                          str(tmp_path / "c")], capture_output=True, text=True, env=env, cwd=ROOT, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    names = {line.rsplit("|", 1)[-1].strip().split(".")[0] for line in out.stderr.splitlines()
+             if line.startswith("import time:")}
+    assert not names & {"torch", "timm"}, names & {"torch", "timm"}
+    notes = [line for line in out.stderr.splitlines() if not line.startswith("import time:")]
+    if rank == "0":
+        assert out.stdout and notes == ["vitlab cache runs in one process: under torchrun rank 0 runs it and the other "
+                                        "1 rank(s) exit"]
+    else:
+        assert out.stdout == "" and notes == []

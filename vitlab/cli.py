@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -468,6 +469,19 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
 ONE_PROCESS = ("taps", "cache", "zoo")  # bookkeeping: under torchrun rank 0 runs them alone, with no process group
 
 
+def run_one_process(args) -> int:
+    """A bookkeeping command: no process group and no pipeline, so ``zoo list`` and ``cache`` import no torch. Under
+    torchrun rank 0 runs it alone and the other ranks exit."""
+    if os.environ.get("WORLD_SIZE", "").strip() not in ("", "0", "1"):
+        from .engine import dist
+
+        if not dist.is_main():
+            return 0
+        print(f"vitlab {args.command} runs in one process: under torchrun rank 0 runs it and the other "
+              f"{dist.world_size() - 1} rank(s) exit", file=sys.stderr)
+    return int(args.func(args) or 0)
+
+
 def command_of(argv: list[str]) -> str:
     """The sub-command ``argv`` names: its first word that is not an option ('' for ``vitlab --help``)."""
     return next((a for a in argv if not a.startswith("-")), "")
@@ -481,15 +495,10 @@ def main(argv: list[str] | None = None) -> int:
         args.streamlit_args = extra
     elif extra:
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
-    from .engine import dist
-
     try:
-        if args.command in ONE_PROCESS and dist.world_size() > 1:
-            if not dist.is_main():
-                return 0
-            print(f"vitlab {args.command} runs in one process: under torchrun rank 0 runs it and the other "
-                  f"{dist.world_size() - 1} rank(s) exit", file=sys.stderr)
-        from .engine import pipeline
+        if args.command in ONE_PROCESS:
+            return run_one_process(args)
+        from .engine import dist, pipeline
 
         # --workers, --worker-kind: this run's defaults, given back afterwards (main() is also called in-process)
         with pipeline.defaults(getattr(args, "workers", None), getattr(args, "worker_kind", None)), dist.guard():

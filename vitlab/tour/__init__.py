@@ -13,11 +13,9 @@ The claims, checks, options and report live in ``checks`` (pure); the measuremen
 
 from __future__ import annotations
 
-from ..engine.context import Run
+from typing import TYPE_CHECKING
+
 from ..errors import VitlabError
-from ..inputs.data import ImageSource
-from ..inputs.models import LoadedModel
-from . import measure as M
 from .checks import (CLAIMS, GAP_CAVEAT, LEARNED, NOT_LEARNED, Check, Claim, Learned, TourOptions, TourReport,
                      cant_tell, check_gap, check_growth, check_head_rank, check_localization, check_locality,
                      check_probes, check_removal, check_scale, check_skips, check_uniformity, cross_block_mean,
@@ -54,7 +52,17 @@ __all__ = [
     "run_tour",
 ]
 
-MEASURES = {"cka": M.measure_uniformity, "distance": M.measure_locality, "heads": M.measure_head_rank,
+if TYPE_CHECKING:  # the measurements need torch and pandas: imported when a tour runs, not for `report --help`
+    from ..engine.context import Run
+    from ..inputs.data import ImageSource
+    from ..inputs.models import LoadedModel
+
+
+def measures() -> dict:
+    """Claim key -> its measurement in :mod:`vitlab.tour.measure` (imported here, on first use)."""
+    from . import measure as M
+
+    return {"cka": M.measure_uniformity, "distance": M.measure_locality, "heads": M.measure_head_rank,
             "receptive": M.measure_growth, "skips": M.measure_skips, "removal": M.measure_removal,
             "localization": M.measure_localization, "gap": M.measure_gap, "probes": M.measure_probes,
             "scale": M.measure_scale}
@@ -74,7 +82,9 @@ def run_tour(models: list[LoadedModel], source: ImageSource, opts: TourOptions, 
     bad = [k for k in keys if k not in CLAIMS]
     if bad:
         raise VitlabError(f"unknown tour check(s) {', '.join(bad)}: choose from {', '.join(CLAIMS)}")
-    ms = M.Models(models, opts.control)
+    from . import measure as M
+
+    ms, measure = M.Models(models, opts.control), measures()
     rows, charts, frames, figures, papers = [], {}, {}, {}, {}
     for k, key in enumerate(keys):
         claim = CLAIMS[key]
@@ -82,7 +92,7 @@ def run_tour(models: list[LoadedModel], source: ImageSource, opts: TourOptions, 
             run.progress(k, len(keys), claim.figure)
         error = None
         try:
-            check, data, figure = MEASURES[key](ms, source, opts, run)
+            check, data, figure = measure[key](ms, source, opts, run)
         except VitlabError as e:
             error = str(e)
         error = _first_error(run, key, error)

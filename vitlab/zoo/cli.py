@@ -1,4 +1,4 @@
-"""The ``vitlab zoo {list,train,eval}`` command (also ``python -m vitlab.zoo``)."""
+"""The ``vitlab zoo {list,train,eval}`` command (also ``python -m vitlab.zoo``). ``--help`` and ``list`` import\nneither torch nor timm: they read the registry and the cards."""
 
 from __future__ import annotations
 
@@ -8,9 +8,7 @@ from pathlib import Path
 
 from vitlab.errors import VitlabError
 
-from .recipes import RECIPES, ZOO_DIR, card
-from .training import evaluate, train
-
+from .registry import RECIPES, ZOO_DIR, card
 
 
 def listing(root: str | Path | None = None) -> list[dict]:
@@ -49,6 +47,8 @@ def _cmd_list(args: argparse.Namespace) -> int:
 
 
 def _cmd_train(args: argparse.Namespace) -> int:
+    from .training import train  # torch and timm: only for the commands that run a model
+
     c = train(
         args.name,
         out=args.out,
@@ -65,6 +65,8 @@ def _cmd_train(args: argparse.Namespace) -> int:
 
 
 def _cmd_eval(args: argparse.Namespace) -> int:
+    from .training import evaluate
+
     res = evaluate(args.name, images=args.images, root=args.root, path=args.data)
     print(f"{res['name']}: test accuracy {res['accuracy']:.4f} on {res['images']} images ({res['data']})")
     return 0
