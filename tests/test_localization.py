@@ -129,6 +129,34 @@ def test_cli(tmp_path):
     assert main(["localization", "-m", "test_vit@random", "--tokens", "a,b", "-n", "4", "-o", str(out)]) == 2
 
 
+def test_cli_writes_the_rate_and_its_interval_as_csv(tmp_path, capsys):
+    import json
+
+    import pandas as pd
+
+    from vitlab.cli import main
+
+    for n, batches in ((8, 2), (16, 4)):
+        out = tmp_path / f"loc{n}"
+        assert main(["localization", "-m", "test_vit@random", "-n", str(n), "-b", "4", "--layers",
+                     "blocks.5.resid_post", "--tokens", "1", "--data", "fashion-mnist:test", "-o", str(out),
+                     "--no-cache"]) == 0
+        rates = pd.read_csv(out / "localization_rates.csv")
+        record = json.loads((out / "run.json").read_text())["localized_fraction"]
+        (row,) = rates.itertuples()
+        assert row.rate == pytest.approx(record["test_vit@random blocks.5.resid_post"])
+        assert row.chance == pytest.approx(1 / row.positions)
+        assert row.corrected == pytest.approx((row.rate - row.chance) / (1 - row.chance))
+        assert row.interval_units == batches and row.interval_unit == "batches"
+        text = capsys.readouterr().out
+        if batches < 4:  # no interval: the table and the headline say why instead of printing NaN
+            assert np.isnan(row.rate_lo) and row.interval_method == "too few batches for an interval (2 < 4)"
+            assert "too few batches for an interval (2 < 4)" in text and "nan" not in text
+        else:
+            assert row.rate_lo <= row.rate <= row.rate_hi and row.interval_method.startswith("jackknife")
+            assert f"95 % {row.rate_lo:.0%}-{row.rate_hi:.0%}" in text
+
+
 def test_a_constant_input_patch_is_warned_about_once_not_once_per_layer(tmp_path, capsys):
     # a 14x14 grid on Fashion-MNIST: a 2x2 corner patch is black in all of the first 64 test images (its CKA is NaN)
     from vitlab.cli import main

@@ -235,7 +235,8 @@ ANALYSES: dict[str, Analysis] = {a.name: a for a in [
         "localization", "Localization", "Figs 9-10", "many", localization.LocalizationOptions,
         localization.localization, "CKA of each token of a layer with the input patch at every grid position "
         "(Figs 9-10)",
-        tables=lambda r: {"localization": r.to_frame(), "localization_summary": r.summary()},
+        tables=lambda r: {"localization": r.to_frame(), "localization_summary": r.summary(),
+                          "localization_rates": r.rates()},
         charts=_localization_charts, record=_localization_record,
         page="localization", icon=":material/my_location:", docs="localization",
         claims=("localization", "gap")),

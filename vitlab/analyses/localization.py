@@ -152,7 +152,7 @@ class LocalizationResult:
         lo, hi = ev.jackknife_interval(rate, self.rate_samples) if self.rate_samples is not None else (np.nan, np.nan)
         lo, hi = float(np.clip(lo, 0, 1)), float(np.clip(hi, 0, 1))  # a rate's range (NaN stays NaN)
         unit = ev.interval_columns("batches", self.rate_units, ev.JACKKNIFE if self.rate_samples is not None
-                                   else "no interval (--bootstrap 0 or torchrun)")
+                                   else "no interval (--bootstrap 0)")
         corr = [float(ev.chance_corrected(v, g)) for v in (rate, lo, hi)]
         return {"model": self.model, "layer": self.layer, "positions": g, "rate": rate, "rate_lo": lo,
                 "rate_hi": hi, "chance": ev.chance_level(g), "corrected": corr[0], "corrected_lo": corr[1],
@@ -236,8 +236,12 @@ class LocalizationReport:
         return self.results[0].images
 
     def headline(self) -> list[str]:
+        def interval(r) -> str:
+            return (f"95 % {r.rate_lo:.0%}-{r.rate_hi:.0%}" if np.isfinite(r.rate_lo) and np.isfinite(r.rate_hi)
+                    else r.interval_method)
+
         lines = [f"{r.model} {r.layer}: {r.localized:.0%} of spatial tokens best match their own input patch "
-                 f"(95 % {r.rate_lo:.0%}-{r.rate_hi:.0%}; chance {r.chance:.0%}, chance-corrected {r.corrected:.2f})"
+                 f"({interval(r)}; chance {r.chance:.0%}, chance-corrected {r.corrected:.2f})"
                  + (f"; {r.left_out} flagged token positions left out" if r.left_out else "")
                  for r in self.rates().itertuples()]
         return lines + [f"localization over {self.images} images"]
