@@ -62,7 +62,8 @@ _VIT_GAP = dict(_VIT, class_token=False, global_pool="avg")
 # Patch 2: a 14x14 grid (+ CLS), ViT-B/16's 196 tokens at 224 px, so that local and global heads, token maps and
 # uploads have room to differ. Same width and heads as _VIT; depth 4 (not 6) to fit the hour on one thread: 0.46 s
 # per step of 64 vs 0.77 s at depth 6 (2-core machine, one thread). 196 tokens learn slower per image than 16
-# (0.62 vs ~0.8 on the bundled slice after 300 steps), so these train 6000 steps (6.4 epochs) instead of 4700.
+# (0.62 vs ~0.8 on the bundled slice after 300 steps), so these train 10000 steps (10.7 epochs) instead of 4700:
+# at 6000 steps the 10k test accuracy was 0.8695 (CLS) and 0.8559 (GAP), under the 0.87 target, and still rising.
 _VIT14 = dict(_VIT, patch_size=2, depth=4)
 # GAP differs from CLS only in pooling: fc_norm=False keeps the final LayerNorm as `norm`, before pooling, where the
 # CLS model has it (timm's default for global_pool="avg" moves it after pooling, into `fc_norm`).
@@ -76,7 +77,7 @@ _RESNET = {
     "num_classes": 10,
 }
 _MIXER = {"img_size": 28, "patch_size": 7, "in_chans": 1, "num_classes": 10, "embed_dim": 64, "num_blocks": 6}
-_VIT14_RUN = {"steps": 6000}
+_VIT14_RUN = {"steps": 10000}
 _RESNET_RUN = {"steps": 2000, "batch_size": 128, "warmup_steps": 100}  # a ResNet step costs ~2.5x a ViT step
 
 
