@@ -63,7 +63,7 @@ def test_shipped_checkpoint_loads_and_reproduces(name, test_slice):
 def test_accuracy_targets_of_the_full_data_models():
     # targets of issue 3 on the full 10k test set, as recorded when trained; the time budget is CPU seconds of the
     # one training thread: 10 minutes; the 196-token pair needed 10000 steps for issue 26's 0.87 (6000 gave 0.8695 /
-    # 0.8559), about 4300 CPU seconds each on one thread, over the issue's ~60 minutes (docs/zoo.md says so): 75 minutes.
+    # 0.8559), about 4300 CPU seconds each on one thread, over the issue's ~60 minutes (docs/zoo.md says so): 75 min.
     targets = {"vit-cls": (0.87, 600), "vit-gap": (0.87, 600), "resnet": (0.90, 600), "mixer": (0.86, 600),
                "vit-cls-14": (0.87, 4500), "vit-gap-14": (0.87, 4500)}
     for name, (target, budget) in targets.items():

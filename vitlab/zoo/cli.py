@@ -1,4 +1,5 @@
-"""The ``vitlab zoo {list,train,eval}`` command (also ``python -m vitlab.zoo``). ``--help`` and ``list`` import\nneither torch nor timm: they read the registry and the cards."""
+"""The ``vitlab zoo {list,train,eval}`` command (also ``python -m vitlab.zoo``). ``--help`` and ``list`` import
+neither torch nor timm: they read the registry and the cards."""
 
 from __future__ import annotations
 

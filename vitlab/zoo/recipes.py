@@ -1,4 +1,4 @@
-"""The zoo's recipes (pure parameters), the models they build, their checkpoints and cards, and the input format.
+"""The models the zoo's recipes build (recipes and cards: :mod:`vitlab.zoo.registry`), checkpoints, the input format.
 
 Every zoo model is a plain timm model (VisionTransformer, ResNet, MlpMixer) in a small configuration, so the
 analyses treat it exactly like a hub model. All take one input format: greyscale (B, 1, 28, 28), pixels / 255

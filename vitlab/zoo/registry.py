@@ -61,8 +61,8 @@ _VIT = {
 _VIT_GAP = dict(_VIT, class_token=False, global_pool="avg")
 # Patch 2: a 14x14 grid (+ CLS), ViT-B/16's 196 tokens at 224 px, so that local and global heads, token maps and
 # uploads have room to differ. Same width and heads as _VIT; depth 4 (not 6) to keep a training near the hour on one
-# thread: 0.46 s per step of 64 vs 0.77 s at depth 6 (2-core machine, one thread). 196 tokens learn slower per image than 16
-# (0.62 vs ~0.8 on the bundled slice after 300 steps), so these train 10000 steps (10.7 epochs) instead of 4700:
+# thread: 0.46 s per step of 64 vs 0.77 s at depth 6 (2-core machine, one thread). 196 tokens learn slower per image
+# than 16 (0.62 vs ~0.8 on the bundled slice after 300 steps), so these train 10000 steps (10.7 epochs) instead of 4700:
 # at 6000 steps the 10k test accuracy was 0.8695 (CLS) and 0.8559 (GAP), under the 0.87 target, and still rising;
 # 10000 steps give 0.8795 and 0.8730 in about 72 CPU minutes each (docs/zoo.md).
 _VIT14 = dict(_VIT, patch_size=2, depth=4)
