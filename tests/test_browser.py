@@ -158,7 +158,9 @@ def _click_mark(page, chart, kind: str, index: int, at: float = 0.5) -> None:
     the element: a nearest-point selection lays an invisible Voronoi layer over the marks)."""
     marks = chart.locator(f"g.mark-{kind}.role-mark path")
     marks.first.wait_for()
-    mark = marks.nth(index if index >= 0 else marks.count() + index)
+    # resolved when clicked, not now: a rerun that redraws the chart between a count and the click would leave an
+    # index counted on the old drawing
+    mark = marks.last if index == -1 else marks.nth(index)
     mark.scroll_into_view_if_needed()
     box = mark.bounding_box()
     page.mouse.click(box["x"] + box["width"] * at, box["y"] + box["height"] * at)
@@ -189,6 +191,7 @@ def test_similarity_heatmap_click_selects_the_layer_pair(page, server):
     chart = page.locator('[data-testid="stVegaLiteChart"]').first
     chart.wait_for()
     page.get_by_text("batches computed").first.wait_for()
+    _settle(page)
     _no_exception(page)
     metric = page.locator('[data-testid="stMetric"]').first
     before = metric.inner_text()
@@ -237,6 +240,7 @@ def test_upload_an_image(page, server):
 def test_attention_click_a_head_shows_its_maps(page, server):
     _goto(page, server, "attention")
     page.get_by_text("block 0, head 0").first.wait_for()
+    _settle(page)
     _no_exception(page)
     before = _captions(page)
     assert any("block 0, head 0" in c for c in before), before
@@ -271,9 +275,11 @@ def test_localization_click_a_token_and_upload_an_image(page, server):
         _type_model_b(page, "test_vit@random:1")  # a 160 px ResNet's first stage is too fine for the maps
     _nav(page, "localization")
     page.get_by_text("token (0,0)").first.wait_for()
+    _settle(page)
     _no_exception(page)
     assert any("token (0,0)" in c for c in _captions(page)), _captions(page)
-    grid = page.locator('[data-testid="stVegaLiteChart"]').nth(1)
+    # the token grid by its title, not by its place: the rate chart above it may be drawn after it
+    grid = page.locator('[data-testid="stVegaLiteChart"]').filter(has_text="click a token").first
     _click_mark(page, grid, "rect", -1, at=0.2)  # the last token, off the centre dot (a mark of another layer)
     page.wait_for_function("() => !document.body.innerText.includes('token (0,0)')")
     assert not any("token (0,0)" in c for c in _captions(page))
