@@ -154,13 +154,13 @@ def _captions(page) -> list[str]:
 
 
 def _click_mark(page, chart, kind: str, index: int, at: float = 0.5) -> None:
-    """Click the centre of the ``index``-th mark of ``kind`` ('rect', 'symbol') in a chart's SVG (the mouse, not
-    the element: a nearest-point selection lays an invisible Voronoi layer over the marks)."""
+    """Click the centre of the ``index``-th mark (-1: the last) of ``kind`` ('rect', 'symbol') in a chart's SVG
+    (the mouse, not the element: a nearest-point selection lays an invisible Voronoi layer over the marks)."""
     marks = chart.locator(f"g.mark-{kind}.role-mark path")
     marks.first.wait_for()
-    # resolved when clicked, not now: a rerun that redraws the chart between a count and the click would leave an
-    # index counted on the old drawing
-    mark = marks.last if index == -1 else marks.nth(index)
+    # Playwright resolves nth (and nth(-1), the last) at the click, not now: a count taken here could be of an old
+    # drawing that a rerun replaces before the click
+    mark = marks.nth(index)
     mark.scroll_into_view_if_needed()
     box = mark.bounding_box()
     page.mouse.click(box["x"] + box["width"] * at, box["y"] + box["height"] * at)
