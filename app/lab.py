@@ -388,6 +388,21 @@ def compute(key: tuple, fn: Callable[[vitlab.Run], Any], label: str) -> Any:
     return result
 
 
+PAPER_LEAD, OURS_LEAD = "The paper reports", "On these models:"
+
+
+def finding(paper: str, ours: str | None = None, why: str | None = None) -> None:
+    """The lead of an analysis page (issue 33): what the paper reports, then what *these* models show, computed by
+    this page's own run (statistic in words, value, 95 % interval with its unit and count). When the page's chart
+    cannot speak to the claim (e.g. no local heads to compare), ``why`` says so in place of ``ours``.
+    Pages never state the paper's finding as fact: its words always sit next to the answer for these models."""
+    st.markdown(f"**{PAPER_LEAD}** {paper.strip()}")
+    if ours:
+        st.markdown(f"**{OURS_LEAD}** {ours.strip()}")
+    else:
+        st.info(f"**{OURS_LEAD}** {(why or 'this page cannot answer the claim with these settings.').strip()}")
+
+
 MIME = {"png": "image/png", "svg": "image/svg+xml", "csv": "text/csv"}
 
 
