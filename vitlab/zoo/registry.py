@@ -111,6 +111,9 @@ RECIPES: dict[str, Recipe] = {
                "vit-cls-14 with global average pooling instead of a CLS token, final LayerNorm kept before pooling",
                **_VIT14_RUN),
         _vit("vit-cls-noskip0", "vit-cls retrained without the skips of the first block (Fig 8)", noskip_block=0),
+        # Same data (data_seed 0, 100 %), other initialisation and batch order: the null of Fig 12, how far two
+        # separately trained ViTs drift apart in their upper layers with no change of data at all.
+        _vit("vit-cls-seed1", "seed control: the exact vit-cls recipe with seed 1 (Fig 12's other-seed null)", seed=1),
     )
 }
 
