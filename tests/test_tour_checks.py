@@ -29,9 +29,11 @@ def test_every_claim_names_a_figure_and_the_report_has_the_csv_columns():
     jk = E.jackknife(5.0, np.array([4.9, 5.1, 5.0, 5.05]), "batches")
     rows = [tour.check_skips(jk, E(1, 0.9, 1.1), "x"), tour.cant_tell("scale", "no pair")]
     frame = tour.TourReport(rows, {}, ["a"], vitlab.RunInfo()).to_frame()
-    assert list(frame.columns) == ["figure", "claim", "pattern", "statistic", "lo", "hi", "control", "control_label",
-                                   "learned", "effect", "effect_lo", "effect_hi", "twin", "twin_lo", "twin_hi",
-                                   "learned_label", "interval_unit", "interval_units", "interval_method", "evidence"]
+    assert list(frame.columns) == ["figure", "claim", "pattern", "statistic_label", "statistic", "lo", "hi", "control",
+                                   "control_label", "learned", "effect", "effect_lo", "effect_hi", "twin", "twin_lo",
+                                   "twin_hi", "learned_label", "interval_unit", "interval_units", "interval_method",
+                                   "interval_note", "control_note", "models", "images", "batches", "batch_size",
+                                   "evidence"]
     assert list(frame["pattern"]) == ["shown", "can't tell"] and list(frame["learned"]) == ["can't tell", "n.a."]
     assert frame.loc[0, "interval_method"] == "jackknife t" and frame.loc[0, "interval_units"] == 4
     assert rows[0].interval == "jackknife t over 4 batches" and rows[0].verdict == rows[0].pattern
@@ -201,7 +203,7 @@ def untrained_report():
     twin = "zoo:vit-cls@random:0"
     opts = tour.TourOptions(images=32, batch_size=8, rf_images=4, probe_draws=4, probe_test=60, probe_shots=3,
                             permutations=50, noskip=(twin, twin), gap_pair=(twin, twin),
-                            scale_pairs=(f"{twin} vs {twin}",))
+                            scale_pairs=(f"{twin} vs {twin}",), seed_pair=f"{twin} vs {twin}")
     return tour.run_tour(models, src, opts, Run(bootstrap=50, seed=0))
 
 

@@ -114,6 +114,8 @@ def add_analysis(sub, analysis: Analysis) -> argparse.ArgumentParser:
     if analysis.amp:
         p.add_argument("--amp", action="store_true", help="bf16 autocast on GPU (Grams stay float32, sums float64)")
     add_evidence_options(p, analysis.options)
+    if analysis.name == "tour":
+        tour_defaults(p)
     if analysis.cache:
         p.add_argument("--no-cache", action="store_true", help="neither read nor write the disk cache")
         p.add_argument("--cache-dir", default=None, help="cache folder (default: VITLAB_CACHE_DIR or ~/.cache/vitlab)")
@@ -394,6 +396,14 @@ def add_zoo(sub) -> None:
 # the tour row, not a row of its own)
 
 
+def tour_defaults(p: argparse.ArgumentParser) -> None:
+    """`vitlab tour` and `vitlab report` resample with the tour default (vitlab.tour.TOUR_BOOTSTRAP, TOUR_SEED), the
+    one the Paper tour page and the slides use, so screen and handout print the same rows (issue 33)."""
+    from .tour.checks import TOUR_BOOTSTRAP, TOUR_SEED
+
+    p.set_defaults(bootstrap=TOUR_BOOTSTRAP, seed=TOUR_SEED)
+
+
 def add_report(sub) -> None:
     tour = ANALYSES["tour"]
     p = sub.add_parser("report", help=HELP["report"])
@@ -403,6 +413,7 @@ def add_report(sub) -> None:
     for f in dataclasses.fields(tour.options):
         _add_option(p, f)
     add_evidence_options(p, tour.options)
+    tour_defaults(p)
     p.add_argument("--no-cache", action="store_true", help="neither read nor write the disk cache")
     p.add_argument("--cache-dir", default=None, help="cache folder (default: VITLAB_CACHE_DIR or ~/.cache/vitlab)")
     p.add_argument("--title", default=None, help="the report's title")

@@ -44,20 +44,25 @@ LEARNED_CSS = {"yes": "v-shown", "no": "v-notshown"}
 
 
 def slide_text(row) -> str:
+    """The right-hand text of a slide from the check's words (``Check.lines``: never "nan" or "n/a [n/a, n/a]"):
+    the paper's claim alone, the statistic named, the two answers with their numbers, the app's own control on its
+    own line, the interval's basis, the models and the images in batches."""
+    words = row.lines()
     css = {"shown": "v-shown", "not shown": "v-notshown"}.get(row.pattern, "v-canttell")
-    learned = (f'{number(row.effect)} [{number(row.effect_lo)}, {number(row.effect_hi)}] vs untrained twins '
-               f'<b>{number(row.twin)}</b> [{number(row.twin_lo)}, {number(row.twin_hi)}]'
-               if row.learned != "n.a." else escape(row.learned_label))
-    return (f'<p class="present-label">The paper</p><div class="present-claim">{escape(row.claim)}</div>'
+    return (f'<p class="present-label">The paper</p><div class="present-claim">{escape(words["paper"])}</div>'
             f'<p class="present-label">Pattern: do these models show it?</p>'
-            f'<div class="present-verdict {css}" data-answer="pattern">{row.pattern}</div>'
-            f'<div class="present-numbers">statistic <b>{number(row.statistic)}</b> '
-            f'[{number(row.lo)}, {number(row.hi)}]<br>vs <b>{number(row.control)}</b> '
-            f'<span style="font-size:1.05rem">({escape(row.control_label)})</span></div>'
+            f'<div class="present-verdict {css}" data-answer="pattern">{escape(row.pattern)}</div>'
+            f'<div class="present-numbers">statistic: {escape(words["statistic"])}<br>'
+            f'<b>{escape(words["pattern_numbers"])}</b></div>'
             f'<p class="present-label">Learned: more than untrained?</p>'
             f'<div class="present-verdict {LEARNED_CSS.get(row.learned, "v-canttell")}" data-answer="learned">'
-            f'{row.learned}</div><div class="present-numbers" style="font-size:1.15rem">{learned}</div>'
-            f'<p class="present-evidence">95 % interval: {escape(row.interval)}</p>')
+            f'{escape(row.learned)}</div><div class="present-numbers" style="font-size:1.15rem">'
+            f'{escape(words["learned_numbers"])}</div>'
+            f'<p class="present-label">Control</p><p class="present-evidence" data-part="control">'
+            f'{escape(words["control_note"])}</p>'
+            f'<p class="present-evidence" data-part="data">{escape(words["data"])}; models: '
+            f'{escape(words["models"] or "none")}</p>'
+            f'<p class="present-evidence">{escape(words["interval_text"])}</p>')
 
 
 def report_html(models, src, opts, boot, done) -> bytes:

@@ -32,53 +32,64 @@ def move(delta: int) -> None:
     st.session_state["tour.step"] = STEPS[(i + delta) % len(STEPS)]
 
 
-def options_ui(s) -> tuple[tour.TourOptions, int]:
-    c1, c2 = st.columns(2)
-    twins = c1.toggle("Untrained twins as controls", value=True, key="tour.twins",
+def options_ui() -> tuple[tour.TourOptions, int]:
+    """The tour's own images and batches, seeded from the tour default (vitlab.tour.TOUR_IMAGES in batches of
+    TOUR_BATCH), not the sidebar's: the page, the slides and `vitlab report` then measure the same rows."""
+    for key, default in (("tour.images", tour.TOUR_IMAGES), ("tour.batch_size", tour.TOUR_BATCH),
+                         ("tour.twins", True), ("tour.bootstrap", tour.TOUR_BOOTSTRAP)):
+        st.session_state.setdefault(key, default)
+    c1, c2, c3, c4 = st.columns(4)
+    images = c1.number_input("Tour images", min_value=8, max_value=10000, step=32, key="tour.images",
+                             help=f"default {tour.TOUR_IMAGES}, as `vitlab tour` and `vitlab report`")
+    batch = c2.number_input("Images per batch", min_value=4, max_value=512, step=4, key="tour.batch_size",
+                            help=f"default {tour.TOUR_BATCH}: the intervals resample batches, and need 4 or more")
+    twins = c3.toggle("Untrained twins as controls", key="tour.twins",
                       help="NAME@random: the same architecture untrained, for claims that depend on training")
-    boot = c2.select_slider("Bootstrap resamples", [50, 100, 200, 500], value=200, key="tour.bootstrap")
-    return tour.TourOptions(images=s.images, batch_size=max(4, s.batch_size),
-                            control="random" if twins else "none"), boot
+    boot = c4.select_slider("Bootstrap resamples", [50, 100, 200, 500], key="tour.bootstrap")
+    return tour.TourOptions(images=int(images), batch_size=int(batch), control="random" if twins else "none"), boot
 
 
 st.title("Paper tour")
 s = lab.settings()
-opts, boot = options_ui(s)
+opts, boot = options_ui()
 report = None
 with lab.guard():
     a, b = lab.models(s)
     vit, cnn = roles(a, b)
     src = lab.source(s)
     report = lab.compute(("tour", s.key, opts, boot), lambda run: tour.run_tour(
-        [vit, cnn], src, opts, replace(run, bootstrap=boot, seed=0)), "Paper tour")
+        [vit, cnn], src, opts, replace(run, bootstrap=boot, seed=tour.TOUR_SEED)), "Paper tour")
 if report is not None:
     frame = report.to_frame()
-    st.dataframe(frame[["figure", "pattern", "statistic", "lo", "hi", "control", "learned", "effect", "twin",
-                        "interval_unit", "interval_units", "interval_method", "evidence"]], hide_index=True,
+    st.dataframe(frame[["figure", "pattern", "statistic_label", "statistic", "lo", "hi", "control", "learned",
+                        "effect", "twin", "models", "interval_unit", "interval_units", "interval_method",
+                        "interval_note", "evidence"]], hide_index=True,
                  key="tour.table", column_config={"evidence": st.column_config.TextColumn(width="large")})
     st.download_button("tour.csv", frame.to_csv(index=False).encode(), "tour.csv", "text/csv", key="tour.csv",
                        on_click="ignore")
-    st.caption(lab.run_caption(report.info, s.images) + f"; intervals: jackknife t over batches (images, draws), "
-               f"percentile bootstrap ({boot} resamples, seed 0) for rank correlations and radii; pattern: against "
-               "the claim's own null; learned: against the untrained twins")
+    st.caption(lab.run_caption(report.info, opts.images) + f"; intervals: jackknife t over batches (images, draws), "
+               f"percentile bootstrap ({boot} resamples, seed {tour.TOUR_SEED}) for rank correlations and radii, "
+               "kept inside each statistic's range; pattern: against the claim's own null; learned: against the "
+               "untrained twins")
     nav = st.columns([1, 8, 1])
     nav[0].button("◀ Previous", key="tour.prev", on_click=move, args=(-1,))
     nav[2].button("Next ▶", key="tour.next", on_click=move, args=(1,))
     step = nav[1].radio("Figure", STEPS, horizontal=True, key="tour.step", label_visibility="collapsed",
                         format_func=lambda k: tour.CLAIMS[k].figure)
     row = report.rows[list(tour.CLAIMS).index(step)]  # the report keeps the checks in CLAIMS order
+    words = row.lines()
     st.subheader(f"{row.figure}: {row.title}")
     left, right = st.columns([3, 2])
     with right:
         st.markdown("**The paper**")
-        st.markdown(f"> {row.claim}")
+        st.markdown(f"> {words['paper']}")
         st.markdown("**These models**")
-        VERDICT_BOX[row.pattern](f"**Pattern: {row.pattern}.** statistic {row.statistic:.3f} "
-                                 f"[{row.lo:.3f}, {row.hi:.3f}] vs {row.control:.3f} ({row.control_label})")
-        LEARNED_BOX[row.learned](f"**Learned: {row.learned}.** " + (
-            f"{row.effect:.3f} [{row.effect_lo:.3f}, {row.effect_hi:.3f}] vs untrained twins {row.twin:.3f} "
-            f"[{row.twin_lo:.3f}, {row.twin_hi:.3f}]" if row.learned != "n.a." else row.learned_label))
-        st.caption(f"Interval: {row.interval}. {row.evidence}")
+        st.markdown(f"Statistic: {words['statistic']}.")
+        VERDICT_BOX[row.pattern](f"**Pattern: {row.pattern}.** {words['pattern_numbers']}")
+        LEARNED_BOX[row.learned](f"**Learned: {row.learned}.** {words['learned_numbers']}")
+        st.markdown(words["control_note"])
+        st.caption(f"{words['interval_text']}. Models: {words['models'] or 'none'}. Data: {words['data']}. "
+                   f"{row.evidence}")
     with left:
         paper = report.paper_charts.get(row.figure)
         if paper is not None:

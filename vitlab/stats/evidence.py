@@ -112,13 +112,15 @@ def mean_replicates(values: np.ndarray, idx: np.ndarray) -> np.ndarray:
     return np.asarray(values, dtype=np.float64)[idx].mean(axis=1)
 
 
-def mean_estimate(values: np.ndarray, unit: str = "draws") -> Estimate:
+def mean_estimate(values: np.ndarray, unit: str = "draws", bounds: tuple[float, float] | None = None,
+                  resolution: float = 0.0) -> Estimate:
     """The mean of per-unit values (n,) (e.g. few-shot draws) with its jackknife-t interval (for a mean: the
-    t interval, mean ± t_{n−1} s/√n)."""
+    t interval, mean ± t_{n−1} s/√n); ``bounds`` and ``resolution`` as in :meth:`Estimate.jackknife`."""
     values = np.asarray(values, dtype=np.float64)
     if len(values) < 2:
         return Estimate(float(values.mean()), np.nan, np.nan, unit, len(values), JACKKNIFE)
-    return Estimate.jackknife(float(values.mean()), mean_replicates(values, jackknife_indices(len(values))), unit)
+    return Estimate.jackknife(float(values.mean()), mean_replicates(values, jackknife_indices(len(values))), unit,
+                              bounds=bounds, resolution=resolution)
 
 
 def ratio_replicates(sums: np.ndarray, counts: np.ndarray, idx: np.ndarray) -> np.ndarray:
@@ -128,11 +130,44 @@ def ratio_replicates(sums: np.ndarray, counts: np.ndarray, idx: np.ndarray) -> n
     return s / c.reshape(c.shape + (1,) * (s.ndim - 1))
 
 
+def bounded_jackknife(value: float, loo: np.ndarray, low: float, high: float,
+                      level: float = LEVEL) -> tuple[float, float, str]:
+    """(lo, hi, note): the jackknife-t interval of a statistic that cannot leave [low, high] (a CKA, a rate, a
+    difference of them), formed on the logit scale of the range and mapped back, so it stays inside the range and
+    bends towards the middle near a bound, as the statistic's own spread does. The t interval on the raw scale is
+    symmetric and reached past ±1 for differences of rates at a few batches (issue 33). When the value or a
+    leave-one-out value sits on a bound the logit is infinite: the raw interval is then clipped to the range, and
+    the note says so. NaN below :data:`MIN_UNITS` units (note '')."""
+    loo = np.asarray(loo, dtype=np.float64).ravel()
+    if not high > low:
+        raise VitlabError(f"a bounded interval needs low < high, not [{low}, {high}]")
+    if len(loo) < MIN_UNITS or not np.isfinite(value):
+        return float("nan"), float("nan"), ""
+    vals = np.append(loo, value)
+    if np.all((vals > low) & (vals < high)):
+        from scipy.special import expit, logit
+
+        if np.isinf(high):  # bounded below only (a ratio of norms): the log scale of x − low
+            lo_t, hi_t = jackknife_interval(np.log(value - low), np.log(loo - low), level)
+            return float(low + np.exp(lo_t)), float(low + np.exp(hi_t)), f"on the log scale above {low:.3g}"
+        span = high - low
+        lo_t, hi_t = jackknife_interval(logit((value - low) / span), logit((loo - low) / span), level)
+        return (float(low + span * expit(lo_t)), float(low + span * expit(hi_t)),
+                f"on the logit scale of [{low:.3g}, {high:.3g}]")
+    lo, hi = jackknife_interval(value, loo, level)
+    # a value past the range by estimator noise (an unbiased CKA a hair below 0) stays inside its own interval
+    low, high = min(low, value), max(high, value)
+    clo, chi = float(np.clip(lo, low, high)), float(np.clip(hi, low, high))
+    note = f"clipped to [{low:.3g}, {high:.3g}]" if (clo, chi) != (float(lo), float(hi)) else ""
+    return clo, chi, note
+
+
 @dataclass(frozen=True)
 class Estimate:
     """A number with its 95 % interval (lo, hi), the interval's resampling ``unit`` ("batches", "images",
     "draws"), how many ``units`` there were and its ``method``; lo = hi = value with no unit: exact (a fixed
-    reference). Fewer than :data:`MIN_UNITS` units: lo = hi = NaN, "too few ... for an interval"."""
+    reference). Fewer than :data:`MIN_UNITS` units: lo = hi = NaN, "too few ... for an interval". ``note`` says
+    how the interval was kept inside the statistic's range or widened to its resolution (issue 33)."""
 
     value: float
     lo: float
@@ -140,6 +175,7 @@ class Estimate:
     unit: str = ""
     units: int = 0
     method: str = ""
+    note: str = ""
 
     @classmethod
     def exact(cls, value: float) -> "Estimate":
@@ -147,25 +183,54 @@ class Estimate:
 
     @classmethod
     def from_samples(cls, value: float, samples: np.ndarray, level: float = LEVEL, unit: str = "",
-                     units: int = 0) -> "Estimate":
-        """Percentile bootstrap interval of (B,) resampled values; NaN when ``units`` is below MIN_UNITS."""
+                     units: int = 0, bounds: tuple[float, float] | None = None,
+                     resolution: float = 0.0) -> "Estimate":
+        """Percentile bootstrap interval of (B,) resampled values; NaN when ``units`` is below MIN_UNITS.
+        ``bounds``: the statistic's range (the interval is cut to it, said in the note); ``resolution``: the
+        smallest step the statistic can take (a pixel of the grid, one token of a rate): an interval narrower than
+        that is widened to it (:meth:`widened`)."""
         if unit and units < MIN_UNITS:
             return cls(float(value), np.nan, np.nan, unit, units, PERCENTILE)
         lo, hi = percentile_interval(np.asarray(samples, dtype=np.float64).ravel(), level)
-        return cls(float(value), float(lo), float(hi), unit, units, PERCENTILE)
+        e = cls(float(value), float(lo), float(hi), unit, units, PERCENTILE)
+        e = e.clipped(*bounds) if bounds is not None else e
+        return e.widened(resolution, bounds)
 
     @classmethod
-    def jackknife(cls, value: float, loo: np.ndarray, unit: str, level: float = LEVEL) -> "Estimate":
-        """Jackknife-t interval from the (T,) leave-one-unit-out values (``jackknife_indices``)."""
+    def jackknife(cls, value: float, loo: np.ndarray, unit: str, level: float = LEVEL,
+                  bounds: tuple[float, float] | None = None, resolution: float = 0.0) -> "Estimate":
+        """Jackknife-t interval from the (T,) leave-one-unit-out values (``jackknife_indices``); with ``bounds``
+        on the logit scale of that range (:func:`bounded_jackknife`); ``resolution`` as in :meth:`from_samples`."""
         loo = np.asarray(loo, dtype=np.float64).ravel()
-        lo, hi = jackknife_interval(value, loo, level)
-        return cls(float(value), float(lo), float(hi), unit, len(loo), JACKKNIFE)
+        if bounds is None:
+            lo, hi = jackknife_interval(value, loo, level)
+            note = ""
+        else:
+            lo, hi, note = bounded_jackknife(float(value), loo, *bounds, level=level)
+        return cls(float(value), float(lo), float(hi), unit, len(loo), JACKKNIFE, note).widened(resolution, bounds)
 
     def clipped(self, low: float, high: float) -> "Estimate":
-        """The interval cut to the statistic's range [low, high] (a rate, a chance-corrected rate): a t interval
-        is symmetric and can reach past a bound the statistic cannot; the cut never removes a possible value."""
-        return Estimate(self.value, float(np.clip(self.lo, low, high)), float(np.clip(self.hi, low, high)),
-                        self.unit, self.units, self.method)
+        """The interval cut to the statistic's range [low, high] (a rate, a chance-corrected rate): the cut never
+        removes a possible value; the note says so when it cut anything."""
+        lo, hi = float(np.clip(self.lo, low, high)), float(np.clip(self.hi, low, high))
+        cut = (np.isfinite(self.lo) and lo != self.lo) or (np.isfinite(self.hi) and hi != self.hi)
+        note = _join(self.note, f"clipped to [{low:.3g}, {high:.3g}]") if cut else self.note
+        return Estimate(self.value, lo, hi, self.unit, self.units, self.method, note)
+
+    def widened(self, resolution: float, bounds: tuple[float, float] | None = None) -> "Estimate":
+        """An interval narrower than ``resolution`` (the statistic's smallest step: every resample landed on the
+        same grid point) widened to value ± resolution / 2 (inside ``bounds``), and the note says so: a zero-width
+        interval would claim an exactness a quantile on a grid does not have. Exact values are left alone."""
+        if not (resolution > 0 and self.unit and np.isfinite(self.lo) and np.isfinite(self.hi)):
+            return self
+        if self.hi - self.lo >= resolution:
+            return self
+        lo, hi = min(self.lo, self.value - resolution / 2), max(self.hi, self.value + resolution / 2)
+        if bounds is not None:
+            lo, hi = max(lo, bounds[0]), min(hi, bounds[1])
+        return Estimate(self.value, float(lo), float(hi), self.unit, self.units, self.method,
+                        _join(self.note, f"below one step of the statistic ({resolution:.3g}): widened to ± half a "
+                                         "step"))
 
     @property
     def too_few(self) -> bool:
@@ -174,19 +239,40 @@ class Estimate:
 
     @property
     def basis(self) -> str:
-        """What the interval rests on, in words: "jackknife t over 8 batches"."""
+        """What the interval rests on, in words: "jackknife t over 8 batches" (and its note)."""
         if not self.unit:
             return "exact" if self.lo == self.hi == self.value else ""
         if self.too_few:
             return f"too few {self.unit} for an interval ({self.units} < {MIN_UNITS})"
-        return f"{self.method} over {self.units} {self.unit}"
+        return _join(f"{self.method} over {self.units} {self.unit}", self.note)
 
     def text(self, fmt: str = ".3f") -> str:
-        if self.too_few:
-            return f"{self.value:{fmt}} (too few {self.unit} for an interval: {self.units})"
-        if self.lo == self.hi == self.value:
-            return format(self.value, fmt)
-        return f"{self.value:{fmt}} [{self.lo:{fmt}}, {self.hi:{fmt}}]"
+        """"0.074 [0.055, 0.093]" in words that never read "nan": "not measured" for a NaN value, "too few
+        batches for an interval" below MIN_UNITS, "(no interval)" when none was formed; more digits (up to 6)
+        when the interval's ends would print as the value."""
+        return format_estimate(self.value, self.lo, self.hi, self.unit, self.units, fmt)
+
+
+def _join(a: str, b: str) -> str:
+    return f"{a}; {b}" if a and b else a or b
+
+
+def format_estimate(value: float, lo: float, hi: float, unit: str = "", units: int = 0, fmt: str = ".3f") -> str:
+    """The words of :meth:`Estimate.text` from plain numbers (a tour.csv row's columns)."""
+    if not np.isfinite(value):
+        return "not measured"
+    if unit and units < MIN_UNITS:
+        return f"{value:{fmt}} (too few {unit} for an interval: {units} < {MIN_UNITS})"
+    if not (np.isfinite(lo) and np.isfinite(hi)):
+        return f"{value:{fmt}} (no interval)"
+    if lo == hi == value:
+        return format(value, fmt)
+    if fmt.endswith("f") and fmt[1:-1].isdigit():
+        digits = int(fmt[1:-1])
+        while digits < 6 and f"{lo:.{digits}f}" == f"{hi:.{digits}f}":
+            digits += 1
+        fmt = f".{digits}f"
+    return f"{value:{fmt}} [{lo:{fmt}}, {hi:{fmt}}]"
 
 
 def verdict(stat: Estimate, control: Estimate, direction: str = "greater", floor: float | None = None) -> str:

@@ -13,17 +13,27 @@ The claims, checks, options and report live in ``checks`` (pure); the measuremen
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from ..errors import VitlabError
-from .checks import (CLAIMS, GAP_CAVEAT, LEARNED, NOT_LEARNED, Check, Claim, Learned, TourOptions, TourReport,
+from .checks import (CLAIMS, CONTROL_NOTES, GAP_CAVEAT, GAP_PAIR, LEARNED, NOT_LEARNED, POOLING_TWINS, STATISTICS,
+                     TOUR_BATCH, TOUR_BOOTSTRAP, TOUR_IMAGES, TOUR_SEED, Check, Claim, Learned, TourOptions, TourReport,
                      cant_tell, check_gap, check_growth, check_head_rank, check_localization, check_locality,
                      check_probes, check_removal, check_scale, check_skips, check_uniformity, cross_block_mean,
                      depth_drop, difference, finite_median, head_locality, make_check, off_diagonal_mean)
 
 __all__ = [
     "CLAIMS",
+    "CONTROL_NOTES",
     "GAP_CAVEAT",
+    "GAP_PAIR",
+    "POOLING_TWINS",
+    "STATISTICS",
+    "TOUR_BATCH",
+    "TOUR_BOOTSTRAP",
+    "TOUR_IMAGES",
+    "TOUR_SEED",
     "LEARNED",
     "NOT_LEARNED",
     "Check",
@@ -84,13 +94,17 @@ def run_tour(models: list[LoadedModel], source: ImageSource, opts: TourOptions, 
         raise VitlabError(f"unknown tour check(s) {', '.join(bad)}: choose from {', '.join(CLAIMS)}")
     from . import measure as M
 
+    from ..inputs.data import select
+
     ms, measure = M.Models(models, opts.control), measures()
+    images = len(select(source, opts.images, opts.shuffle))
     rows, charts, frames, figures, papers = [], {}, {}, {}, {}
     for k, key in enumerate(keys):
         claim = CLAIMS[key]
         if run.progress:
             run.progress(k, len(keys), claim.figure)
         error = None
+        ms.used.clear()
         try:
             check, data, figure = measure[key](ms, source, opts, run)
         except VitlabError as e:
@@ -98,6 +112,9 @@ def run_tour(models: list[LoadedModel], source: ImageSource, opts: TourOptions, 
         error = _first_error(run, key, error)
         if error is not None:
             check, data, figure = cant_tell(key, error), [], {}
+        # every row names its models and the tour's images, so a slide or a handout says what it rests on
+        check = replace(check, models="; ".join(ms.used), images=images, batches=-(-images // opts.batch_size),
+                        batch_size=opts.batch_size)
         rows.append(check)
         frame = pd.DataFrame(data, columns=["label", "role", "value", "lo", "hi", "unit", "units", "interval"])
         frame.insert(0, "figure", claim.figure)
