@@ -385,7 +385,8 @@ def test_checkpoints_page_sidebar_pair_and_offline_hub_pair():
 
 @pytest.mark.slow  # ~50 s with timm's 160 px test models on a busy CPU; seconds with the 28 px zoo models
 def test_paper_tour_walks_every_figure_with_a_verdict_or_an_error_in_words():
-    at = start("tour", **{"lab.source": "fashion-mnist:test", "lab.images": 8, "lab.batch_size": 8})
+    # the page's own images and batches (issue 33: seeded from the tour default, not the sidebar's), kept small here
+    at = start("tour", **{"lab.source": "fashion-mnist:test", "tour.images": 8, "tour.batch_size": 8})
     seen = []
     for _ in range(len(vitlab.tour.CLAIMS)):
         step = at.radio(key="tour.step").value

@@ -257,3 +257,39 @@ def test_the_report_and_the_page_give_identical_tour_rows(zoo_default, tmp_path)
     result = report(models, src, ReportOptions(opts), Run(store=store, bootstrap=boot, seed=seed))
     a, b = result.tour.to_frame(), page.to_frame()
     assert a.equals(b), a.compare(b)
+
+
+def test_the_paper_tour_page_shows_the_reports_rows_at_its_defaults(zoo_default, tmp_path, monkeypatch):
+    """The page itself (AppTest), left at its own defaults: its table is the report's, row for row, and its words
+    carry no nan. The sidebar's images (64 here) no longer decide the tour's."""
+    import sys
+    from pathlib import Path
+
+    pytest.importorskip("streamlit")
+    from streamlit.testing.v1 import AppTest
+
+    app = Path(__file__).resolve().parent.parent / "app"
+    sys.path.insert(0, str(app))
+    monkeypatch.setenv("VITLAB_CACHE_DIR", str(tmp_path / "app-cache"))
+    import lab
+
+    lab.store.clear()
+    try:
+        at = AppTest.from_file(str(app / "Home.py"), default_timeout=600)
+        for k, v in {"lab.model_a": "zoo:vit-cls", "lab.model_b": "zoo:resnet", "lab.source": "fashion-mnist:test",
+                     "lab.images": 64, "lab.batch_size": 16}.items():
+            at.session_state[k] = v
+        at.run()
+        at.switch_page("views/tour.py").run()
+        assert not at.exception and not at.error, [e.value for e in at.error]
+        assert at.number_input(key="tour.images").value == tour.TOUR_IMAGES
+        assert at.number_input(key="tour.batch_size").value == tour.TOUR_BATCH
+        shown = at.dataframe[0].value
+        *_, page = zoo_default
+        expected = page.to_frame()[list(shown.columns)]
+        assert shown.reset_index(drop=True).equals(expected), shown.compare(expected)
+        texts = [x.value for x in list(at.success) + list(at.warning) + list(at.info) + list(at.markdown)
+                 + list(at.caption)]
+        assert texts and not any(NAN.search(t) for t in texts), [t for t in texts if NAN.search(t)]
+    finally:
+        lab.store.clear()
