@@ -122,6 +122,35 @@ def provenance(models: list[LoadedModel], source: ImageSource, opts: TourOptions
     }
 
 
+# ---------------------------------------------------------------- in words
+
+DATASETS = {"fashion-mnist": "Fashion-MNIST", "cifar10": "CIFAR-10", "cifar100": "CIFAR-100"}
+
+
+def images_in_words(name: str, count: int, order: str = "first N") -> str:
+    """The images a tour used, for people: "Fashion-MNIST test set, first 256 images", not the internal source name
+    ('fashion-mnist:test:/usr/share/datasets/fashion-mnist:10000', a folder path)."""
+    head, _, rest = name.partition(":")
+    if head in DATASETS:
+        split = rest.split(":", 1)[0] or "test"
+        what = f"{DATASETS[head]} {split} set"
+    elif name == "uploads":
+        what = "uploaded images"
+    elif Path(name).name == "samples":
+        what = "vitlab's sample photographs"
+    else:
+        what = f"images in the folder '{Path(name).name or name}'"
+    how = f"first {count} images" if order == "first N" else f"{count} images ({order})"
+    return f"{what}, {how}"
+
+
+def data_counts(source: ImageSource, opts: TourOptions) -> tuple[int, int]:
+    """(images, batches) of a tour on ``source``: the images it reads and the batches they make, the units its
+    intervals resample (a check reports its own units in ``Check.interval_units``)."""
+    n = len(select(source, opts.images, opts.shuffle))
+    return n, -(-n // max(1, opts.batch_size))
+
+
 # ---------------------------------------------------------------- HTML
 
 
