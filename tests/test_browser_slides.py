@@ -49,7 +49,7 @@ MEASURE = """() => {
 STABLE = """() => {
   if (document.querySelector('[data-testid="stStatusWidget"]')) return false;
   const charts = [...document.querySelectorAll('[data-testid="stVegaLiteChart"]')];
-  if (charts.some(c => !c.querySelector('canvas, svg.marks'))) return false;
+  if (charts.length < 2 || charts.some(c => !c.querySelector('canvas, svg.marks'))) return false;
   const main = document.querySelector('[data-testid="stMainBlockContainer"]');
   const sig = JSON.stringify([innerWidth, innerHeight, main.scrollHeight, main.getBoundingClientRect().width,
     ...charts.map(c => { const d = c.querySelector('canvas, svg.marks').getBoundingClientRect();
@@ -100,6 +100,8 @@ def measure_all(page, server: str, viewports=VIEWPORTS, shots=None) -> list[dict
 
     page.set_viewport_size({"width": viewports[0][0], "height": viewports[0][1]})
     _goto(page, server, "present")
+    first = next(iter(CLAIMS.values()))
+    page.get_by_text(f"{first.figure} · 1 / {len(CLAIMS)}", exact=True).wait_for()  # the tour computed
     out = []
     for open_ in (True, False):
         set_sidebar(page, open_)

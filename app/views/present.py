@@ -18,10 +18,11 @@ STEPS = list(tour.CLAIMS)
 BOOTSTRAP = 200  # the Paper tour page's default: the two pages share one computed tour
 # Projector layout, this page only (the <style> goes when the page does): Streamlit's header shrunk to its buttons,
 # the padding compressed, type sized by the viewport (clamp of vw and vh: the smaller screen side rules), and each
-# figure an SVG scaled to its column and to the height left under the title (--present-top), so that a slide
+# figure an SVG scaled to its column and to the height left under the title (2.8rem and the title's lines in
+# --present-type), so that a slide
 # fits 1280×720 to 1920×1080 with the sidebar open or collapsed (tests/test_browser_slides.py measures it).
 STYLE = """<style>
-:root {--present-top: 7.2rem; --present-type: clamp(.8rem, min(1.05vw, 1.95vh), 1.45rem)}
+:root {--present-type: clamp(.8rem, min(1vw, 1.9vh), 1.45rem)}
 [data-testid="stHeader"] {background: transparent; height: 2.4rem; pointer-events: none}
 [data-testid="stHeader"] * {pointer-events: auto}
 [data-testid="stMainBlockContainer"] {padding: 2.2rem 1.6vw .4rem !important; max-width: none !important}
@@ -38,6 +39,7 @@ STYLE = """<style>
 .v-canttell {background: #e8eaf0; color: #333}
 .present-numbers {font-size: calc(var(--present-type) * .95); font-variant-numeric: tabular-nums; line-height: 1.35}
 .present-numbers span {font-size: .8em !important}
+.present-numbers[style] {font-size: calc(var(--present-type) * .9) !important}
 .present-evidence {font-size: calc(var(--present-type) * .72); color: #555; margin: .2em 0 0}
 .present-n {font-size: calc(var(--present-type) * 1.2); font-weight: 700; margin: 0; line-height: 1.2;
             font-variant-numeric: tabular-nums}
@@ -47,7 +49,7 @@ STYLE = """<style>
 .present-more {font-size: calc(var(--present-type) * .72); color: #555}
 .present-more summary {cursor: pointer; color: #777}
 .st-key-present-figure [data-testid="stVegaLiteChart"] svg.marks {width: 100% !important; height: auto !important;
-    max-height: calc(100vh - var(--present-top)) !important}
+    max-height: calc(100vh - 2.8rem - var(--present-type) * 5.8) !important}
 .st-key-present-intervals [data-testid="stVegaLiteChart"] svg.marks {width: 100% !important;
     height: auto !important; max-height: 22vh !important}
 .st-key-present-top button p {font-size: calc(var(--present-type) * .8)}
@@ -86,7 +88,7 @@ def slide_text(row) -> str:
 
 def alt_height(frame) -> int:
     """The interval chart's plot height: a row per estimate, no more than the slide's text leaves."""
-    return 16 * len(frame) + 8
+    return 18 * len(frame) + 10
 
 
 def report_html(models, src, opts, boot, done) -> bytes:
@@ -95,9 +97,9 @@ def report_html(models, src, opts, boot, done) -> bytes:
     return result.html.encode()
 
 
-def draw(chart, key: str) -> None:
+def draw(chart, key: str, width: str = "stretch") -> None:
     """A figure at its column's width (its height follows, bounded by the slide's CSS), drawn as SVG."""
-    st.altair_chart(chart.properties(usermeta=SVG), key=key, width="stretch", theme=None)
+    st.altair_chart(chart.properties(usermeta=SVG), key=key, width=width, theme=None)
 
 
 def counts_html(images: int, batches: int, batch_size: int, units: str) -> str:
@@ -119,7 +121,7 @@ if done is not None:
     k = STEPS.index(step)
     row = done.rows[k]
     images, batches = report_mod.data_counts(src, opts)
-    head, tools = st.container(key="present-top").columns([3, 2], vertical_alignment="bottom")
+    head, tools = st.container(key="present-top").columns([1, 1], vertical_alignment="bottom")
     head.html(f'<p class="present-fig">{row.figure} · {k + 1} / {len(STEPS)}</p>'
               f'<p class="present-title">{escape(row.title)}</p>')
     nav = tools.container(horizontal=True, horizontal_alignment="right", gap="small")
@@ -146,8 +148,8 @@ if done is not None:
         st.html(slide_text(row))
         if frame is not None and len(frame):
             with st.container(key="present-intervals"):
-                draw(done.charts[row.figure].properties(width="container", height=alt_height(frame))
-                     .configure_legend(orient="bottom"), f"present.{step}.chart")
+                draw(done.charts[row.figure].properties(width=420, height=alt_height(frame))
+                     .configure_legend(orient="bottom"), f"present.{step}.chart", width="content")
         st.html(f'<details class="present-more"><summary>Evidence</summary><p class="present-evidence">'
                 f'{escape(row.evidence)}</p></details>')
     with left.container(key="present-figure"):
