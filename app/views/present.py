@@ -7,6 +7,7 @@ import functools
 from dataclasses import replace
 from html import escape
 
+import altair as alt
 import lab
 import streamlit as st
 
@@ -86,9 +87,9 @@ def slide_text(row) -> str:
             f'<p class="present-evidence">95 % interval: {escape(row.interval)}</p>')
 
 
-def alt_height(frame) -> int:
-    """The interval chart's plot height: a row per estimate, no more than the slide's text leaves."""
-    return 18 * len(frame) + 10
+def alt_step(frame) -> int:
+    """The interval chart's row height: smaller when there are many estimates, so that the slide's text fits."""
+    return 16 if len(frame) <= 6 else 12
 
 
 def report_html(models, src, opts, boot, done) -> bytes:
@@ -148,7 +149,7 @@ if done is not None:
         st.html(slide_text(row))
         if frame is not None and len(frame):
             with st.container(key="present-intervals"):
-                draw(done.charts[row.figure].properties(width=420, height=alt_height(frame))
+                draw(done.charts[row.figure].properties(width=420, height=alt.Step(alt_step(frame)))
                      .configure_legend(orient="bottom"), f"present.{step}.chart", width="content")
         st.html(f'<details class="present-more"><summary>Evidence</summary><p class="present-evidence">'
                 f'{escape(row.evidence)}</p></details>')
