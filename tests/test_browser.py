@@ -126,6 +126,10 @@ def _no_exception(page) -> None:
 
 
 def _shot(page, name: str) -> None:
+    """A screenshot once the page has settled: no run in progress, every chart drawn (no empty placeholder)."""
+    _settle(page)
+    page.wait_for_function("""() => [...document.querySelectorAll('[data-testid="stVegaLiteChart"]')]
+        .every(c => c.querySelector('canvas, svg.marks'))""", timeout=SLOW)
     SHOTS.mkdir(parents=True, exist_ok=True)
     page.screenshot(path=str(SHOTS / f"app_{name}.png"), full_page=True)
 

@@ -134,3 +134,18 @@ def test_cli_report_wants_an_html_path(tmp_path, capsys):
 def test_report_needs_models():
     with pytest.raises(vitlab.VitlabError, match="needs models"):
         R.report([], vitlab.open_source("samples"), R.ReportOptions(), Run())
+
+
+def test_each_section_prints_on_its_own_a4_page_and_names_the_data_for_people():
+    """Print CSS: A4 pages, every figure's section starts a page and is not split; the cover names the images in
+    words, not by the source's internal name (a folder path); the title is the paper's question. The page count
+    of the printed file (one per section) is measured with Chromium + pdfinfo in docs/presenting.md."""
+    vit = vitlab.load("zoo:vit-cls", "cpu")
+    src = vitlab.open_source("fashion-mnist:test")
+    prov = R.provenance([vit], src, T.TourOptions(images=40, batch_size=8), 1.5, Run(bootstrap=7, seed=3))
+    text = R.render_html(fake_tour(), prov, R.ReportOptions().title)
+    assert "@page{size:A4" in text and "break-inside:avoid" in text and "break-before:page" in text
+    assert text.count('<section class="slide"') == len(fake_tour().rows) + 2  # cover, figures, provenance
+    assert "Fashion-MNIST test set, first 40 images" in text
+    assert "n = 40 images · 5 batches" in text
+    assert "CNNs?, checked on these models" not in text

@@ -7,6 +7,7 @@ import functools
 from dataclasses import replace
 from html import escape
 
+import altair as alt
 import lab
 import streamlit as st
 
@@ -16,19 +17,45 @@ from vitlab.engine.context import Run
 
 STEPS = list(tour.CLAIMS)
 BOOTSTRAP = 200  # the Paper tour page's default: the two pages share one computed tour
+# Projector layout, this page only (the <style> goes when the page does): Streamlit's header shrunk to its buttons,
+# the padding compressed, type sized by the viewport (clamp of vw and vh: the smaller screen side rules), and each
+# figure an SVG scaled to its column and to the height left under the title (2.8rem and the title's lines in
+# --present-type), so that a slide
+# fits 1280×720 to 1920×1080 with the sidebar open or collapsed (tests/test_browser_slides.py measures it).
 STYLE = """<style>
-.present-fig {font-size: 1.3rem; color: #777; margin: 0}
-.present-title {font-size: 2.6rem; font-weight: 700; line-height: 1.15; margin: 0 0 .6rem}
-.present-label {font-size: .95rem; text-transform: uppercase; letter-spacing: .08em; color: #777; margin: 1rem 0 .2rem}
-.present-claim {font-size: 1.6rem; line-height: 1.35; border-left: 5px solid #aaa; padding-left: .8rem}
-.present-verdict {display: inline-block; font-size: 2.2rem; font-weight: 800; padding: .1rem .9rem;
-                  border-radius: .4rem; margin: .2rem 0 .6rem}
+:root {--present-type: clamp(.8rem, min(1vw, 1.9vh), 1.45rem)}
+[data-testid="stHeader"] {background: transparent; height: 2.4rem; pointer-events: none}
+[data-testid="stHeader"] * {pointer-events: auto}
+[data-testid="stMainBlockContainer"] {padding: 2.2rem 1.6vw .4rem !important; max-width: none !important}
+[data-testid="stMainBlockContainer"] [data-testid="stVerticalBlock"] {gap: .35rem}
+.present-fig {font-size: calc(var(--present-type) * .95); color: #777; margin: 0}
+.present-title {font-size: calc(var(--present-type) * 1.9); font-weight: 700; line-height: 1.1; margin: 0}
+.present-label {font-size: calc(var(--present-type) * .72); text-transform: uppercase; letter-spacing: .08em;
+                color: #777; margin: .55em 0 .1em}
+.present-claim {font-size: calc(var(--present-type) * 1.08); line-height: 1.3; border-left: 5px solid #aaa;
+                padding-left: .7em}
+.present-verdict {display: inline-block; font-size: calc(var(--present-type) * 1.45); font-weight: 800;
+                  padding: 0 .6em; border-radius: .35rem; margin: .1em 0 .15em}
 .v-shown {background: #d7f5dd; color: #0b6b24} .v-notshown {background: #ffe0d6; color: #9a2a00}
 .v-canttell {background: #e8eaf0; color: #333}
-.present-numbers {font-size: 1.45rem; font-variant-numeric: tabular-nums; line-height: 1.5}
-.present-evidence {font-size: 1.05rem; color: #555}
-.present-paper {font-size: .95rem; text-transform: uppercase; letter-spacing: .08em; color: #777; margin: 0}
+.present-numbers {font-size: calc(var(--present-type) * .95); font-variant-numeric: tabular-nums; line-height: 1.35}
+.present-numbers span {font-size: .8em !important}
+.present-numbers[style] {font-size: calc(var(--present-type) * .9) !important}
+.present-evidence {font-size: calc(var(--present-type) * .72); color: #555; margin: .2em 0 0}
+.present-n {font-size: calc(var(--present-type) * 1.2); font-weight: 700; margin: 0; line-height: 1.2;
+            font-variant-numeric: tabular-nums}
+.present-n small {font-size: .6em; font-weight: 400; color: #666}
+.present-paper {font-size: calc(var(--present-type) * .72); text-transform: uppercase; letter-spacing: .08em;
+                color: #777; margin: 0}
+.present-more {font-size: calc(var(--present-type) * .72); color: #555}
+.present-more summary {cursor: pointer; color: #777}
+.st-key-present-figure [data-testid="stVegaLiteChart"] svg.marks {width: 100% !important; height: auto !important;
+    max-height: calc(100vh - 2.8rem - var(--present-type) * 5.8) !important}
+.st-key-present-intervals [data-testid="stVegaLiteChart"] svg.marks {width: 100% !important;
+    height: auto !important; max-height: 22vh !important}
+.st-key-present-top button p {font-size: calc(var(--present-type) * .8)}
 </style>"""
+SVG = {"embedOptions": {"renderer": "svg"}}  # scales with its box (a canvas would blur or keep its pixel size)
 
 
 def move(delta: int) -> None:
@@ -65,10 +92,25 @@ def slide_text(row) -> str:
             f'<p class="present-evidence">{escape(words["interval_text"])}</p>')
 
 
+def alt_step(frame) -> int:
+    """The interval chart's row height: smaller when there are many estimates, so that the slide's text fits."""
+    return 16 if len(frame) <= 6 else 12
+
+
 def report_html(models, src, opts, boot, done) -> bytes:
     """The tour already computed, rendered with its provenance (only when the button is pressed)."""
     result = report_mod.report(models, src, report_mod.ReportOptions(opts), Run(bootstrap=boot, seed=0), tour=done)
     return result.html.encode()
+
+
+def draw(chart, key: str, width: str = "stretch") -> None:
+    """A figure at its column's width (its height follows, bounded by the slide's CSS), drawn as SVG."""
+    st.altair_chart(chart.properties(usermeta=SVG), key=key, width=width, theme=None)
+
+
+def counts_html(images: int, batches: int, batch_size: int, units: str) -> str:
+    return (f'<p class="present-n" data-images="{images}" data-batches="{batches}">n = {images} images · {batches} '
+            f'batches<br><small>{escape(units)}, batches of {batch_size}</small></p>')
 
 
 st.html(STYLE)
@@ -84,33 +126,42 @@ if done is not None:
     step = st.session_state.setdefault("present.step", STEPS[0])
     k = STEPS.index(step)
     row = done.rows[k]
-    st.html(f'<p class="present-fig">{row.figure} · {k + 1} / {len(STEPS)}</p>'
-            f'<p class="present-title">{escape(row.title)}</p>')
-    nav = st.columns([1, 1, 4, 2])
-    nav[0].button("◀ Previous", key="present.prev", on_click=move, args=(-1,), shortcut="Left",
-                  help="or press ←")
-    nav[1].button("Next ▶", key="present.next", on_click=move, args=(1,), shortcut="Right", type="primary",
-                  help="or press →")
-    nav[3].download_button("Download report (HTML)", functools.partial(report_html, [a, b], src, opts, BOOTSTRAP,
-                                                                        done),
-                           "vitlab_report.html", "text/html", key="present.report", on_click="ignore",
-                           help="The whole tour in one file: every figure, verdict and interval, and provenance; "
-                                "opens offline in any browser")
-    left, right = st.columns([3, 2], gap="large")
-    with right:
+    images, batches = report_mod.data_counts(src, opts)
+    head, tools = st.container(key="present-top").columns([1, 1], vertical_alignment="bottom")
+    head.html(f'<p class="present-fig">{row.figure} · {k + 1} / {len(STEPS)}</p>'
+              f'<p class="present-title">{escape(row.title)}</p>')
+    nav = tools.container(horizontal=True, horizontal_alignment="right", gap="small")
+    nav.button("◀ Previous", key="present.prev", on_click=move, args=(-1,), shortcut="Left", help="or press ←")
+    nav.button("Next ▶", key="present.next", on_click=move, args=(1,), shortcut="Right", type="primary",
+               help="or press →")
+    nav.download_button("Download report (HTML)", functools.partial(report_html, [a, b], src, opts, BOOTSTRAP,
+                                                                     done),
+                        "vitlab_report.html", "text/html", key="present.report", on_click="ignore",
+                        help="The whole tour in one file: every figure, verdict and interval, and provenance; "
+                             "opens offline in any browser")
+    paper = done.paper_charts.get(row.figure)
+    frame = done.frames.get(row.figure)
+    with nav.popover("Data", help="This slide's figures as PNG / SVG / CSV"):
+        if paper is not None:
+            st.caption("Paper-style figure")
+            lab.export(paper, done.paper_frame(row.figure), f"tour_{step}_paper", f"present.{step}.paper")
+        if frame is not None and len(frame):
+            st.caption("Intervals")
+            lab.export(done.charts[row.figure], frame, f"tour_{step}", f"present.{step}")
+    left, right = st.columns([3, 2], gap="medium")
+    with right.container(key="present-text"):
+        st.html(counts_html(images, batches, opts.batch_size, report_mod.images_in_words(src.name, images)))
         st.html(slide_text(row))
-        st.html(f'<p class="present-evidence">{escape(row.evidence)}</p>')
-    with left:
-        paper = done.paper_charts.get(row.figure)
+        if frame is not None and len(frame):
+            with st.container(key="present-intervals"):
+                draw(done.charts[row.figure].properties(width=420, height=alt.Step(alt_step(frame)))
+                     .configure_legend(orient="bottom"), f"present.{step}.chart", width="content")
+        st.html(f'<details class="present-more"><summary>Evidence</summary><p class="present-evidence">'
+                f'{escape(row.evidence)}</p></details>')
+    with left.container(key="present-figure"):
         if paper is not None:
             st.html(f'<p class="present-paper" data-figure="{escape(row.figure)}">{escape(row.figure)} as the paper '
                     f'draws it, from this run</p>')
-            lab.chart(paper, key=f"present.{step}.paper")
-            lab.export(paper, done.paper_frame(row.figure), f"tour_{step}_paper", f"present.{step}.paper")
-        frame = done.frames.get(row.figure)
-        if frame is not None and len(frame):
-            chart = done.charts[row.figure].properties(width=400).configure_legend(orient="bottom")
-            lab.chart(chart, key=f"present.{step}.chart")
-            lab.export(chart, frame, f"tour_{step}", f"present.{step}")
-        elif paper is None:
+            draw(paper, f"present.{step}.paper")
+        elif frame is None or not len(frame):
             st.info("No figure: this check could not be measured on these models (see the evidence).")

@@ -14,8 +14,12 @@ def estimate_chart(frame, title: str = "", width: int = 360):
     ``frame``: columns label, role ('statistic' | 'control' | 'reference' | 'effect' | 'twin' | 'detail'), value,
     lo, hi, and (when present) interval: what each interval rests on ("jackknife t over 8 batches").
     """
-    y = alt.Y("label:N", title=None, sort=None)
-    colour = alt.Color("role:N", scale=alt.Scale(domain=ROLE_ORDER, range=ROLE_COLOURS), title=None)
+    y = alt.Y("label:N", title=None, sort=None, axis=alt.Axis(labelLimit=220))
+    # the legend lists the roles drawn, each in its fixed colour (a chart of three roles names three)
+    drawn = set(frame["role"]) if "role" in frame else set()
+    roles = [r for r in ROLE_ORDER if r in drawn] or ROLE_ORDER
+    colour = alt.Color("role:N", scale=alt.Scale(domain=roles, range=[ROLE_COLOURS[ROLE_ORDER.index(r)]
+                                                                       for r in roles]), title=None)
     tooltip = [alt.Tooltip("label:N"), alt.Tooltip("role:N"), alt.Tooltip("value:Q", format=".4f"),
                alt.Tooltip("lo:Q", title="95 % lo", format=".4f"), alt.Tooltip("hi:Q", title="95 % hi", format=".4f")]
     if "interval" in frame:

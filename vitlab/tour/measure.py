@@ -355,8 +355,8 @@ def measure_growth(ms: Models, source, opts, run):
 
 
 def _skip_pair(models: list[LoadedModel], source, opts, run):
-    """Per model: the median ratio estimate, its leave-one-batch-out values and the mean ratio per sublayer and
-    token kind (the lines of Fig 7)."""
+    """Per model: the median ratio estimate, its leave-one-batch-out values, and the ratio per block and token (Fig
+    7's map and lines)."""
     stat = SkipStatistic()
     kept = [(b.index, [(f[k][stat.name]["ratio_sum"], float(np.asarray(f[k][stat.name]["count"]).sum()))
                        for k in range(len(models))])
@@ -377,22 +377,27 @@ def _skip_pair(models: list[LoadedModel], source, opts, run):
 
 
 def _skip_curve(m: LoadedModel, ratio: np.ndarray) -> pd.DataFrame:
-    """Mean ‖z‖/‖f(z)‖ per sublayer over CLS and over spatial tokens (finite ratios), against depth."""
-    sub = SkipStatistic().params(m)["sublayers"]
-    prefix = taps_mod.num_prefix_tokens(m.model) if taps_mod.family(m.model) in ("vit", "mixer") else 0
-    finite = np.where(np.isfinite(ratio), ratio, np.nan)
-    kinds = {"spatial": finite[:, prefix:]} | ({"cls": finite[:, :prefix]} if prefix else {})
-    rows = []
-    for kind, part in kinds.items():
-        with np.errstate(invalid="ignore"):
-            import warnings
+    """‖z‖/‖f(z)‖ per block and token (Fig 7: the token × block map and, averaged over a kind's tokens, its lines):
+    a block's value is the mean of its sublayers' (attention and MLP for a ViT) finite ratios; prefix tokens are
+    kind 'cls', the others 'spatial'. Columns: model, block, layer, depth, token, token_label, kind, ratio."""
+    import warnings
 
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", RuntimeWarning)
-                mean = np.nanmean(part, -1)
-        rows += [{"model": m.label, "layer": str(layer), "index": i, "depth": (i + 1) / len(sub), "kind": kind,
-                  "ratio": float(v)} for i, (layer, v) in enumerate(zip(sub, mean))]
-    return pd.DataFrame(rows)
+    sub = SkipStatistic().params(m)["sublayers"]
+    fam = taps_mod.family(m.model)
+    prefix = taps_mod.num_prefix_tokens(m.model) if fam in ("vit", "mixer") else 0
+    finite = np.where(np.isfinite(ratio), ratio, np.nan)  # (S, N)
+    names = [s.rsplit(".", 1)[0] if fam in ("vit", "mixer") else s for s in sub]
+    blocks = list(dict.fromkeys(names))
+    rows = []
+    for b, name in enumerate(blocks):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)  # a block whose ratios are all inf: NaN, dropped
+            per_token = np.nanmean(finite[[i for i, n in enumerate(names) if n == name]], 0)  # (N,)
+        rows += [{"model": m.label, "block": b, "layer": name, "depth": (b + 1) / len(blocks), "token": t,
+                  "token_label": ("CLS" if prefix == 1 else f"P{t}") if t < prefix else str(t - prefix),
+                  "kind": "cls" if t < prefix else "spatial", "ratio": float(v)}
+                 for t, v in enumerate(per_token) if np.isfinite(v)]
+    return pd.DataFrame(rows, columns=["model", "block", "layer", "depth", "token", "token_label", "kind", "ratio"])
 
 
 def measure_skips(ms: Models, source, opts, run):

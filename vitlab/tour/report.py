@@ -122,6 +122,35 @@ def provenance(models: list[LoadedModel], source: ImageSource, opts: TourOptions
     }
 
 
+# ---------------------------------------------------------------- in words
+
+DATASETS = {"fashion-mnist": "Fashion-MNIST", "cifar10": "CIFAR-10", "cifar100": "CIFAR-100"}
+
+
+def images_in_words(name: str, count: int, order: str = "first N") -> str:
+    """The images a tour used, for people: "Fashion-MNIST test set, first 256 images", not the internal source name
+    ('fashion-mnist:test:/usr/share/datasets/fashion-mnist:10000', a folder path)."""
+    head, _, rest = name.partition(":")
+    if head in DATASETS:
+        split = rest.split(":", 1)[0] or "test"
+        what = f"{DATASETS[head]} {split} set"
+    elif name == "uploads":
+        what = "uploaded images"
+    elif Path(name).name == "samples":
+        what = "vitlab's sample photographs"
+    else:
+        what = f"images in the folder '{Path(name).name or name}'"
+    how = f"first {count} images" if order == "first N" else f"{count} images ({order})"
+    return f"{what}, {how}"
+
+
+def data_counts(source: ImageSource, opts: TourOptions) -> tuple[int, int]:
+    """(images, batches) of a tour on ``source``: the images it reads and the batches they make, the units its
+    intervals resample (a check reports its own units in ``Check.interval_units``)."""
+    n = len(select(source, opts.images, opts.shuffle))
+    return n, -(-n // max(1, opts.batch_size))
+
+
 # ---------------------------------------------------------------- HTML
 
 
@@ -129,8 +158,12 @@ def chart_svg(chart) -> str:
     """An Altair chart as an inline ``<svg>`` element (vl-convert; no script, no fetched resource)."""
     import vl_convert as vlc
 
+    import re
+
     svg = vlc.vegalite_to_svg(chart.to_json())
-    return svg[svg.index("<svg"):]  # drop any XML prolog: the SVG is embedded in HTML
+    svg = svg[svg.index("<svg"):]  # drop any XML prolog: the SVG is embedded in HTML
+    # vl-convert writes coordinates with up to 15 digits; a tenth of a pixel is invisible and halves the file
+    return re.sub(r"(\d+\.\d)\d+", r"\1", svg)
 
 
 def _number(x: float) -> str:
@@ -140,7 +173,7 @@ def _number(x: float) -> str:
 LEARNED_CLASS = {"yes": "shown", "no": "notshown"}
 
 
-def _slide(k: int, row, svg: str | None, paper: str | None = None) -> str:
+def _slide(k: int, row, svg: str | None, paper: str | None = None, counts: str = "") -> str:
     """One claim: the paper-style figure, the two answers with their numbers and intervals, the interval chart."""
     e = html.escape
     pattern = VERDICT_CLASS.get(row.pattern, "canttell")
@@ -153,7 +186,7 @@ def _slide(k: int, row, svg: str | None, paper: str | None = None) -> str:
              f"</td></tr><tr><th>untrained twins</th><td>{_number(row.twin)} [{_number(row.twin_lo)}, "
              f"{_number(row.twin_hi)}]</td></tr>" if row.learned != "n.a." else "")
     return f"""<section class="slide" id="fig{k}" data-figure="{e(row.figure)}">
-<h2><span class="fig">{e(row.figure)}</span> {e(row.title)}</h2>
+<h2><span class="fig">{e(row.figure)}</span> {e(row.title)}</h2>{counts}
 <div class="body"><div class="figure">{figure}</div>
 <div class="text"><p class="label">The paper</p><blockquote class="claim">{e(row.claim)}</blockquote>
 <p class="label">Pattern: do these models show it?</p>
@@ -188,12 +221,16 @@ the tour ran {prov['seconds']} s.</p></section>"""
 
 
 STYLE = """
+@page{size:A4 landscape;margin:10mm}
+section.slide{break-inside:avoid;page-break-inside:avoid;break-before:page;page-break-before:always}
+section#cover{break-before:auto;page-break-before:auto}
 html{scroll-snap-type:y mandatory}body{margin:0;font:20px/1.45 system-ui,-apple-system,Segoe UI,Roboto,sans-serif;
 color:#1d1d1f;background:#fff}.slide{min-height:100vh;box-sizing:border-box;padding:3vh 4vw;scroll-snap-align:start;
-border-bottom:1px solid #ddd;break-after:page}h1{font-size:2.4em;margin:0 0 .4em}h2{font-size:1.9em;margin:0 0 .6em}
-.fig{color:#666;font-weight:400}.body{display:flex;gap:3vw;align-items:flex-start;flex-wrap:wrap}
-.figure{flex:3 1 520px}.figure svg{width:100%;height:auto;max-height:70vh}.text{flex:2 1 380px}
-.intervals svg{max-height:30vh}
+border-bottom:1px solid #ddd}h1{font-size:2.4em;margin:0 0 .4em}h2{font-size:1.9em;margin:0 0 .6em}
+.fig{color:#666;font-weight:400}.n{font-size:1.4em;font-weight:700;margin:-.3em 0 .4em}
+.n small{font-size:.55em;font-weight:400;color:#666}.body{display:flex;gap:3vw;align-items:flex-start;flex-wrap:wrap}
+.figure{flex:3 1 520px}.figure svg{width:100%;height:auto;max-height:58vh}.text{flex:2 1 380px}
+.intervals svg{max-height:18vh}
 .label{font-size:.8em;text-transform:uppercase;letter-spacing:.08em;color:#666;margin:.8em 0 .2em}
 .claim{font-size:1.15em;margin:0;border-left:4px solid #999;padding-left:.8em}
 .verdict{display:inline-block;font-size:1.5em;font-weight:700;padding:.1em .6em;border-radius:.3em;margin:.2em 0}
@@ -203,26 +240,35 @@ vertical-align:top}.numbers th{white-space:nowrap}.numbers td{font-variant-numer
 .evidence{color:#444;font-size:.85em}
 .prov{font-size:.75em;margin-bottom:1em}.prov th{color:#555}.summary td,.summary th{font-size:1.1em}
 nav ol{columns:2;font-size:.9em}a{color:#0645ad}
+@media print{html{scroll-snap-type:none}.slide{min-height:0;height:auto;border:0;padding:0}body{font-size:9pt}
+.figure svg{max-height:120mm}.intervals svg{max-height:35mm}.evidence{font-size:.8em}}
 """
 
 
 def render_html(tour: TourReport, prov: dict, title: str) -> str:
     """The report as one HTML string (every figure an inline SVG)."""
     e = html.escape
+    if title == ReportOptions.__dataclass_fields__["title"].default:  # the old default read "…CNNs?, checked on…"
+        title = f"Do Vision Transformers See Like CNNs? Raghu et al. 2021, checked on {', '.join(tour.models[:2])}"
+    img = prov["images"]
+    data = images_in_words(img["source"], img["count"], img.get("order", "first N"))
+    batches = -(-int(img["count"]) // max(1, int(img.get("batch size", 1) or 1)))
+    counts_html = (f'<p class="n">n = {img["count"]} images · {batches} batches <small>{e(data)}, batches of '
+                   f'{img.get("batch size")}</small></p>')
     slides, toc = [], []
     for k, row in enumerate(tour.rows):
         frame = tour.frames.get(row.figure) if tour.frames else None
         has = row.figure in tour.charts and (frame is None or len(frame))
         paper = tour.paper_charts.get(row.figure)
         slides.append(_slide(k, row, chart_svg(tour.charts[row.figure]) if has else None,
-                             chart_svg(paper) if paper is not None else None))
+                             chart_svg(paper) if paper is not None else None, counts_html))
         toc.append(f'<li><a href="#fig{k}">{e(row.figure)}: {e(row.title)}</a>: pattern {e(row.pattern)}, '
                    f'learned {e(row.learned)}</li>')
     counts = {f"pattern: {k}": v for k, v in tour.summary().items()}
     counts.update({f"learned: {k}": v for k, v in tour.learned_summary().items()})
     cover = f"""<section class="slide" id="cover"><h1>{e(title)}</h1>
 <p>Raghu et al. 2021, "Do Vision Transformers See Like CNNs?": each claim checked on
-{e(', '.join(tour.models))} over {prov['images']['count']} images of {e(prov['images']['source'])}.
+{e(', '.join(tour.models))} over the {e(data)}.
 Two answers per claim: <strong>pattern</strong> ("shown" only when the statistic's 95 % interval clears the claim's own
 null) and <strong>learned</strong> ("yes" only when the trained models' interval clears the untrained twins').</p>
 <table class="summary">{''.join(f'<tr><th>{e(k)}</th><td>{v}</td></tr>' for k, v in counts.items())}</table>
