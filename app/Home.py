@@ -17,7 +17,9 @@ for p in (str(APP.parent), str(APP)):
 
 import lab
 
-from vitlab import table
+lab.begin_run()  # the clock of the status caption's page time starts with the script run
+
+from vitlab import table  # noqa: E402
 
 # an emoji favicon is drawn in the browser; a ":material/...:" one is fetched from a font server (FACTS.md). The
 # Material icons of the pages come from the font bundled with Streamlit: nothing leaves the machine.
