@@ -18,6 +18,7 @@ for p in (str(APP.parent), str(APP)):
 import lab
 
 lab.begin_run()  # the clock of the status caption's page time starts with the script run
+lab.warm_up()  # once per process, in the background: heavy imports, the default models (issue 34)
 
 from vitlab import table  # noqa: E402
 

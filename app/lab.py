@@ -13,6 +13,8 @@ import dataclasses
 import hashlib
 import functools
 import os
+import sys
+import threading
 import time
 import traceback
 from collections.abc import Callable
@@ -318,6 +320,60 @@ def named_source(text: str) -> vitlab.ImageSource:
     return _dataset(text) if text in SOURCES else vitlab.open_source(text)
 
 
+# ------------------------------------------------------------------------------------------- warm-up
+
+WARMUP_ENV = "VITLAB_WARMUP"  # 0: nothing is warmed in the background (the bench's baseline)
+# what a first page needs besides Streamlit, slowest first (a fresh process on a loaded 2-core machine, issue 34):
+# timm (torchvision, torch._dynamo: ~3-7 s), torch (~1-4 s), scipy.stats (the first interval: ~1-4 s), the engine
+WARM_MODULES = ("torch", "timm", "timm.data", "scipy.stats", "pandas", "altair", "pyarrow", "vitlab.inputs.models",
+                "vitlab.inputs.taps", "vitlab.engine.run", "vitlab.stats.evidence", "vitlab.analyses.similarity",
+                "vitlab.analyses.sensitivity", "vitlab.tour.measure", "vitlab.charts.cka", "vitlab.charts.tour",
+                "vitlab.charts.evidence", "vitlab.tour.report")
+_warm_lock = threading.Lock()
+_warm_thread: list[threading.Thread] = []
+
+
+def warm_up() -> threading.Thread | None:
+    """Import the heavy libraries and load the default models and images in a background thread, once per process
+    (``VITLAB_WARMUP=0``: never; under pytest only with ``VITLAB_WARMUP=1``), so that the first page of a new server does not wait for them. Started by the
+    entrypoint's first run and, with ``streamlit run app/serve.py``, when the server starts; a page that needs a
+    module or model meanwhile waits for the same import or load (Python's import lock, ``st.cache_resource``)
+    instead of doing it twice. Returns the thread (None when off or already started)."""
+    setting = os.environ.get(WARMUP_ENV, "").strip()
+    if setting == "0" or (not setting and "PYTEST_CURRENT_TEST" in os.environ):  # tests ask for it by name
+        return None
+    with _warm_lock:
+        if _warm_thread:
+            return None
+        _warm_thread.append(threading.Thread(target=_warm, name="vitlab-warm-up", daemon=True))
+    _warm_thread[0].start()
+    return _warm_thread[0]
+
+
+def _warm() -> None:
+    import importlib
+    import logging
+
+    log = logging.getLogger("vitlab.warm_up")
+    t0 = time.perf_counter()
+    for name in WARM_MODULES:
+        try:
+            importlib.import_module(name)
+        except Exception as e:  # noqa: BLE001 - warming is an optimisation: the page reports any real problem
+            log.warning("warm-up: import %s failed (%s)", name, e)
+    try:
+        store()
+        saved.code_fingerprint()
+        if DEFAULTS["source"] in SOURCES:
+            _dataset(DEFAULTS["source"])
+        for spec in dict.fromkeys((DEFAULTS["model_a"], DEFAULTS["model_b"])):
+            if spec and weights_status(spec) != "download needed":  # never a download nobody asked for
+                _load(spec, DEFAULTS["device"])
+    except Exception as e:  # noqa: BLE001 - e.g. a bad VITLAB_MODEL_A: the page says so in place
+        log.warning("warm-up: %s: %s", type(e).__name__, e)
+    print(f"vitlab: warm-up done in {time.perf_counter() - t0:.1f} s", file=sys.stderr, flush=True)
+
+
 # ------------------------------------------------------------------------------ running, errors, export
 
 
@@ -422,6 +478,8 @@ def compute(key: tuple, fn: Callable[[vitlab.Run], Any], label: str, persist: bo
         return None
     disk = _disk_key(key) if persist and persisting() and store().enabled else None
     if disk is not None:
+        # a saved result runs nothing, but a setting every run checks is still named in place (as a run would)
+        vitlab.pipeline.default_workers(), vitlab.pipeline.default_kind()
         result = saved.load(store(), disk)
         if result is not None:
             _remember(memo, key, result)

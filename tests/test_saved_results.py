@@ -152,3 +152,24 @@ def test_keys_change_with_models_data_options_and_weights_files(tmp_path):
     assert key() != base
     # sets are keyed the same in every process (their repr follows per-process string hashing)
     assert saved.plain({"b", "a", "c"}) == ["a", "b", "c"]
+
+
+def test_receptive_field_maps_are_cached_per_batch_and_read_back_exactly(tiny_vit, fmnist_source, store,
+                                                                          monkeypatch):
+    """The tour's per-image |gradient| maps (Fig 6) are kept per batch: a second run reads them, the same bits."""
+    from vitlab.analyses import receptive
+    from vitlab.inputs.data import plan_batches, select
+
+    points = [("blocks.0", "in"), ("blocks.0.ls1", "out")]
+    batch = plan_batches(fmnist_source, select(fmnist_source, 4, None), 4)[0]
+    first = receptive.field_maps(tiny_vit, points, fmnist_source, batch, store)
+    assert [m.shape[0] for m in first] == [4, 4]
+
+    def no_gradient(*args, **kwargs):
+        raise AssertionError("a cached gradient was computed again")
+
+    monkeypatch.setattr(receptive, "centre_gradient", no_gradient)
+    again = receptive.field_maps(tiny_vit, points, fmnist_source,
+                                 plan_batches(fmnist_source, select(fmnist_source, 4, None), 4)[0], store)
+    for a, b in zip(first, again):
+        assert a.dtype == b.dtype and np.array_equal(a, b)
