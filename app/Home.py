@@ -18,7 +18,6 @@ for p in (str(APP.parent), str(APP)):
 import lab
 
 lab.begin_run()  # the clock of the status caption's page time starts with the script run
-lab.warm_up()  # once per process, in the background: heavy imports, the default models (issue 34)
 
 from vitlab import table  # noqa: E402
 
@@ -37,3 +36,6 @@ nav = st.navigation(NAV, expanded=True)  # every page listed: collapsed, the sid
 st.session_state["lab.page"] = nav.url_path  # the generic analysis page draws the row of this url
 lab.sidebar()
 nav.run()
+# once per process, after the first page is drawn (not competing with it for 2 cores): heavy imports and the default
+# models for the pages to come (issue 34); `streamlit run app/serve.py` starts it with the server instead
+lab.warm_up()

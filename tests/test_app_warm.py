@@ -55,3 +55,22 @@ def test_a_second_session_shows_the_tour_from_the_disk_cache(monkeypatch):
     assert "result from the disk cache" not in caption(third)
     # computed again, from the cached statistics: the same to the last bits of a float sum's order
     pd.testing.assert_frame_equal(third.dataframe[0].value, table, check_exact=False, rtol=1e-9)
+
+
+def test_warm_up_runs_once_in_the_background_and_can_be_switched_off(monkeypatch):
+    import lab
+
+    monkeypatch.setattr(lab, "_warm_thread", [])
+    monkeypatch.setenv("VITLAB_WARMUP", "0")
+    assert lab.warm_up() is None
+    monkeypatch.delenv("VITLAB_WARMUP")
+    assert lab.warm_up() is None  # under pytest only when asked for by name
+    monkeypatch.setenv("VITLAB_WARMUP", "1")
+    thread = lab.warm_up()
+    assert thread is not None and thread.daemon
+    thread.join(600)
+    assert not thread.is_alive()
+    assert lab.warm_up() is None  # once per process
+    assert {"torch", "timm", "scipy.stats", "vitlab.tour.measure"} <= set(sys.modules)
+    loaded = {spec for spec, _ in lab._loaded_registry()}
+    assert {lab.DEFAULTS["model_a"], lab.DEFAULTS["model_b"]} <= loaded
