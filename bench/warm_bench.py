@@ -122,6 +122,7 @@ def main(argv: list[str] | None = None) -> int:
                         "a server and then opening a tab (the same for every variant)")
     p.add_argument("--no-prime", action="store_true", help="the cache is already warm for these pages")
     args = p.parse_args(argv)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # a stopped bench stops its server too (finally below)
     pages = [x for x in args.pages.split(",") if x]
     variants = [x for x in args.variants.split(",") if x]
     cache = Path(args.cache or tempfile.mkdtemp(prefix="vitlab-warm-bench-"))

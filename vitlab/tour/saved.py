@@ -263,22 +263,56 @@ def decode(arrays: dict[str, np.ndarray]) -> Any:
 # ------------------------------------------------------------------------------------------ the tour's charts
 
 
+class LazyCharts(dict):
+    """figure -> chart, each drawn on first use: a saved tour is shown one figure at a time, and drawing all twenty
+    Altair charts up front costs more than reading the tour itself (~0.5 s on 2 cores). A dict in every other way."""
+
+    def __init__(self, makers: dict[str, Callable]):
+        super().__init__(dict.fromkeys(makers))
+        self._makers = dict(makers)
+
+    def __getitem__(self, figure):
+        chart = super().__getitem__(figure)
+        if chart is None and figure in self._makers:
+            chart = self._makers.pop(figure)()
+            super().__setitem__(figure, chart)
+        return chart
+
+    def get(self, figure, default=None):
+        return self[figure] if figure in self else default
+
+    def values(self):
+        return [self[f] for f in self]
+
+    def items(self):
+        return [(f, self[f]) for f in self]
+
+    def copy(self) -> dict:
+        return dict(self.items())
+
+    def __eq__(self, other) -> bool:
+        return dict(self.items()) == (dict(other.items()) if isinstance(other, dict) else other)
+
+    __hash__ = None
+
+
 def tour_charts(report):
-    """The tour's interval charts and paper-style figures drawn from its rows, frames and figure data, exactly as
-    :func:`vitlab.tour.run_tour` draws them (a saved tour keeps only the data)."""
+    """The tour's interval charts and paper-style figures from its rows, frames and figure data, exactly as
+    :func:`vitlab.tour.run_tour` draws them (a saved tour keeps only the data), each drawn when first used."""
     from ..charts.evidence import estimate_chart
     from ..charts.tour import paper_chart
     from .checks import CLAIMS
 
     keys = {c.figure: k for k, c in CLAIMS.items()}
-    report.charts, report.paper_charts = {}, {}
+    charts, papers = {}, {}
     for check in report.rows:
-        figure = check.figure
-        frame = report.frames[figure]
-        report.charts[figure] = estimate_chart(frame, f"{figure}: pattern {check.pattern}, learned {check.learned}")
-        paper = paper_chart(keys[figure], report.figures.get(figure) or {}, figure)
-        if paper is not None:
-            report.paper_charts[figure] = paper
+        figure, frame = check.figure, report.frames[check.figure]
+        title = f"{figure}: pattern {check.pattern}, learned {check.learned}"
+        charts[figure] = functools.partial(estimate_chart, frame, title)
+        data = report.figures.get(figure) or {}
+        if data:  # paper_chart draws nothing without data (a check that could not be measured)
+            papers[figure] = functools.partial(paper_chart, keys[figure], data, figure)
+    report.charts, report.paper_charts = LazyCharts(charts), LazyCharts(papers)
     return report
 
 
