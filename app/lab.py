@@ -335,8 +335,9 @@ _warm_thread: list[threading.Thread] = []
 
 def warm_up() -> threading.Thread | None:
     """Import the heavy libraries and load the default models and images in a background thread, once per process
-    (``VITLAB_WARMUP=0``: never; under pytest only with ``VITLAB_WARMUP=1``), so that the first page of a new server does not wait for them. Started by the
-    entrypoint's first run and, with ``streamlit run app/serve.py``, when the server starts; a page that needs a
+    (``VITLAB_WARMUP=0``: never; under pytest only with ``VITLAB_WARMUP=1``), so that the first page of a new server
+    does not wait for them. Started after the entrypoint's first run and, with ``streamlit run app/serve.py``,
+    when the server starts; a page that needs a
     module or model meanwhile waits for the same import or load (Python's import lock, ``st.cache_resource``)
     instead of doing it twice. Returns the thread (None when off or already started)."""
     setting = os.environ.get(WARMUP_ENV, "").strip()
@@ -552,8 +553,7 @@ def image(img, frame, stem: str, key: str, caption: str | None = None) -> None:
     export_image(img, frame, stem, key)
 
 
-ORIGINS = {"disk": "result from the disk cache", "memory": "result kept in this session",
-           "computed": "computed now"}
+ORIGINS = {"disk": "result from the disk cache", "memory": "result kept in this session"}
 
 
 def run_caption(info, images: int) -> str:

@@ -16,7 +16,8 @@ in a new browser context (a new session), and times from ``goto`` to the page's 
 - ``serve``: ``streamlit run app/serve.py``: the same, and the warm-up starts with the server, before any browser.
 
 The browser opens the page ``--settle`` seconds (default 10) after the server answers, for every variant: a person
-restarting the server and then opening a tab. Rounds interleave the variants (round r starts with variant r mod n), so both see the same load on a shared machine;
+restarting the server and then opening a tab. Rounds interleave the variants (round r starts with variant r mod n),
+so all see the same load on a shared machine;
 the table gives the median and the range per page and variant. A priming pass first fills the disk cache (statistics
 and saved results) for every page. ``--cache`` picks the cache folder (default: a fresh one under /tmp, primed).
 """

@@ -244,7 +244,9 @@ class _Decoder:
 def _vitlab_dataclass(path: str) -> type:
     """The dataclass named ``module:qualname``, only from a module of vitlab (imported, never anything else)."""
     module, _, name = str(path).partition(":")
-    if not (module.startswith("vitlab.") and name and all(p.isidentifier() for p in module.split(".") + [name])):
+    parts = module.split(".")
+    if not (parts[0] == "vitlab" and len(parts) > 1 and "__main__" not in parts and name
+            and all(p.isidentifier() for p in parts + name.split("."))):
         raise ValueError(f"not a vitlab class: {path!r}")
     obj: Any = importlib.import_module(module)
     for part in name.split("."):
