@@ -17,7 +17,9 @@ for p in (str(APP.parent), str(APP)):
 
 import lab
 
-from vitlab import table
+lab.begin_run()  # the clock of the status caption's page time starts with the script run
+
+from vitlab import table  # noqa: E402
 
 # an emoji favicon is drawn in the browser; a ":material/...:" one is fetched from a font server (FACTS.md). The
 # Material icons of the pages come from the font bundled with Streamlit: nothing leaves the machine.
@@ -34,3 +36,6 @@ nav = st.navigation(NAV, expanded=True)  # every page listed: collapsed, the sid
 st.session_state["lab.page"] = nav.url_path  # the generic analysis page draws the row of this url
 lab.sidebar()
 nav.run()
+# once per process, after the first page is drawn (not competing with it for 2 cores): heavy imports and the default
+# models for the pages to come (issue 34); `streamlit run app/serve.py` starts it with the server instead
+lab.warm_up()

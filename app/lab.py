@@ -13,6 +13,9 @@ import dataclasses
 import hashlib
 import functools
 import os
+import sys
+import threading
+import time
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -24,6 +27,7 @@ import streamlit as st
 import vitlab
 from vitlab import charts
 from vitlab.charts.common import image_png, slug
+from vitlab.tour import saved
 
 OTHER = "timm model name…"
 CHECKPOINT = "checkpoint file…"
@@ -281,6 +285,7 @@ def model(spec: str, device: str, display: str | None = None) -> vitlab.LoadedMo
         bar.empty()
     with st.spinner(f"Loading {spec}…"):
         loaded = _load(spec, device)
+    _run_state()["models"][(spec, loaded.device)] = loaded.fingerprint  # part of the keys of saved results
     # a copy that shares the module: the label is per use, the cached object stays untouched
     return dataclasses.replace(loaded, display=display) if display else loaded
 
@@ -313,6 +318,61 @@ def named_source(text: str) -> vitlab.ImageSource:
     if not text:
         raise vitlab.VitlabError("no folder given: type the path of a folder of images")
     return _dataset(text) if text in SOURCES else vitlab.open_source(text)
+
+
+# ------------------------------------------------------------------------------------------- warm-up
+
+WARMUP_ENV = "VITLAB_WARMUP"  # 0: nothing is warmed in the background (the bench's baseline)
+# what a first page needs besides Streamlit, slowest first (a fresh process on a loaded 2-core machine, issue 34):
+# timm (torchvision, torch._dynamo: ~3-7 s), torch (~1-4 s), scipy.stats (the first interval: ~1-4 s), the engine
+WARM_MODULES = ("torch", "timm", "timm.data", "scipy.stats", "pandas", "altair", "pyarrow", "vitlab.inputs.models",
+                "vitlab.inputs.taps", "vitlab.engine.run", "vitlab.stats.evidence", "vitlab.analyses.similarity",
+                "vitlab.analyses.sensitivity", "vitlab.tour.measure", "vitlab.charts.cka", "vitlab.charts.tour",
+                "vitlab.charts.evidence", "vitlab.tour.report")
+_warm_lock = threading.Lock()
+_warm_thread: list[threading.Thread] = []
+
+
+def warm_up() -> threading.Thread | None:
+    """Import the heavy libraries and load the default models and images in a background thread, once per process
+    (``VITLAB_WARMUP=0``: never; under pytest only with ``VITLAB_WARMUP=1``), so that the first page of a new server
+    does not wait for them. Started after the entrypoint's first run and, with ``streamlit run app/serve.py``,
+    when the server starts; a page that needs a
+    module or model meanwhile waits for the same import or load (Python's import lock, ``st.cache_resource``)
+    instead of doing it twice. Returns the thread (None when off or already started)."""
+    setting = os.environ.get(WARMUP_ENV, "").strip()
+    if setting == "0" or (not setting and "PYTEST_CURRENT_TEST" in os.environ):  # tests ask for it by name
+        return None
+    with _warm_lock:
+        if _warm_thread:
+            return None
+        _warm_thread.append(threading.Thread(target=_warm, name="vitlab-warm-up", daemon=True))
+    _warm_thread[0].start()
+    return _warm_thread[0]
+
+
+def _warm() -> None:
+    import importlib
+    import logging
+
+    log = logging.getLogger("vitlab.warm_up")
+    t0 = time.perf_counter()
+    for name in WARM_MODULES:
+        try:
+            importlib.import_module(name)
+        except Exception as e:  # noqa: BLE001 - warming is an optimisation: the page reports any real problem
+            log.warning("warm-up: import %s failed (%s)", name, e)
+    try:
+        store()
+        saved.code_fingerprint()
+        if DEFAULTS["source"] in SOURCES:
+            _dataset(DEFAULTS["source"])
+        for spec in dict.fromkeys((DEFAULTS["model_a"], DEFAULTS["model_b"])):
+            if spec and weights_status(spec) != "download needed":  # never a download nobody asked for
+                _load(spec, DEFAULTS["device"])
+    except Exception as e:  # noqa: BLE001 - e.g. a bad VITLAB_MODEL_A: the page says so in place
+        log.warning("warm-up: %s: %s", type(e).__name__, e)
+    print(f"vitlab: warm-up done in {time.perf_counter() - t0:.1f} s", file=sys.stderr, flush=True)
 
 
 # ------------------------------------------------------------------------------ running, errors, export
@@ -352,16 +412,62 @@ def _cancel(flag: str) -> None:
     st.session_state[flag] = True
 
 
-def compute(key: tuple, fn: Callable[[vitlab.Run], Any], label: str) -> Any:
+# ------------------------------------------------------------------------- a script run, saved results
+
+PERSIST_ENV = "VITLAB_PERSIST"  # 0: whole results are not kept on disk (only per session); the bench's baseline
+
+
+def persisting() -> bool:
+    """Whether whole results are saved to and read from the disk cache (``VITLAB_PERSIST``, default on)."""
+    return os.environ.get(PERSIST_ENV, "1").strip() != "0"
+
+
+def begin_run() -> None:
+    """Start of a script run (the entrypoint calls it first): the clock of the caption's page time, and the models
+    this run loads (their fingerprints go into the keys of saved results)."""
+    st.session_state["lab.run"] = {"t0": time.perf_counter(), "models": {}, "origins": {}}
+
+
+def _run_state() -> dict:
+    if "lab.run" not in st.session_state:  # a page run without the entrypoint (never in the app)
+        begin_run()
+    return st.session_state["lab.run"]
+
+
+def _disk_key(key: tuple) -> str:
+    """The disk-cache key of a page's result: its memo key (settings, options) with the fingerprints of the models
+    loaded in this run, the weights files the key names, the zoo's checkpoints, vitlab's source and versions."""
+    models = sorted([spec, device, fp] for (spec, device), fp in _run_state()["models"].items())
+    return saved.result_key(saved.plain(key), models, saved.files_key(key))
+
+
+def _note(result: Any, origin: str) -> None:
+    """Remember where a result came from and when the page had it, for :func:`run_caption`."""
+    info = getattr(result, "info", None)
+    if info is not None:
+        run = _run_state()
+        run["origins"][id(info)] = (origin, time.perf_counter() - run["t0"])
+
+
+def _remember(memo: dict, key: tuple, result: Any) -> None:
+    memo[key] = result
+    while len(memo) > MEMO_SIZE:
+        memo.pop(next(iter(memo)))
+
+
+def compute(key: tuple, fn: Callable[[vitlab.Run], Any], label: str, persist: bool = True) -> Any:
     """``fn(run)`` (a ``vitlab.Run`` with the disk cache and a progress bar) with a Cancel button; remembered per
-    session under ``key``.
+    session under ``key`` and, when the result can be saved as data (``vitlab.tour.saved``; ``persist`` and
+    ``VITLAB_PERSIST`` allowing), kept in the disk cache, so that a new session or a restarted server reads it
+    back instead of running ``fn`` again.
 
     Cancel reruns the script, which stops ``fn`` at its next progress report; the page then offers to start again.
-    Returns None when cancelled. Results persist on disk through the engine's cache, so a restart is fast too.
+    Returns None when cancelled.
     """
     box = st.empty()  # drawn on every run, so the page's element tree keeps its shape (no stale duplicates)
     memo = _memo()
     if key in memo:
+        _note(memo[key], "memory")
         return memo[key]
     flag = f"lab.cancelled.{label}"
     if st.session_state.get(flag):
@@ -371,6 +477,15 @@ def compute(key: tuple, fn: Callable[[vitlab.Run], Any], label: str) -> Any:
                 st.session_state[flag] = False
                 st.rerun()
         return None
+    disk = _disk_key(key) if persist and persisting() and store().enabled else None
+    if disk is not None:
+        # a saved result runs nothing, but a setting every run checks is still named in place (as a run would)
+        vitlab.pipeline.default_workers(), vitlab.pipeline.default_kind()
+        result = saved.load(store(), disk)
+        if result is not None:
+            _remember(memo, key, result)
+            _note(result, "disk")
+            return result
     with box.container():
         bar = st.progress(0.0, text=f"{label}: starting")
         st.button("Cancel", key=f"lab.cancel.{label}", on_click=_cancel, args=(flag,))
@@ -382,9 +497,13 @@ def compute(key: tuple, fn: Callable[[vitlab.Run], Any], label: str) -> Any:
         result = fn(vitlab.Run(store=store(), progress=progress))
     finally:
         box.empty()
-    memo[key] = result
-    while len(memo) > MEMO_SIZE:
-        memo.pop(next(iter(memo)))
+    _remember(memo, key, result)
+    _note(result, "computed")
+    if disk is not None and result is not None:
+        try:
+            saved.save(store(), disk, result)
+        except Exception as e:  # noqa: BLE001 - keeping a result is an optimisation: the page has it anyway
+            store()._warn(f"a result could not be kept in the cache ({type(e).__name__}: {str(e)[:120]})")
     return result
 
 
@@ -434,10 +553,21 @@ def image(img, frame, stem: str, key: str, caption: str | None = None) -> None:
     export_image(img, frame, stem, key)
 
 
+ORIGINS = {"disk": "result from the disk cache", "memory": "result kept in this session"}
+
+
 def run_caption(info, images: int) -> str:
-    """One line on what a run did (computed vs cached batches, skipped images)."""
-    text = (f"{images} images; {info.batches_computed} batches computed, {info.batches_from_cache} from the cache, "
-            f"{info.seconds:.1f} s")
+    """One line on what a run did (computed vs cached batches, skipped images) and how long the page took: the wall
+    time from the start of this script run to the result, and where the result came from (``compute``)."""
+    origin = _run_state()["origins"].get(id(info)) if "lab.run" in st.session_state else None
+    counts = f"{info.batches_computed} batches computed, {info.batches_from_cache} from the cache"
+    if origin is None:
+        text = f"{images} images; {counts}, {info.seconds:.1f} s"
+    elif origin[0] == "computed":
+        text = f"{images} images; {counts}, {info.seconds:.1f} s in the engine; page ready in {origin[1]:.1f} s"
+    else:  # read back whole: nothing ran now
+        text = (f"{images} images; 0 batches computed: {ORIGINS[origin[0]]}, page ready in {origin[1]:.1f} s "
+                f"(first computed with {counts}, {info.seconds:.1f} s in the engine)")
     if info.skipped_images:
         named = "; ".join(why for _, why in info.skipped_images[:5])
         more = f"; and {len(info.skipped_images) - 5} more" if len(info.skipped_images) > 5 else ""

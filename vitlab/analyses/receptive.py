@@ -152,6 +152,31 @@ def block_names(loaded: LoadedModel) -> list[str]:
     return taps_mod.default_taps(model)
 
 
+def field_maps(loaded: LoadedModel, points: list[tuple[str, str]], source: ImageSource, batch, store
+               ) -> list[np.ndarray] | None:
+    """Per-image |gradient| maps (n, H, W) of the centre of each (module, 'in'|'out') point over one batch, as
+    :func:`centre_gradient` gives them, kept in ``store`` per (model fingerprint, batch, point), so that a tour run
+    again (other intervals, other options) reads them instead of another forward and backward (issue 34). None when
+    the batch has no readable image."""
+    keys = [make_key("receptive-field-maps", VERSION, loaded.fingerprint, batch.key, module, where,
+                     *loaded.layout_key) for module, where in points]
+    hits = [store.get(k) for k in keys]
+    if all(h is not None and "maps" in h for h in hits):
+        maps = [h["maps"] for h in hits]
+        return maps if all(m.ndim == 3 and len(m) for m in maps) else None
+    decode(source, batch)
+    if not batch.images:
+        for k in keys:
+            store.put(k, {"maps": np.zeros((0, 0, 0))})
+        return None
+    prefix, grid = taps_mod.num_prefix_tokens(loaded.model), taps_mod.grid_size(loaded.model)
+    x = to_tensor(batch.images, loaded)
+    maps = [centre_gradient(loaded.model, module, x, where, prefix, grid).cpu().numpy() for module, where in points]
+    for k, m in zip(keys, maps):
+        store.put(k, {"maps": m})
+    return maps
+
+
 @dataclass
 class ReceptiveFieldResult:
     """Mean |gradient| maps (L, H, W) over the input for each layer."""

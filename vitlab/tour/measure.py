@@ -27,7 +27,7 @@ from ..engine.context import Run
 from ..engine.run import GramStatistic, stream
 from ..errors import VitlabError
 from ..inputs import taps as taps_mod
-from ..inputs.data import ImageSource, plan_batches, select, to_tensor
+from ..inputs.data import ImageSource, plan_batches, select
 from ..inputs.models import LoadedModel, load, twin_spec
 from ..stats import cka as cka_mod
 from ..stats import evidence as ev
@@ -271,21 +271,16 @@ def measure_head_rank(ms: Models, source, opts, run):
 
 def _field_maps(m: LoadedModel, points: list[tuple[str, str]], source, opts, run: Run) -> list[np.ndarray]:
     """Per-image |gradient| maps (n, H, W) of the centre of each (module, 'in'|'out') point (torchrun: this rank's
-    batches, then every rank's maps in batch order)."""
-    from ..analyses.receptive import centre_gradient
+    batches, then every rank's maps in batch order); cached per batch (``receptive.field_maps``)."""
+    from ..analyses.receptive import field_maps
     from ..engine import dist
-    from ..inputs.data import decode
 
-    prefix, grid = taps_mod.num_prefix_tokens(m.model), taps_mod.grid_size(m.model)
     kept = []
     for batch in plan_batches(source, select(source, opts.rf_images, None), 8)[run.shard[0]::run.shard[1]]:
         dist.at_batch(batch.index)
-        decode(source, batch)
-        if not batch.images:
-            continue
-        x = to_tensor(batch.images, m)
-        kept.append((batch.index, [centre_gradient(m.model, module, x, where, prefix, grid).cpu().numpy()
-                                   for module, where in points]))
+        maps = field_maps(m, points, source, batch, run.store)
+        if maps is not None:
+            kept.append((batch.index, maps))
     kept = run.gather_ordered(kept, "receptive-field maps")
     if not kept:
         raise VitlabError(f"no readable image among the first {opts.rf_images} of '{source.name}'")
