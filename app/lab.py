@@ -471,6 +471,19 @@ def follow_click(prefix: str, click: dict | None, keys: dict[str, str]) -> None:
     st.session_state[last] = click
 
 
+def image_name(src) -> Callable[[int], str]:
+    """A select box's name for image i of ``src``: its file name, or "image 12 (Ankle boot)" for a data set's
+    item (never an internal id such as 'fashion-mnist:test#12')."""
+    def name(i: int) -> str:
+        text = src.item_id(i)
+        if text.startswith(f"{src.name}#"):
+            text = f"image {i}"
+        label = src.label(i)
+        return f"{text} ({src.classes[label]})" if label is not None and src.classes else text
+
+    return name
+
+
 def model_slot(key: str, s: Settings, prefer: str | None = None) -> str:
     """A/B radio; returns the chosen spec."""
     specs = {"A": s.model_a, "B": s.model_b}

@@ -36,9 +36,11 @@ with right:
                     + (f", classes {', '.join(src.classes[:10])}" if src.classes else "")
                     + f"; the pages use the first {min(s.images, len(src))}, in batches of {s.batch_size}.")
         bad: list = []
-        shown = [(name, img) for name, img in vitlab.data.iter_images(src, range(min(8, len(src))), bad, 72)]
+        namer = lab.image_name(src)
+        index = {src.item_id(i): i for i in range(min(8, len(src)))}
+        shown = [(namer(index[name]), img) for name, img in vitlab.data.iter_images(src, list(index.values()), bad, 96)]
         if shown:
-            st.image([img for _, img in shown], caption=[name.split("/")[-1][:18] for name, _ in shown], width=72)
+            st.image([img for _, img in shown], caption=[name for name, _ in shown], width=96)
         for _, why in bad:
             st.caption(f"skipped: {why}")
 

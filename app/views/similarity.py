@@ -11,7 +11,11 @@ import streamlit as st
 import vitlab
 from vitlab import charts
 from vitlab.charts import similarity as sim_charts
+from vitlab.analyses import findings
 from vitlab.charts.cka import cka_profile
+
+PAPER = ("ViTs have more uniform representations across layers than ResNets (higher CKA between different layers "
+         "of one model), and the ViT's lower half resembles a much larger part of the ResNet (Figs 1-2).")
 
 VIEWS = {"A vs B": (0, 1), "within A": (0, 0), "within B": (1, 1)}
 VIEW_IDS = {"A vs B": "ab", "within A": "aa", "within B": "bb"}
@@ -50,10 +54,12 @@ def clicked_cell(event) -> dict | None:
     return {"layer_a": points[0]["layer_a"], "layer_b": points[0]["layer_b"]} if points else None
 
 
-def detail(frame, la: str, lb: str) -> None:
+def detail(result, frame, la: str, lb: str, batch_size: int) -> None:
     row = frame[(frame["layer_a"] == la) & (frame["layer_b"] == lb)].iloc[0]
     ma, mb = row["model_a"], row["model_b"]
-    st.metric(f"CKA of {ma} `{la}` and {mb} `{lb}`", f"{row['cka']:.4f}")
+    cell = vitlab.similarity.cell_estimate(result, result.layers_a.index(la), result.layers_b.index(lb))
+    st.metric(f"CKA of {ma} `{la}` and {mb} `{lb}`", findings.say(cell, ".3f"))
+    st.caption(findings.interval_caption("batches", cell.units, batch_size=batch_size, what="interval"))
     across_b = frame[frame["layer_a"] == la].reset_index(drop=True)
     across_a = frame[frame["layer_b"] == lb].reset_index(drop=True)
     for part, along, what, key in ((across_b, "layer_b", f"{ma} `{la}` against every layer of {mb}", "b"),
@@ -140,9 +146,9 @@ def agreement_ui(a, b, src, s, tokens: str) -> None:
 
 
 st.title("Representation similarity")
+lead = st.container()
 st.caption("Centered kernel alignment (Kornblith et al. 2019) between every pair of layers, by minibatch CKA "
-           "(Nguyen et al. 2021), as in Figs 1-2 of Raghu et al. 2021: ViTs have more uniform representations "
-           "across layers than ResNets, and their lower half resembles a much larger part of the ResNet.")
+           "(Nguyen et al. 2021), as in Figs 1-2 of Raghu et al. 2021.")
 s = lab.settings()
 tokens, kernel, measure = options_ui()
 report = None
@@ -157,12 +163,20 @@ with lab.guard():
         report = lab.compute(("cka", s.key, tokens, kernel), lambda run: vitlab.run.cka([a, b], src, opts, run),
                              "CKA")
 
+with lead:
+    if report is not None:
+        lab.finding(PAPER, vitlab.similarity.uniformity_finding(report, s.batch_size).ours)
+    else:
+        lab.finding(PAPER, why="the CKA maps answer this claim; the measure chosen below is not CKA, or no CKA "
+                               "was computed (see below).")
+
 if report is not None:
     st.caption(lab.run_caption(report.info, report.images))
     for w in report.warnings:
         st.warning(w)
     view = st.radio("Heatmap", list(VIEWS), horizontal=True, key="sim.view")
-    frame = report.pair(*VIEWS[view]).to_frame()
+    result = report.pair(*VIEWS[view])
+    frame = result.to_frame()
     vid = VIEW_IDS[view]
     chart = charts.cka_heatmap(frame, select="cell", size=420)
     left, right = st.columns([3, 2])
@@ -173,7 +187,7 @@ if report is not None:
         st.markdown("**Layer pair** (click a cell)")
         with lab.guard():
             la, lb = pair_ui(frame, vid, clicked_cell(event))
-            detail(frame, la, lb)
+            detail(result, frame, la, lb, s.batch_size)
     if kernel == "linear":
         pa, pb = {"ab": (a, b), "aa": (a, a), "bb": (b, b)}[vid]
         with lab.guard():

@@ -48,41 +48,8 @@ def maps_with_and_without(m, src, result, image: int) -> None:
                       caption=f"block {block}, mean over heads, query {amap.query}, keys: {tokens}"
                       + ("" if leave is None else f" ({int(leave.sum())} masked, row renormalised)"))
 
-st.title("Token-norm artefacts")
-st.caption("Some ViTs store global information in a few high-norm tokens of uninformative patches (Darcet et al. "
-           "2024). A token is flagged when its norm exceeds median + k · 1.4826 · MAD of the spatial tokens' norms "
-           "at that layer (over all images); prefix tokens (CLS, registers) are named and never flagged.")
-s = lab.settings()
-spec = lab.model_slot("tn.model", s)
-k = st.number_input("k (robust threshold: median + k · 1.4826 · MAD)", 0.5, 50.0, 5.0, step=0.5, key="tn.k")
-result = None
-with lab.guard():
-    m = lab.model(spec, s.device)
-    src = lab.source(s)
-    opts = token_norms.TokenNormOptions(images=s.images, batch_size=s.batch_size, k=float(k))
-    result = lab.compute(("token-norms", s.key, spec, opts), lambda run: token_norms.token_norms(
-        m, src, opts, run), "Token norms")
-
-if result is not None:
-    frame = result.to_frame()
-    chart = charts.flag_summary_chart(frame)
-    lab.chart(chart, key="tn.flags")
-    lab.export(chart, frame, f"token_flags_{result.model}", "tn.flags")
-    c1, c2 = st.columns(2)
-    tap = c1.selectbox("Layer", result.layers, index=len(result.layers) - 1, key="tn.tap")
-    image = c2.selectbox("Image", list(range(len(result.ids))), key="tn.image", format_func=lambda i: result.ids[i])
-    hist = result.histogram_frame()
-    chart = charts.norm_histogram(hist, tap)
-    lab.chart(chart, key="tn.hist")
-    lab.export(chart, hist[hist["tap"] == tap], f"token_norms_{result.model}_{tap}", "tn.hist")
-    with lab.guard():
-        view = vitlab.activations.model_view(m, src.load(image))
-        flagged = result.flagged_frame()
-        here = flagged[(flagged["tap"] == tap) & (flagged["image"] == result.ids[image])]
-        lab.image(overlay(view, result.flag_grid(image, tap), min_side=224), here,
-                  f"flagged_{result.model}_{tap}_{result.ids[image]}", "tn.overlay",
-                  caption=f"flagged tokens at {tap} (bright): {len(here)}")
-    st.subheader("With and without flagged tokens")
+def with_and_without(m, src, s, result, image: int, k: float) -> None:
+    """CKA, attention distance, localization and attention maps with every token and with flagged ones left out."""
     cka = result.cka_frame()
     cols = st.columns(2)
     for col, (tokens, part) in zip(cols, cka.groupby("tokens", sort=False)):
@@ -97,8 +64,61 @@ if result is not None:
         lab.chart(chart, key="tn.dist")
         lab.export(chart, dist, f"token_norms_distance_{result.model}", "tn.dist")
     with lab.guard():
-        localization_with_and_without(m, src, s, float(k))
+        localization_with_and_without(m, src, s, k)
     if result.distance_all is not None:
         with lab.guard():
             maps_with_and_without(m, src, result, image)
+
+
+PAPER = ("(Darcet et al. 2024, not Raghu et al.) that large, well-trained ViTs store global information in a few "
+         "high-norm tokens of uninformative background patches.")
+
+st.title("Token-norm artefacts")
+lead = st.container()
+st.caption("A token is flagged when its norm exceeds median + k · 1.4826 · MAD of the spatial tokens' norms "
+           "at that layer (over all images); prefix tokens (CLS, registers) are named and never flagged.")
+s = lab.settings()
+spec = lab.model_slot("tn.model", s)
+k = st.number_input("k (robust threshold: median + k · 1.4826 · MAD)", 0.5, 50.0, 5.0, step=0.5, key="tn.k")
+result = None
+with lab.guard():
+    m = lab.model(spec, s.device)
+    src = lab.source(s)
+    opts = token_norms.TokenNormOptions(images=s.images, batch_size=s.batch_size, k=float(k))
+    result = lab.compute(("token-norms", s.key, spec, opts), lambda run: token_norms.token_norms(
+        m, src, opts, run), "Token norms")
+
+with lead:
+    if result is not None:
+        found = result.finding()
+        lab.finding(PAPER, found.ours, found.why)
+    else:
+        lab.finding(PAPER, why="no token norms were computed (see below).")
+
+if result is not None:
+    frame = result.to_frame()
+    chart = charts.flag_summary_chart(frame)
+    lab.chart(chart, key="tn.flags")
+    lab.export(chart, frame, f"token_flags_{result.model}", "tn.flags")
+    c1, c2 = st.columns(2)
+    tap = c1.selectbox("Layer", result.layers, index=len(result.layers) - 1, key="tn.tap")
+    image = c2.selectbox("Image", list(range(len(result.ids))), key="tn.image", format_func=lab.image_name(src))
+    hist = result.histogram_frame()
+    chart = charts.norm_histogram(hist, tap)
+    lab.chart(chart, key="tn.hist")
+    lab.export(chart, hist[hist["tap"] == tap], f"token_norms_{result.model}_{tap}", "tn.hist")
+    with lab.guard():
+        view = vitlab.activations.model_view(m, src.load(image))
+        flagged = result.flagged_frame()
+        here = flagged[(flagged["tap"] == tap) & (flagged["image"] == result.ids[image])]
+        lab.image(overlay(view, result.flag_grid(image, tap), min_side=224), here,
+                  f"flagged_{result.model}_{tap}_{result.ids[image]}", "tn.overlay",
+                  caption=f"flagged tokens at {tap} (bright): {len(here)}")
+    st.subheader("With and without flagged tokens")
+    if result.any_flagged:
+        with_and_without(m, src, s, result, image, float(k))
+    else:  # nothing left out: every "without" equals its "with"; drawn only on request (it runs ~5000 px tall)
+        st.caption("Nothing is flagged at this threshold, so each comparison would show the same picture twice.")
+        with st.expander("Show the comparisons anyway", expanded=False):
+            with_and_without(m, src, s, result, image, float(k))
     st.dataframe(frame, hide_index=True)

@@ -50,6 +50,12 @@ class CheckpointComparison:
                              "depth": (i + 1) / len(layers), "cka": float(v), **self._interval(k, i)})
         return pd.DataFrame(rows)
 
+    @property
+    def batches(self) -> int:
+        """Batches behind the intervals (0: none)."""
+        ev = self.matrices[0].evidence if self.matrices else None
+        return 0 if ev is None else int(ev.batches)
+
     def _interval(self, k: int, i: int) -> dict:
         """cka_lo, cka_hi and the interval's unit columns of layer ``i`` of pair ``k`` (none without evidence)."""
         ev = self.matrices[k].evidence

@@ -51,7 +51,7 @@ def say(e: Estimate, fmt: str = ".2f", unit: str = "") -> str:
     value = _fmt(e.value, fmt) + unit
     if not math.isfinite(e.value):
         return value
-    if e.lo == e.hi == e.value:
+    if e.lo == e.hi == e.value and not e.unit:  # an exact reference; a resampled interval is shown even when flat
         return value
     if not (math.isfinite(e.lo) and math.isfinite(e.hi)):
         return f"{value} (no interval)"

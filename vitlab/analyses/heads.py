@@ -117,21 +117,33 @@ class HeadSubsetResult:
     def to_frame(self):
         import pandas as pd
 
+        from ..stats.evidence import JACKKNIFE, interval_columns, jackknife_interval
+
         rows = []
+        ci = {}
+        if self.loo is not None:  # each cell's 95 % jackknife-t interval over batches
+            lo, hi = jackknife_interval(self.cka, self.loo)
+            ci = {"lo": lo, "hi": hi, "cols": interval_columns("batches", len(self.loo), JACKKNIFE)}
         for s, members in enumerate(self.subsets):
             d = float(np.mean(self.distance_px[members]))
             for j, layer in enumerate(self.layers_b):
+                extra = {"cka_lo": float(ci["lo"][s, j]), "cka_hi": float(ci["hi"][s, j]), **ci["cols"]} if ci else {}
                 rows.append({"subset": s, "subset_label": self.subset_label(s),
                              "heads": ",".join(self.heads[i] for i in members), "all_heads": s == len(self.subsets) - 1,
                              "mean_distance_px": d, "mean_distance_frac": d / self.image_side_px,
                              "layer_b": layer, "cka": float(self.cka[s, j]), "model_a": self.model_a,
-                             "model_b": self.model_b, "size": self.size, "images": self.images})
+                             "model_b": self.model_b, "size": self.size, "images": self.images, **extra})
         return pd.DataFrame(rows)
 
     def heads_frame(self):
         import pandas as pd
 
         return pd.DataFrame({"rank": np.arange(len(self.heads)), "head": self.heads, "distance_px": self.distance_px})
+
+    @property
+    def batches(self) -> int:
+        """Batches behind the intervals (0: none kept)."""
+        return 0 if self.loo is None else len(self.loo)
 
     def subset_estimate(self, s: int):
         """Subset ``s``'s CKA averaged over the other model's layers, with its jackknife-t interval over batches."""

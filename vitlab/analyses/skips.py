@@ -182,15 +182,15 @@ class SkipResult:
             groups.setdefault(f"{SUBLAYER_WORDS.get(kind, kind)} sublayers", []).append(i)
         return groups
 
-    def group_estimate(self, rows: list[int]):
-        """Mean ‖z‖/‖f(z)‖ over the spatial tokens and the sublayers ``rows`` (infinite ratios left out), with its
-        jackknife-t interval over batches."""
+    def group_estimate(self, rows: list[int], kind: str = "spatial"):
+        """Mean ‖z‖/‖f(z)‖ over the ``kind`` tokens ('spatial' or 'cls') and the sublayers ``rows`` (infinite ratios
+        left out), with its jackknife-t interval over batches."""
         import warnings
 
         from ..stats.evidence import Estimate
         from .findings import jackknife
 
-        cols = self.kinds()["spatial"]
+        cols = self.kinds()[kind]
 
         def mean(r: np.ndarray) -> np.ndarray:
             x = np.asarray(r, dtype=np.float64)[..., rows, cols]
@@ -282,12 +282,14 @@ class SkipReport:
         its 95 % jackknife-t interval over batches, and which is largest."""
         from .findings import Finding, interval_basis, say
 
-        parts, ests = [], []
+        parts, ests, cls = [], [], []
         for r in self.results:
             for group, rows in r.sublayer_groups().items():
                 e = r.group_estimate(rows)
                 ests.append((f"{r.model} {group}", e))
                 parts.append(f"{r.model} {group} {say(e)}")
+                if "cls" in r.kinds():
+                    cls.append(f"{r.model} {group} {say(r.group_estimate(rows, 'cls'))}")
         ranked = sorted((x for x in ests if np.isfinite(x[1].value)), key=lambda x: -x[1].value)
         if not ranked:
             return Finding(why="every ratio is undefined (zero branches): nothing to compare.")
@@ -298,8 +300,9 @@ class SkipReport:
             words += (f", its interval above the next ({second[0]})" if apart
                       else f", its interval overlapping the next ({second[0]})")
         units = self.results[0].interval_units
-        return Finding(ours=f"mean skip/branch norm ratio ‖z‖/‖f(z)‖ over spatial tokens: {'; '.join(parts)}; {words}; "
-                            f"{interval_basis('batches', units, batch_size=batch_size)}.")
+        cls_text = f"; for the CLS token: {'; '.join(cls)}" if cls else ""
+        return Finding(ours=f"mean skip/branch norm ratio ‖z‖/‖f(z)‖ over spatial tokens: {'; '.join(parts)}; {words}"
+                            f"{cls_text}; {interval_basis('batches', units, batch_size=batch_size)}.")
 
     def identity_errors(self) -> dict[str, float]:
         """Per token model (ViT, Mixer): the largest relative error of sum = z + f(z) over its sublayers."""
