@@ -29,11 +29,12 @@ OTHER = "timm model name…"
 CHECKPOINT = "checkpoint file…"
 FOLDER = "folder"
 UPLOADS = "uploads"
+# short enough for the sidebar's select box at 1280 px (issue 34: "Fashion-MNIST test set (bundled" was cut)
 SOURCES = {
-    "fashion-mnist:test": "Fashion-MNIST test set (bundled)",
-    "samples": "Bundled sample photographs",
-    "cifar10:test": "CIFAR-10 test set",
-    "cifar100:test": "CIFAR-100 test set",
+    "fashion-mnist:test": "Fashion-MNIST test",
+    "samples": "Sample photographs",
+    "cifar10:test": "CIFAR-10 test",
+    "cifar100:test": "CIFAR-100 test",
     FOLDER: "A folder of images…",
     UPLOADS: "Uploaded images…",
 }

@@ -32,7 +32,7 @@ with right:
     st.subheader("Images")
     with lab.guard():
         src = lab.source(s)
-        st.markdown(f"`{src.name}`: {len(src)} images"
+        st.markdown(f"{lab.SOURCES.get(s.source, f'`{src.name}`')}: {len(src)} images"
                     + (f", classes {', '.join(src.classes[:10])}" if src.classes else "")
                     + f"; the pages use the first {min(s.images, len(src))}, in batches of {s.batch_size}.")
         bad: list = []
@@ -45,12 +45,15 @@ with right:
             st.caption(f"skipped: {why}")
 
 st.subheader("Pages")
-for p in table.pages():
+# the title as the link and what the page does as a caption below it: a link's label does not wrap, so a long
+# one was cut at the right edge at 1280 px (issue 34)
+cols = st.columns(2)
+for k, p in enumerate(table.pages()):
     rows = [table.ANALYSES[name] for name in p.rows]
     what = "; ".join(f"{a.help.split(' (')[0]}" + (f" ({a.figure})" if a.figure != "-" else "") for a in rows)
-    st.page_link(lab.page(p.file, p.title, p.icon, p.url), label=f"{p.title}: {what}", icon=p.icon)
-st.page_link("views/tour.py", label="Paper tour: every figure, its claim, and whether these models show it",
-             icon=":material/slideshow:")
+    with cols[k % 2]:
+        st.page_link(lab.page(p.file, p.title, p.icon, p.url), label=p.title, icon=p.icon)
+        st.caption(what[:1].upper() + what[1:])
 
 st.subheader("Cache")
 info = lab.store().info()

@@ -19,6 +19,8 @@ PAPER = ("ViTs have more uniform representations across layers than ResNets (hig
 
 VIEWS = {"A vs B": (0, 1), "within A": (0, 0), "within B": (1, 1)}
 VIEW_IDS = {"A vs B": "ab", "within A": "aa", "within B": "bb"}
+# the heatmap's plot side: with its axis labels and legend it fits the page's wider column at 1280 px (issue 34)
+HEATMAP = 290
 
 
 def options_ui() -> tuple[str, str, str]:
@@ -58,14 +60,15 @@ def detail(result, frame, la: str, lb: str, batch_size: int) -> None:
     row = frame[(frame["layer_a"] == la) & (frame["layer_b"] == lb)].iloc[0]
     ma, mb = row["model_a"], row["model_b"]
     cell = vitlab.similarity.cell_estimate(result, result.layers_a.index(la), result.layers_b.index(lb))
-    st.metric(f"CKA of {ma} `{la}` and {mb} `{lb}`", findings.say(cell, ".3f"))
+    # words that wrap, not st.metric: its label and value are cut at a column's edge (issue 34)
+    st.markdown(f"CKA of {ma} `{la}` and {mb} `{lb}`: **{findings.say(cell, '.3f')}**")
     st.caption(findings.interval_caption("batches", cell.units, batch_size=batch_size, what="interval"))
     across_b = frame[frame["layer_a"] == la].reset_index(drop=True)
     across_a = frame[frame["layer_b"] == lb].reset_index(drop=True)
     for part, along, what, key in ((across_b, "layer_b", f"{ma} `{la}` against every layer of {mb}", "b"),
                                    (across_a, "layer_a", f"{mb} `{lb}` against every layer of {ma}", "a")):
         st.caption(what)
-        bars = cka_profile(part, along=along, width=320, height=120)
+        bars = cka_profile(part, along=along, width=230, height=120)
         lab.chart(bars, key=f"sim.profile.{key}")
         fixed = la if along == "layer_b" else lb
         lab.export(bars, part, f"cka_profile_{ma if along == 'layer_b' else mb}_{fixed}", f"sim.profile.{key}")
@@ -105,7 +108,7 @@ def other_measure(a, b, src, s, tokens: str, measure: str) -> None:
     view = st.radio("Heatmap", list(VIEWS), horizontal=True, key="sim.view")
     frame = rep.pair_frame(measure, *VIEWS[view])
     vid = VIEW_IDS[view]
-    chart = sim_charts.measure_heatmap(frame, select="cell", size=420)
+    chart = sim_charts.measure_heatmap(frame, select="cell", size=HEATMAP)
     left, right = st.columns([3, 2])
     with left:
         event = lab.chart(chart, on_select="rerun", key=f"sim.mchart.{vid}")
@@ -131,7 +134,7 @@ def agreement_ui(a, b, src, s, tokens: str) -> None:
     st.caption(f"Spearman ρ over the layer pairs of '{view}' (a layer with itself left out): ρ ≥ "
                f"{vitlab.agreement.AGREE} agree, ≥ {vitlab.agreement.PARTLY} partly agree, below that disagree. "
                "Procrustes enters as cos θ.")
-    grid = sim_charts.measure_grid([ag.maps[(m, vid)] for m in ag.measures])
+    grid = sim_charts.measure_grid([ag.maps[(m, vid)] for m in ag.measures], size=150, columns=2)
     lab.chart(grid, key="sim.agree.grid")
     maps = rep.to_frame()
     lab.export(grid, maps, f"measures_{ag.model_a}_vs_{ag.model_b}_{vid}", "sim.agree.grid")
@@ -178,7 +181,7 @@ if report is not None:
     result = report.pair(*VIEWS[view])
     frame = result.to_frame()
     vid = VIEW_IDS[view]
-    chart = charts.cka_heatmap(frame, select="cell", size=420)
+    chart = charts.cka_heatmap(frame, select="cell", size=HEATMAP)
     left, right = st.columns([3, 2])
     with left:
         event = lab.chart(chart, on_select="rerun", key=f"sim.chart.{vid}")

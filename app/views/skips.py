@@ -83,19 +83,21 @@ if chosen:
         lab.finding(PAPER_REMOVAL, result.finding().ours)
         st.caption(f"{result.kind}; {result.images} images")
         frame = result.to_frame()
-        cols = st.columns(3)
-        for col, name, what in zip(cols, ("before", "after", "before_vs_after"),
+        # two a row: three heatmaps with their layer names do not fit one row at 1280 px (issue 34)
+        cells = st.columns(2) + st.columns(2)
+        for col, name, what in zip(cells, ("before", "after", "before_vs_after"),
                                    ("unmodified", f"without {removal.label}", "unmodified vs ablated")):
             part = frame[frame["map"] == name].drop(columns="map").reset_index(drop=True)
-            heat = charts.cka_heatmap(part, title=what, size=240)
+            heat = charts.cka_heatmap(part, title=what, size=200)
             with col:
                 lab.chart(heat, key=f"skips.rm.{name}")
                 lab.export(heat, part, f"skip_removal_{name}", f"skips.rm.{name}")
-        metrics = result.metrics_frame()
-        bars = skip_charts.metrics_chart(metrics)
-        lab.chart(bars, key="skips.metrics")
-        lab.export(bars, metrics, "skip_removal_metrics", "skips.metrics")
-        st.caption(findings.interval_caption("images", result.images) + " (each image right or wrong)")
+        with cells[3]:
+            metrics = result.metrics_frame()
+            bars = skip_charts.metrics_chart(metrics, width=240)
+            lab.chart(bars, key="skips.metrics")
+            lab.export(bars, metrics, "skip_removal_metrics", "skips.metrics")
+            st.caption(findings.interval_caption("images", result.images) + " (each image right or wrong)")
 
 st.subheader("Retrained without a skip (zoo)")
 st.caption("The paper's Fig 8 retrains a ViT without one skip; the zoo has such models, trained with the same "

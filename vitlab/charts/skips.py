@@ -98,6 +98,9 @@ def metrics_chart(frame: pd.DataFrame, title: str | None = None, width: int = 30
                    if "lo" in long else [])],
     )
     layers = [bars] + ([base.mark_rule(color="black").encode(y="lo:Q", y2="hi:Q")] if "lo" in long else [])
-    return alt.layer(*layers, data=long).properties(width=width // 2).facet(
-        column=alt.Column("metric:N", title=None)).properties(
+    return alt.layer(*layers, data=long).properties(width=width // 2, height=200).facet(
+        # a header breaks before " with ": "top-1 agreement with the unmodified model" overlapped its neighbour
+        column=alt.Column("metric:N", title=None,
+                          header=alt.Header(labelExpr="split(replace(datum.label, / with /, '|with '), '|')")
+                          )).properties(
         title=title or frame["intervention"].iloc[0].split(":")[0])
