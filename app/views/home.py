@@ -32,7 +32,8 @@ with right:
     st.subheader("Images")
     with lab.guard():
         src = lab.source(s)
-        st.markdown(f"{lab.SOURCES.get(s.source, f'`{src.name}`')}: {len(src)} images"
+        named = "uploads" if s.source == lab.UPLOADS else lab.SOURCES.get(s.source, f"`{src.name}`")
+        st.markdown(f"{named}: {len(src)} images"
                     + (f", classes {', '.join(src.classes[:10])}" if src.classes else "")
                     + f"; the pages use the first {min(s.images, len(src))}, in batches of {s.batch_size}.")
         bad: list = []
