@@ -55,7 +55,7 @@ def with_and_without(m, src, s, result, image: int, k: float) -> None:
     for col, (tokens, part) in zip(cols, cka.groupby("tokens", sort=False)):
         part = part.drop(columns="tokens").reset_index(drop=True)
         with col:
-            chart = cka_heatmap(part, title=f"CKA, tokens: {tokens}", size=260)
+            chart = cka_heatmap(part, title=f"CKA, tokens: {tokens}", size=210)  # fits half of 1280 px
             lab.chart(chart, key=f"tn.cka.{tokens}")
             lab.export(chart, part, f"token_norms_cka_{tokens}_{result.model}", f"tn.cka.{tokens}")
     dist = result.distance_frame()
