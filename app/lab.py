@@ -33,11 +33,12 @@ OTHER = "timm model name…"
 CHECKPOINT = "checkpoint file…"
 FOLDER = "folder"
 UPLOADS = "uploads"
+# short enough for the sidebar's select box at 1280 px (issue 34: "Fashion-MNIST test set (bundled" was cut)
 SOURCES = {
-    "fashion-mnist:test": "Fashion-MNIST test set (bundled)",
-    "samples": "Bundled sample photographs",
-    "cifar10:test": "CIFAR-10 test set",
-    "cifar100:test": "CIFAR-100 test set",
+    "fashion-mnist:test": "Fashion-MNIST test",
+    "samples": "Sample photographs",
+    "cifar10:test": "CIFAR-10 test",
+    "cifar100:test": "CIFAR-100 test",
     FOLDER: "A folder of images…",
     UPLOADS: "Uploaded images…",
 }
@@ -599,6 +600,19 @@ def follow_click(prefix: str, click: dict | None, keys: dict[str, str]) -> None:
         for field, key in keys.items():
             st.session_state[key] = click[field]
     st.session_state[last] = click
+
+
+def image_name(src) -> Callable[[int], str]:
+    """A select box's name for image i of ``src``: its file name, or "image 12 (Ankle boot)" for a data set's
+    item (never an internal id such as 'fashion-mnist:test#12')."""
+    def name(i: int) -> str:
+        text = src.item_id(i)
+        if text.startswith(f"{src.name}#"):
+            text = f"image {i}"
+        label = src.label(i)
+        return f"{text} ({src.classes[label]})" if label is not None and src.classes else text
+
+    return name
 
 
 def model_slot(key: str, s: Settings, prefer: str | None = None) -> str:

@@ -40,7 +40,8 @@ def test_sensitivity_under_the_clicked_cell():
     assert {"baseline", "remove top PCs", "leave one batch out", "leave one image out",
             "top-direction energy share"} <= set(sens["check"])
     base = float(sens.loc[sens["check"] == "baseline", "value"].iloc[0])
-    assert base == pytest.approx(float(at.metric[0].value), abs=1e-4)  # the clicked cell's CKA
+    line = next(m.value for m in at.markdown if m.value.startswith("CKA of"))  # "... `L`: **0.9513 [lo, hi]**"
+    assert base == pytest.approx(float(line.split("**")[1].split()[0]), abs=1e-4)  # the clicked cell's CKA
     assert len(charts(at)) >= 2
     assert_every_chart_exported(at, "similarity")
 

@@ -52,7 +52,9 @@ def test_curve_against_reference(pair, store):
     again = checkpoints.compare_checkpoints([(a, b)], source, opts, vitlab.Run(store=store))
     assert again.info.batches_computed == 0  # Grams come from the cache
     spec = checkpoint_lines(frame).to_dict()
-    assert spec["mark"]["type"] == "line"
+    marks = [layer["mark"]["type"] for layer in spec["layer"]]
+    assert marks[0] == "line" and "rule" in marks  # the curve and its 95 % interval per layer
+    assert {"cka_lo", "cka_hi"} <= set(frame.columns)
 
 
 def test_architecture_mismatch(tiny_vit, tiny_resnet):

@@ -6,14 +6,15 @@ import streamlit as st
 
 import vitlab
 from vitlab import ablation
+from vitlab.analyses import findings
 from vitlab.analyses.attention import require_vit
 from vitlab.charts import causal as charts
 
 st.title("Head ablation by attention distance")
-st.caption("Local heads resemble convolutions (Fig 5), but what do they do? Ablate the k most local, the k most "
+st.caption("Raghu et al. 2021 compare local heads with convolutions by similarity only (Fig 5; see Head subsets); "
+           "this page makes no claim of theirs and measures what the heads do. Ablate the k most local, the k most "
            "global or k random heads of the lower blocks: zero (the head's term of the attention branch removed) or "
-           "mean (its output replaced by its mean over the images). Intervals: 95 % bootstrap over images for the "
-           "local and global heads, the 2.5-97.5 % range over random draws for random heads.")
+           "mean (its output replaced by its mean over the images).")
 s = lab.settings()
 
 
@@ -47,8 +48,11 @@ with lab.guard():
 
 if result is not None:
     summary = result.summary()
-    st.caption(f"{result.images} images; {result.accuracy_kind} of the intact model "
-               f"{result.intact_correct.mean():.3f}. Curves side by side: most local, most global, random heads.")
+    st.caption(f"{result.images} images; {result.accuracy_kind} of the intact model {result.intact_accuracy}. "
+               "Curves side by side: most local, most global, random heads; "
+               + findings.interval_caption("images", result.images, "percentile bootstrap")
+               + " (most local and most global heads); random heads: the 2.5-97.5 % range over "
+               f"{opts.draws} random draws.")
     for metric in ("delta_accuracy", "kl"):
         chart = charts.ablation_curves(summary, metric)
         lab.chart(chart, key=f"abl.{metric}")

@@ -6,12 +6,17 @@ import streamlit as st
 
 import vitlab
 from vitlab import attention
+from vitlab.analyses import findings
 from vitlab.charts import attention as charts
 
+PAPER = ("the lower layers of ViTs trained on enough data mix local heads (small mean attention distance) with "
+         "global ones, the higher layers' heads are all global, and with less data the local heads do not form "
+         "(Figs 3-4).")
+
 st.title("Attention")
-st.caption("Mean attention distance (Dosovitskiy et al. 2021, App. D.7) of every head: lower ViT layers mix local "
-           "heads (small distance) with global ones, while with less data the local heads disappear (Figs 3-4). "
-           "Click a dot to see that head's attention on an image.")
+lead = st.container()
+st.caption("Mean attention distance (Dosovitskiy et al. 2021, App. D.7) of every head. Click a dot to see that "
+           "head's attention on an image.")
 s = lab.settings()
 spec = lab.model_slot("att.model", s)
 dist = None
@@ -22,9 +27,17 @@ with lab.guard():
     dist = lab.compute(("attn-dist", s.key, spec), lambda run: attention.attention_distance(m, src, opts, run),
                        "Attention distance")
 
+with lead:
+    if dist is not None:
+        found = dist.finding()
+        lab.finding(PAPER, found.ours, found.why)
+    else:
+        lab.finding(PAPER, why="no attention distances for this model (see below).")
+
 if dist is not None:
     frame = dist.to_frame()
-    st.caption(f"{dist.images} images; image side {dist.image_side_px:.0f} px")
+    st.caption(f"{dist.images} images, image side {dist.image_side_px:.0f} px; dashed: uniform attention over all "
+               f"keys ({dist.uniform_px:.1f} px); " + findings.interval_caption("images", dist.images))
     chart = lab.clickable(charts.attention_distance_chart(frame), "head", ["layer", "head"], nearest=True)
     event = lab.chart(chart, on_select="rerun", key="att.dist")
     lab.export(chart, frame, f"attention_distance_{m.label}", "att.dist")
@@ -37,7 +50,7 @@ if dist is not None:
     c1, c2, c3, c4 = st.columns([1, 1, 2, 2])
     layer = c1.selectbox("Block", layers, key="att.layer")
     head = c2.selectbox("Head", heads, key="att.head")
-    index = c3.selectbox("Image", list(range(n_images)), key="att.image", format_func=src.item_id)
+    index = c3.selectbox("Image", list(range(n_images)), key="att.image", format_func=lab.image_name(src))
     gh, gw = m.grid
     has_cls = m.has_cls
     kind = c4.radio("Query token", ["CLS", "patch"] if has_cls else ["patch"], horizontal=True, key="att.qkind")
@@ -49,7 +62,7 @@ if dist is not None:
         query = (int(row), int(col))
     with lab.guard():
         maps = attention.head_maps(m, src, index, int(layer), query, store=lab.store())
-        grid = charts.attention_map_chart(maps, size=150, columns=5)
+        grid = charts.attention_map_chart(maps, size=120, columns=5)  # five a row fit 1280 px (issue 34)
         lab.chart(grid, key="att.maps")
         lab.export(grid, maps, f"attention_maps_{m.label}_block{layer}", "att.maps")
         view = vitlab.activations.model_view(m, src.load(index))

@@ -10,7 +10,8 @@ from vitlab.charts import causal as charts
 from vitlab.charts.attention import overlay
 
 st.title("Attribution maps and their faithfulness")
-st.caption("Where does the model look for this image and class? Each map orders the image's cells; deleting them "
+st.caption("Raghu et al. 2021 make no claim about attribution maps; this page measures, for one image, how "
+           "faithful each map is. Where does the model look for this image and class? Each map orders the image's cells; deleting them "
            "in that order should make the class probability fall fast (low deletion AUC), inserting them into a "
            "blank image should make it rise fast (high insertion AUC), compared with a random order. Deleted cells "
            "are filled with the data set's mean pixel (or black).")
@@ -39,7 +40,7 @@ result = None
 with lab.guard():
     m = lab.model(spec, s.device)
     src = lab.source(s)
-    index, opts = options_ui(m.family, min(s.images, len(src)), src.item_id)
+    index, opts = options_ui(m.family, min(s.images, len(src)), lab.image_name(src))
     result = lab.compute(("attribution", s.key, spec, index, opts), lambda run: attribution.attribution(
         m, src, index, opts, run), "Attribution")
 
@@ -58,6 +59,6 @@ if result is not None:
     chart = charts.faithfulness_curves(frame)
     lab.chart(chart, key="attr.curves")
     lab.export(chart, frame, f"faithfulness_curves_{result.model}_{result.image}", "attr.curves")
-    st.caption(f"target class {result.target}; cells of {result.cell_px} px; random order: mean of "
+    st.caption(f"target: {result.target_words}; cells of {result.cell_px} px; random order: mean of "
                f"{opts.random_orders} orders. The CLI command `vitlab attribution` averages the scores over images.")
     st.dataframe(result.summary(), hide_index=True)

@@ -5,6 +5,7 @@ import lab
 import streamlit as st
 
 from vitlab import checkpoints
+from vitlab.analyses import findings
 from vitlab.charts import checkpoints as charts
 
 PRESETS = {
@@ -20,9 +21,13 @@ PAIRS = {
     "hub-ft": [("vit_base_patch16_224.augreg_in21k", "vit_base_patch16_224.augreg2_in21k_ft_in1k")],
 }
 
+PAPER = ("with less pre-training data, a ViT's higher layers learn representations that differ more from the "
+         "full-data model's than its lower layers do, and its lower layers do not learn local heads (Fig 12).")
+
 st.title("Checkpoints")
-st.caption("With less data, a ViT's higher layers learn different representations from the full-data model's, "
-           "and its lower layers miss the local heads (Fig 12); fine-tuning changes the higher layers most.")
+lead = st.container()
+st.caption("CKA of matching layers of two checkpoints of one architecture. Whether a checkpoint has local heads is "
+           "measured on the Attention page, not here.")
 s = lab.settings()
 preset = st.radio("Compare", list(PRESETS), key="ckpt.preset", format_func=PRESETS.get)
 specs = [(s.model_a, s.model_b)] if preset == "sidebar" else PAIRS[preset]
@@ -35,6 +40,13 @@ with lab.guard():
     result = lab.compute(("ckpt", s.key, tuple(specs)), lambda run: checkpoints.compare_checkpoints(
         pairs, src, opts, run), "Checkpoints")
 
+with lead:
+    if result is not None:
+        found = result.finding(s.batch_size)
+        lab.finding(PAPER, found.ours, found.why)
+    else:
+        lab.finding(PAPER, why="no checkpoints were compared (see below).")
+
 if result is not None:
     for w in result.warnings:
         st.warning(w)
@@ -42,4 +54,5 @@ if result is not None:
     chart = charts.checkpoint_lines(frame)
     lab.chart(chart, key="ckpt.chart")
     lab.export(chart, frame, f"checkpoints_{preset}", "ckpt.chart")
+    st.caption(findings.interval_caption("batches", result.batches, batch_size=s.batch_size))
     st.caption(lab.run_caption(result.info, result.images))

@@ -6,12 +6,17 @@ import streamlit as st
 
 import vitlab
 from vitlab import heads
+from vitlab.analyses import findings
 from vitlab.analyses.attention import require_vit
 from vitlab.charts import attention as charts
 
+PAPER = ("the ViT's local heads (small mean attention distance) are the most similar to the ResNet's lower layers "
+         "and its global heads the least: local attention learns what convolutions hard-code (Fig 5).")
+
 st.title("Head subsets vs the other model")
-st.caption("The ViT's local heads (small attention distance) are most similar to the ResNet's lower layers, "
-           "its global heads least (Fig 5): local attention learns what convolutions hard-code.")
+lead = st.container()
+st.caption("Heads of model A's chosen blocks sorted by mean attention distance; each subset of consecutive heads "
+           "(most local first) compared by CKA with every lower layer of model B.")
 s = lab.settings()
 
 
@@ -38,6 +43,13 @@ with lab.guard():
     result = lab.compute(("heads", s.key, tuple(blocks), size, tokens), lambda run: heads.head_subsets(
         a, b, src, opts, run), "Head subsets")
 
+with lead:
+    if result is not None:
+        found = result.finding(s.batch_size)
+        lab.finding(PAPER, found.ours, found.why)
+    else:
+        lab.finding(PAPER, why="no head subsets were compared (see below).")
+
 if result is not None:
     for w in result.warnings:
         st.warning(w)
@@ -45,5 +57,7 @@ if result is not None:
     chart = charts.head_subset_chart(frame)
     lab.chart(chart, key="heads.chart")
     lab.export(chart, frame, f"head_subsets_{result.model_a}_vs_{result.model_b}", "heads.chart")
-    st.caption(f"{result.images} images; dashed: all heads together. Heads from most local to most global:")
+    st.caption(f"{result.images} images; dashed: all heads together; "
+               + findings.interval_caption("batches", result.batches, batch_size=s.batch_size)
+               + ". Heads from most local to most global:")
     st.dataframe(result.heads_frame(), hide_index=True, height=200)

@@ -32,23 +32,29 @@ with right:
     st.subheader("Images")
     with lab.guard():
         src = lab.source(s)
-        st.markdown(f"`{src.name}`: {len(src)} images"
+        named = "uploads" if s.source == lab.UPLOADS else lab.SOURCES.get(s.source, f"`{src.name}`")
+        st.markdown(f"{named}: {len(src)} images"
                     + (f", classes {', '.join(src.classes[:10])}" if src.classes else "")
                     + f"; the pages use the first {min(s.images, len(src))}, in batches of {s.batch_size}.")
         bad: list = []
-        shown = [(name, img) for name, img in vitlab.data.iter_images(src, range(min(8, len(src))), bad, 72)]
+        namer = lab.image_name(src)
+        index = {src.item_id(i): i for i in range(min(8, len(src)))}
+        shown = [(namer(index[name]), img) for name, img in vitlab.data.iter_images(src, list(index.values()), bad, 96)]
         if shown:
-            st.image([img for _, img in shown], caption=[name.split("/")[-1][:18] for name, _ in shown], width=72)
+            st.image([img for _, img in shown], caption=[name for name, _ in shown], width=96)
         for _, why in bad:
             st.caption(f"skipped: {why}")
 
 st.subheader("Pages")
-for p in table.pages():
+# the title as the link and what the page does as a caption below it: a link's label does not wrap, so a long
+# one was cut at the right edge at 1280 px (issue 34)
+cols = st.columns(2)
+for k, p in enumerate(table.pages()):
     rows = [table.ANALYSES[name] for name in p.rows]
     what = "; ".join(f"{a.help.split(' (')[0]}" + (f" ({a.figure})" if a.figure != "-" else "") for a in rows)
-    st.page_link(lab.page(p.file, p.title, p.icon, p.url), label=f"{p.title}: {what}", icon=p.icon)
-st.page_link("views/tour.py", label="Paper tour: every figure, its claim, and whether these models show it",
-             icon=":material/slideshow:")
+    with cols[k % 2]:
+        st.page_link(lab.page(p.file, p.title, p.icon, p.url), label=p.title, icon=p.icon)
+        st.caption(what[:1].upper() + what[1:])
 
 st.subheader("Cache")
 info = lab.store().info()

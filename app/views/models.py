@@ -56,7 +56,7 @@ if result is not None:
     part, xy = frame[frame["depth"] == depth], coords[coords["depth"] == depth]
     c1, c2 = st.columns(2)
     with c1:
-        heat = sim_charts.models_heatmap(part)
+        heat = sim_charts.models_heatmap(part, size=240)  # fits half of 1280 px (issue 34)
         lab.chart(heat, key="mm.heat")
         lab.export(heat, part, f"models_{measure}_depth{depth:g}", "mm.heat")
     with c2:

@@ -5,16 +5,19 @@ import lab
 import streamlit as st
 
 from vitlab import probes
+from vitlab.analyses import findings
 from vitlab.charts import probes as charts
 
 REP_NAMES = {"cls": "CLS token", "gap": "mean of tokens (GAP)", "gap_cls": "GAP incl. CLS", "first": "first token",
              "token": "single tokens"}
 
+PAPER = ("a CLS-trained ViT carries its class information in the CLS token late, while the mean of its spatial "
+         "tokens (GAP) reads out less; ResNets' accuracy rises gradually with depth (Figs 11, 13).")
+
 st.title("Linear probes")
-st.caption("Closed-form few-shot linear probes (big_vision recipe) on each layer: a CLS-trained ViT carries its "
-           "class information in the CLS token late, while GAP of its spatial tokens reads out less; ResNets' "
-           "accuracy rises gradually with depth (Figs 11, 13). Needs a labelled image set (Fashion-MNIST, CIFAR, "
-           "a folder with one sub-folder per class).")
+lead = st.container()
+st.caption("Closed-form few-shot linear probes (big_vision recipe) on each layer. Needs a labelled image set "
+           "(Fashion-MNIST, CIFAR, a folder with one sub-folder per class).")
 s = lab.settings()
 
 
@@ -39,6 +42,13 @@ with lab.guard():
     report = lab.compute(("probes", s.key, shots, test, draws, tuple(reps)),
                          lambda run: probes.probes([a, b], src, opts, run), "Linear probes")
 
+with lead:
+    if report is not None:
+        found = report.finding()
+        lab.finding(PAPER, found.ours, found.why)
+    else:
+        lab.finding(PAPER, why="no probes were fitted (see below).")
+
 if report is not None:
     for r in report.results:
         for w in r.warnings:
@@ -49,8 +59,8 @@ if report is not None:
     lab.export(chart, frame, f"probes_{shots}shot", "probe.chart")
     sp = report.split
     st.caption(f"{len(sp.train)} training, {len(sp.val)} held-out (to choose λ) and {len(sp.test)} test images, "
-               f"{sp.classes} classes; accuracies are means over {draws} few-shot draws of these images, bars "
-               "their 95 % t intervals over the few-shot draws; dashed: chance, the most common test class's share (what a guess "
+               f"{sp.classes} classes; accuracies are means over {draws} few-shot draws of these images; "
+               + findings.interval_caption("few-shot draws", draws) + "; dashed: chance, the most common test class's share (what a guess "
                "that ignores the image scores at best)" + ("; above_chance: yes when the whole interval is above it"
                                                             if draws > 1 else ""))
     st.dataframe(frame, hide_index=True, height=240)

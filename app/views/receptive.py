@@ -5,12 +5,17 @@ import lab
 import streamlit as st
 
 from vitlab import receptive
+from vitlab.analyses import findings
 from vitlab.charts import attention as charts
 
+PAPER = ("ViT receptive fields are more global than ResNet ones from the lowest layers on, yet still centred on "
+         "the position, while ResNet fields grow gradually; before the residual they show how much each block "
+         "relies on its skip connection (Fig 6).")
+
 st.title("Receptive fields")
-st.caption("ViT receptive fields are more global than ResNet ones from the lowest layers on, yet still centred on "
-           "the position; ResNet fields grow gradually. Before the residual they show how much each block relies "
-           "on its skip connection (Fig 6).")
+lead = st.container()
+st.caption("The effective receptive field of the centre position of every block: the mean |gradient| of its output "
+           "with respect to the input image.")
 s = lab.settings()
 spec = lab.model_slot("rf.model", s)
 c1, c2 = st.columns([1, 3])
@@ -26,6 +31,13 @@ with lab.guard():
     result = lab.compute(("rf", s.key, spec, residual), lambda run: receptive.receptive_fields(m, src, opts, run),
                          "Receptive fields")
 
+with lead:
+    if result is not None:
+        found = result.finding(opts.batch_size)
+        lab.finding(PAPER, found.ours, found.why)
+    else:
+        lab.finding(PAPER, why="no receptive fields were computed (see below).")
+
 if result is not None:
     for w in result.warnings:
         st.warning(w)
@@ -33,8 +45,9 @@ if result is not None:
     chart = charts.receptive_field_chart(frame, columns=6, size=110)
     lab.chart(chart, key="rf.chart")
     lab.export(chart, frame, f"receptive_fields_{result.model}_{residual}", "rf.chart")
-    st.caption(f"{result.images} images. Radius of the disc around the centre holding 50 % / 90 % of the gradient "
-               "(bars: 95 % intervals over the images):")
+    st.caption(f"{result.images} images. Radius of the disc around the centre holding 50 % / 90 % of the gradient ("
+               + findings.interval_caption("batches", result.radius_units, "percentile bootstrap", opts.batch_size)
+               + "):")
     summary = result.summary_frame()
     radius = charts.receptive_radius_chart(summary)
     lab.chart(radius, key="rf.radius")

@@ -11,10 +11,16 @@ import streamlit as st
 import vitlab
 from vitlab import charts
 from vitlab.charts import similarity as sim_charts
+from vitlab.analyses import findings
 from vitlab.charts.cka import cka_profile
+
+PAPER = ("ViTs have more uniform representations across layers than ResNets (higher CKA between different layers "
+         "of one model), and the ViT's lower half resembles a much larger part of the ResNet (Figs 1-2).")
 
 VIEWS = {"A vs B": (0, 1), "within A": (0, 0), "within B": (1, 1)}
 VIEW_IDS = {"A vs B": "ab", "within A": "aa", "within B": "bb"}
+# the heatmap's plot side: with its axis labels and legend it fits the page's wider column at 1280 px (issue 34)
+HEATMAP = 290
 
 
 def options_ui() -> tuple[str, str, str]:
@@ -50,16 +56,19 @@ def clicked_cell(event) -> dict | None:
     return {"layer_a": points[0]["layer_a"], "layer_b": points[0]["layer_b"]} if points else None
 
 
-def detail(frame, la: str, lb: str) -> None:
+def detail(result, frame, la: str, lb: str, batch_size: int) -> None:
     row = frame[(frame["layer_a"] == la) & (frame["layer_b"] == lb)].iloc[0]
     ma, mb = row["model_a"], row["model_b"]
-    st.metric(f"CKA of {ma} `{la}` and {mb} `{lb}`", f"{row['cka']:.4f}")
+    cell = vitlab.similarity.cell_estimate(result, result.layers_a.index(la), result.layers_b.index(lb))
+    # words that wrap, not st.metric: its label and value are cut at a column's edge (issue 34)
+    st.markdown(f"CKA of {ma} `{la}` and {mb} `{lb}`: **{findings.say(cell, '.4f')}**")
+    st.caption(findings.interval_caption("batches", cell.units, batch_size=batch_size, what="interval"))
     across_b = frame[frame["layer_a"] == la].reset_index(drop=True)
     across_a = frame[frame["layer_b"] == lb].reset_index(drop=True)
     for part, along, what, key in ((across_b, "layer_b", f"{ma} `{la}` against every layer of {mb}", "b"),
                                    (across_a, "layer_a", f"{mb} `{lb}` against every layer of {ma}", "a")):
         st.caption(what)
-        bars = cka_profile(part, along=along, width=320, height=120)
+        bars = cka_profile(part, along=along, width=230, height=120)
         lab.chart(bars, key=f"sim.profile.{key}")
         fixed = la if along == "layer_b" else lb
         lab.export(bars, part, f"cka_profile_{ma if along == 'layer_b' else mb}_{fixed}", f"sim.profile.{key}")
@@ -99,7 +108,7 @@ def other_measure(a, b, src, s, tokens: str, measure: str) -> None:
     view = st.radio("Heatmap", list(VIEWS), horizontal=True, key="sim.view")
     frame = rep.pair_frame(measure, *VIEWS[view])
     vid = VIEW_IDS[view]
-    chart = sim_charts.measure_heatmap(frame, select="cell", size=420)
+    chart = sim_charts.measure_heatmap(frame, select="cell", size=HEATMAP)
     left, right = st.columns([3, 2])
     with left:
         event = lab.chart(chart, on_select="rerun", key=f"sim.mchart.{vid}")
@@ -125,7 +134,7 @@ def agreement_ui(a, b, src, s, tokens: str) -> None:
     st.caption(f"Spearman ρ over the layer pairs of '{view}' (a layer with itself left out): ρ ≥ "
                f"{vitlab.agreement.AGREE} agree, ≥ {vitlab.agreement.PARTLY} partly agree, below that disagree. "
                "Procrustes enters as cos θ.")
-    grid = sim_charts.measure_grid([ag.maps[(m, vid)] for m in ag.measures])
+    grid = sim_charts.measure_grid([ag.maps[(m, vid)] for m in ag.measures], size=150, columns=2)
     lab.chart(grid, key="sim.agree.grid")
     maps = rep.to_frame()
     lab.export(grid, maps, f"measures_{ag.model_a}_vs_{ag.model_b}_{vid}", "sim.agree.grid")
@@ -140,9 +149,9 @@ def agreement_ui(a, b, src, s, tokens: str) -> None:
 
 
 st.title("Representation similarity")
+lead = st.container()
 st.caption("Centered kernel alignment (Kornblith et al. 2019) between every pair of layers, by minibatch CKA "
-           "(Nguyen et al. 2021), as in Figs 1-2 of Raghu et al. 2021: ViTs have more uniform representations "
-           "across layers than ResNets, and their lower half resembles a much larger part of the ResNet.")
+           "(Nguyen et al. 2021), as in Figs 1-2 of Raghu et al. 2021.")
 s = lab.settings()
 tokens, kernel, measure = options_ui()
 report = None
@@ -157,14 +166,22 @@ with lab.guard():
         report = lab.compute(("cka", s.key, tokens, kernel), lambda run: vitlab.run.cka([a, b], src, opts, run),
                              "CKA")
 
+with lead:
+    if report is not None:
+        lab.finding(PAPER, vitlab.similarity.uniformity_finding(report, s.batch_size).ours)
+    else:
+        lab.finding(PAPER, why="the CKA maps answer this claim; the measure chosen below is not CKA, or no CKA "
+                               "was computed (see below).")
+
 if report is not None:
     st.caption(lab.run_caption(report.info, report.images))
     for w in report.warnings:
         st.warning(w)
     view = st.radio("Heatmap", list(VIEWS), horizontal=True, key="sim.view")
-    frame = report.pair(*VIEWS[view]).to_frame()
+    result = report.pair(*VIEWS[view])
+    frame = result.to_frame()
     vid = VIEW_IDS[view]
-    chart = charts.cka_heatmap(frame, select="cell", size=420)
+    chart = charts.cka_heatmap(frame, select="cell", size=HEATMAP)
     left, right = st.columns([3, 2])
     with left:
         event = lab.chart(chart, on_select="rerun", key=f"sim.chart.{vid}")
@@ -173,7 +190,7 @@ if report is not None:
         st.markdown("**Layer pair** (click a cell)")
         with lab.guard():
             la, lb = pair_ui(frame, vid, clicked_cell(event))
-            detail(frame, la, lb)
+            detail(result, frame, la, lb, s.batch_size)
     if kernel == "linear":
         pa, pb = {"ab": (a, b), "aa": (a, a), "bb": (b, b)}[vid]
         with lab.guard():

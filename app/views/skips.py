@@ -6,15 +6,21 @@ import streamlit as st
 
 import vitlab
 from vitlab import charts, interventions, skips
+from vitlab.analyses import findings
 from vitlab.charts import skips as skip_charts
 
 RETRAINED = ("zoo:vit-cls-noskip", "zoo:vit-cls-noskip0")
 VALUES = {"ratio": "norm ratio ‖z‖ / ‖f(z)‖", "cosine": "cosine(z, f(z))"}
 
+PAPER = ("ViT skip connections are much stronger than ResNet ones (a larger ‖z‖/‖f(z)‖), more so for the CLS "
+         "token in the middle layers (Fig 7).")
+PAPER_REMOVAL = ("removing one skip connection of a ViT changes the representations after it abruptly and costs "
+                 "accuracy (Fig 8, a model retrained without the skip).")
+
 st.title("Skip connections")
-st.caption("‖z‖/‖f(z)‖ of the skip z and the branch f(z) of every sublayer: ViT skips are much stronger than "
-           "ResNet ones, more so for the CLS token in the middle layers (Fig 7); removing one skip in a ViT changes "
-           "the representations after it abruptly (Fig 8).")
+lead = st.container()
+st.caption("‖z‖/‖f(z)‖ of the skip z and the branch f(z) of every sublayer (the norm ratio), and what happens when "
+           "one skip is removed.")
 s = lab.settings()
 
 st.subheader("Norm ratios")
@@ -25,6 +31,12 @@ with lab.guard():
     src = lab.source(s)
     opts = skips.SkipOptions(images=s.images, batch_size=s.batch_size)
     report = lab.compute(("skips", s.key), lambda run: skips.skip_ratios([a, b], src, opts, run), "Skip ratios")
+with lead:
+    if report is not None:
+        found = report.finding(s.batch_size)
+        lab.finding(PAPER, found.ours, found.why)
+    else:
+        lab.finding(PAPER, why="no skip ratios were computed (see below).")
 if report is not None:
     for w in report.warnings:
         st.warning(w)
@@ -34,6 +46,8 @@ if report is not None:
         lines = skip_charts.skip_lines(summary, value)
         lab.chart(lines, key="skips.lines")
         lab.export(lines, summary, f"skip_{value}_lines", "skips.lines")
+        st.caption(findings.interval_caption("batches", report.results[0].interval_units, batch_size=s.batch_size)
+                   + "; spatial: mean over the spatial tokens, cls: the CLS token")
     token_models = [m for m in dict.fromkeys(frame["model"]) if (frame[frame["model"] == m]["token"] >= 0).any()]
     cols = st.columns(max(1, len(token_models)))
     for col, name in zip(cols, token_models):
@@ -66,20 +80,24 @@ if chosen:
         result = lab.compute(("skip-removal", s.key, spec, removal), lambda run: interventions.skip_removal(
             m, lab.source(s), opts, run), "Skip removal")
     if result is not None:
+        lab.finding(PAPER_REMOVAL, result.finding().ours)
         st.caption(f"{result.kind}; {result.images} images")
         frame = result.to_frame()
-        cols = st.columns(3)
-        for col, name, what in zip(cols, ("before", "after", "before_vs_after"),
+        # two a row: three heatmaps with their layer names do not fit one row at 1280 px (issue 34)
+        cells = st.columns(2) + st.columns(2)
+        for col, name, what in zip(cells, ("before", "after", "before_vs_after"),
                                    ("unmodified", f"without {removal.label}", "unmodified vs ablated")):
             part = frame[frame["map"] == name].drop(columns="map").reset_index(drop=True)
-            heat = charts.cka_heatmap(part, title=what, size=240)
+            heat = charts.cka_heatmap(part, title=what, size=200)
             with col:
                 lab.chart(heat, key=f"skips.rm.{name}")
                 lab.export(heat, part, f"skip_removal_{name}", f"skips.rm.{name}")
-        metrics = result.metrics_frame()
-        bars = skip_charts.metrics_chart(metrics)
-        lab.chart(bars, key="skips.metrics")
-        lab.export(bars, metrics, "skip_removal_metrics", "skips.metrics")
+        with cells[3]:
+            metrics = result.metrics_frame()
+            bars = skip_charts.metrics_chart(metrics, width=240)
+            lab.chart(bars, key="skips.metrics")
+            lab.export(bars, metrics, "skip_removal_metrics", "skips.metrics")
+            st.caption(findings.interval_caption("images", result.images) + " (each image right or wrong)")
 
 st.subheader("Retrained without a skip (zoo)")
 st.caption("The paper's Fig 8 retrains a ViT without one skip; the zoo has such models, trained with the same "
@@ -104,3 +122,4 @@ if st.session_state.get("skips.compare"):
                 lab.chart(heat, key=f"skips.rt.{name}")
                 lab.export(heat, part, f"retrained_{name}", f"skips.rt.{name}")
         st.dataframe(comparison.metrics_frame(), hide_index=True)
+        st.caption("lo, hi: " + findings.interval_basis("images", comparison.report.images))

@@ -48,9 +48,34 @@ def maps_with_and_without(m, src, result, image: int) -> None:
                       caption=f"block {block}, mean over heads, query {amap.query}, keys: {tokens}"
                       + ("" if leave is None else f" ({int(leave.sum())} masked, row renormalised)"))
 
+def with_and_without(m, src, s, result, image: int, k: float) -> None:
+    """CKA, attention distance, localization and attention maps with every token and with flagged ones left out."""
+    cka = result.cka_frame()
+    cols = st.columns(2)
+    for col, (tokens, part) in zip(cols, cka.groupby("tokens", sort=False)):
+        part = part.drop(columns="tokens").reset_index(drop=True)
+        with col:
+            chart = cka_heatmap(part, title=f"CKA, tokens: {tokens}", size=210)  # fits half of 1280 px
+            lab.chart(chart, key=f"tn.cka.{tokens}")
+            lab.export(chart, part, f"token_norms_cka_{tokens}_{result.model}", f"tn.cka.{tokens}")
+    dist = result.distance_frame()
+    if not dist.empty:
+        chart = charts.distance_compare_chart(dist)
+        lab.chart(chart, key="tn.dist")
+        lab.export(chart, dist, f"token_norms_distance_{result.model}", "tn.dist")
+    with lab.guard():
+        localization_with_and_without(m, src, s, k)
+    if result.distance_all is not None:
+        with lab.guard():
+            maps_with_and_without(m, src, result, image)
+
+
+PAPER = ("(Darcet et al. 2024, not Raghu et al.) that large, well-trained ViTs store global information in a few "
+         "high-norm tokens of uninformative background patches.")
+
 st.title("Token-norm artefacts")
-st.caption("Some ViTs store global information in a few high-norm tokens of uninformative patches (Darcet et al. "
-           "2024). A token is flagged when its norm exceeds median + k · 1.4826 · MAD of the spatial tokens' norms "
+lead = st.container()
+st.caption("A token is flagged when its norm exceeds median + k · 1.4826 · MAD of the spatial tokens' norms "
            "at that layer (over all images); prefix tokens (CLS, registers) are named and never flagged.")
 s = lab.settings()
 spec = lab.model_slot("tn.model", s)
@@ -63,6 +88,13 @@ with lab.guard():
     result = lab.compute(("token-norms", s.key, spec, opts), lambda run: token_norms.token_norms(
         m, src, opts, run), "Token norms")
 
+with lead:
+    if result is not None:
+        found = result.finding()
+        lab.finding(PAPER, found.ours, found.why)
+    else:
+        lab.finding(PAPER, why="no token norms were computed (see below).")
+
 if result is not None:
     frame = result.to_frame()
     chart = charts.flag_summary_chart(frame)
@@ -70,7 +102,7 @@ if result is not None:
     lab.export(chart, frame, f"token_flags_{result.model}", "tn.flags")
     c1, c2 = st.columns(2)
     tap = c1.selectbox("Layer", result.layers, index=len(result.layers) - 1, key="tn.tap")
-    image = c2.selectbox("Image", list(range(len(result.ids))), key="tn.image", format_func=lambda i: result.ids[i])
+    image = c2.selectbox("Image", list(range(len(result.ids))), key="tn.image", format_func=lab.image_name(src))
     hist = result.histogram_frame()
     chart = charts.norm_histogram(hist, tap)
     lab.chart(chart, key="tn.hist")
@@ -83,22 +115,10 @@ if result is not None:
                   f"flagged_{result.model}_{tap}_{result.ids[image]}", "tn.overlay",
                   caption=f"flagged tokens at {tap} (bright): {len(here)}")
     st.subheader("With and without flagged tokens")
-    cka = result.cka_frame()
-    cols = st.columns(2)
-    for col, (tokens, part) in zip(cols, cka.groupby("tokens", sort=False)):
-        part = part.drop(columns="tokens").reset_index(drop=True)
-        with col:
-            chart = cka_heatmap(part, title=f"CKA, tokens: {tokens}", size=260)
-            lab.chart(chart, key=f"tn.cka.{tokens}")
-            lab.export(chart, part, f"token_norms_cka_{tokens}_{result.model}", f"tn.cka.{tokens}")
-    dist = result.distance_frame()
-    if not dist.empty:
-        chart = charts.distance_compare_chart(dist)
-        lab.chart(chart, key="tn.dist")
-        lab.export(chart, dist, f"token_norms_distance_{result.model}", "tn.dist")
-    with lab.guard():
-        localization_with_and_without(m, src, s, float(k))
-    if result.distance_all is not None:
-        with lab.guard():
-            maps_with_and_without(m, src, result, image)
+    if result.any_flagged:
+        with_and_without(m, src, s, result, image, float(k))
+    else:  # nothing left out: every "without" equals its "with"; drawn only on request (it runs ~5000 px tall)
+        st.caption("Nothing is flagged at this threshold, so each comparison would show the same picture twice.")
+        with st.expander("Show the comparisons anyway", expanded=False):
+            with_and_without(m, src, s, result, image, float(k))
     st.dataframe(frame, hide_index=True)

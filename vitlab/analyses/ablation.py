@@ -337,6 +337,13 @@ class AblationResult:
         boot = d[self.bootstrap].mean(1)
         return float(d.mean()), float(np.percentile(boot, 2.5)), float(np.percentile(boot, 97.5))
 
+    @property
+    def intact_accuracy(self) -> str:
+        """The intact model's accuracy over the images with its 95 % t interval (each image right or wrong)."""
+        from .findings import rate_over_images, say
+
+        return say(rate_over_images(float(self.intact_correct.mean()), len(self.intact_correct)), ".3f")
+
     def summary(self):
         """Per mode, selection and k: Δaccuracy and KL with their interval (``interval``: what it is over)."""
         import pandas as pd

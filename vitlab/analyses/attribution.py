@@ -330,6 +330,12 @@ class AttributionResult:
     scores: dict[str, tuple[float, float]]  # method and 'random order' -> (deletion AUC, insertion AUC)
     cell_px: int
     baseline: str
+    target_name: str = ""  # the target class in words (the source's class names when they are the model's classes)
+
+    @property
+    def target_words(self) -> str:
+        """"Ankle boot (class 9)", or "class 9" when the source has no names for the model's classes."""
+        return f"{self.target_name} (class {self.target})" if self.target_name else f"class {self.target}"
 
     def to_frame(self):
         """Curves: method, curve (deletion | insertion), step, fraction of cells, probability of the target."""
@@ -347,7 +353,7 @@ class AttributionResult:
         import pandas as pd
 
         return pd.DataFrame([{"method": m, "deletion_auc": d, "insertion_auc": i, "target": self.target,
-                              "baseline": self.baseline, "cell_px": self.cell_px}
+                              "target_name": self.target_name, "baseline": self.baseline, "cell_px": self.cell_px}
                              for m, (d, i) in self.scores.items()])
 
     def map_frame(self, method: str):
@@ -374,8 +380,11 @@ def attribution(loaded: LoadedModel, images, index: int = 0, opts: FaithfulnessO
     curves_ = {m: row["curves"][k] for k, m in enumerate(methods)} | {"random order": row["random_curve"]}
     scores = {m: tuple(float(v) for v in row["auc"][k]) for k, m in enumerate(methods)}
     scores["random order"] = tuple(float(v) for v in row["random_auc"])
+    classes = source.classes if source.has_labels and len(source.classes) == getattr(loaded.model, "num_classes",
+                                                                                      -1) else None
+    name = classes[int(row["target"])] if classes and 0 <= int(row["target"]) < len(classes) else ""
     return AttributionResult(loaded.label, source.item_id(index), row["target"], row["maps"], curves_, scores,
-                             cell_px, opts.baseline)
+                             cell_px, opts.baseline, name)
 
 
 @dataclass

@@ -44,11 +44,55 @@ class CheckpointComparison:
         import pandas as pd
 
         rows = []
-        for (a, b), layers, curve in zip(self.pairs, self.layers, self.curves):
+        for k, ((a, b), layers, curve) in enumerate(zip(self.pairs, self.layers, self.curves)):
             for i, (layer, v) in enumerate(zip(layers, curve)):
                 rows.append({"pair": f"{a} vs {b}", "model_a": a, "model_b": b, "layer": layer, "layer_index": i,
-                             "depth": (i + 1) / len(layers), "cka": float(v)})
+                             "depth": (i + 1) / len(layers), "cka": float(v), **self._interval(k, i)})
         return pd.DataFrame(rows)
+
+    @property
+    def batches(self) -> int:
+        """Batches behind the intervals (0: none)."""
+        ev = self.matrices[0].evidence if self.matrices else None
+        return 0 if ev is None else int(ev.batches)
+
+    def _interval(self, k: int, i: int) -> dict:
+        """cka_lo, cka_hi and the interval's unit columns of layer ``i`` of pair ``k`` (none without evidence)."""
+        ev = self.matrices[k].evidence
+        if ev is None:
+            return {}
+        return {"cka_lo": float(ev.lo[i, i]), "cka_hi": float(ev.hi[i, i]), **ev.interval_info()}
+
+    def curve_estimates(self, k: int):
+        """(lower, upper) halves of pair ``k``'s block-by-block CKA: each the mean over its layers with its 95 %
+        jackknife-t interval over batches."""
+        from ..stats.evidence import Estimate
+        from .findings import jackknife
+
+        curve, res = self.curves[k], self.matrices[k]
+        half = max(1, len(curve) // 2)
+        out = []
+        for cols in (slice(0, half), slice(half, None)):
+            value = float(np.nanmean(curve[cols])) if len(curve[cols]) else np.nan
+            if res.loo is None or not len(curve[cols]):
+                out.append(Estimate(value, np.nan, np.nan, "batches", 0, ""))
+                continue
+            loo = np.nanmean(np.diagonal(res.loo, axis1=1, axis2=2)[:, cols], axis=-1)
+            out.append(jackknife(value, loo, "batches"))
+        return tuple(out)
+
+    def finding(self, batch_size: int | None = None):
+        """Fig 12 on these pairs: the CKA of matching layers, averaged over the lower and the upper half, each with
+        its 95 % jackknife-t interval over batches."""
+        from .findings import Finding, interval_basis, say
+
+        parts, units = [], 0
+        for k, (a, b) in enumerate(self.pairs):
+            lower, upper = self.curve_estimates(k)
+            units = lower.units
+            parts.append(f"{a} vs {b}: lower half {say(lower)}, upper half {say(upper)}")
+        return Finding(ours=f"mean CKA of matching layers: {'; '.join(parts)}; "
+                            f"{interval_basis('batches', units, batch_size=batch_size)}.")
 
     def headline(self) -> list[str]:
         lines = [f"{a} vs {b}: CKA {curve[0]:.3f} (first layer) ... {curve[-1]:.3f} (last layer)"

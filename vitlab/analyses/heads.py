@@ -34,7 +34,9 @@ from ..inputs.data import ImageSource, select
 from ..inputs.models import LoadedModel
 from ..options import DataOptions, option
 from ..stats import cka as cka_mod
-from .attention import AttentionDistanceAccumulator, AttentionDistanceStatistic, image_side, probs_taps, require_vit
+from ..stats.evidence import BootstrapCKA, jackknife_indices, uniform_distance
+from .attention import (AttentionDistanceAccumulator, AttentionDistanceStatistic, distance_matrix, image_side,
+                        probs_taps, require_vit)
 
 HEAD_TOKENS = ("spatial", "gap")
 
@@ -104,6 +106,8 @@ class HeadSubsetResult:
     images: int
     image_side_px: float
     warnings: list[str] = field(default_factory=list)
+    loo: np.ndarray | None = None  # (T, S, Lb) CKA with each batch left out (jackknife)
+    uniform_px: float = float("nan")  # uniform attention's distance, the distances' convention
 
     def subset_label(self, s: int) -> str:
         if s == len(self.subsets) - 1:
@@ -113,21 +117,72 @@ class HeadSubsetResult:
     def to_frame(self):
         import pandas as pd
 
+        from ..stats.evidence import JACKKNIFE, interval_columns, jackknife_interval
+
         rows = []
+        ci = {}
+        if self.loo is not None:  # each cell's 95 % jackknife-t interval over batches
+            lo, hi = jackknife_interval(self.cka, self.loo)
+            ci = {"lo": lo, "hi": hi, "cols": interval_columns("batches", len(self.loo), JACKKNIFE)}
         for s, members in enumerate(self.subsets):
             d = float(np.mean(self.distance_px[members]))
             for j, layer in enumerate(self.layers_b):
+                extra = {"cka_lo": float(ci["lo"][s, j]), "cka_hi": float(ci["hi"][s, j]), **ci["cols"]} if ci else {}
                 rows.append({"subset": s, "subset_label": self.subset_label(s),
                              "heads": ",".join(self.heads[i] for i in members), "all_heads": s == len(self.subsets) - 1,
                              "mean_distance_px": d, "mean_distance_frac": d / self.image_side_px,
                              "layer_b": layer, "cka": float(self.cka[s, j]), "model_a": self.model_a,
-                             "model_b": self.model_b, "size": self.size, "images": self.images})
+                             "model_b": self.model_b, "size": self.size, "images": self.images, **extra})
         return pd.DataFrame(rows)
 
     def heads_frame(self):
         import pandas as pd
 
         return pd.DataFrame({"rank": np.arange(len(self.heads)), "head": self.heads, "distance_px": self.distance_px})
+
+    @property
+    def batches(self) -> int:
+        """Batches behind the intervals (0: none kept)."""
+        return 0 if self.loo is None else len(self.loo)
+
+    def subset_estimate(self, s: int):
+        """Subset ``s``'s CKA averaged over the other model's layers, with its jackknife-t interval over batches."""
+        from ..stats.evidence import Estimate
+        from .findings import jackknife
+
+        value = float(np.nanmean(self.cka[s]))
+        if self.loo is None:
+            return Estimate(value, np.nan, np.nan, "batches", 0, "")
+        return jackknife(value, np.nanmean(self.loo[:, s], axis=-1), "batches")
+
+    def finding(self, batch_size: int | None = None, margin: float = 0.25):
+        """Fig 5 on these models: the most local and the most global subset's CKA with the other model's layers
+        (mean over those layers), and local minus global, each with a 95 % jackknife-t interval over batches."""
+        from .findings import Finding, compare, interval_basis, jackknife, say
+
+        windows = len(self.subsets) - 1
+        if windows < 2:
+            return Finding(why=f"one subset holds all {len(self.heads)} heads: choose fewer heads per subset to "
+                                "compare local heads with global ones.")
+        g = windows - 1
+        near, far = self.subset_estimate(0), self.subset_estimate(g)
+        if self.loo is not None:
+            diff = jackknife(near.value - far.value, np.nanmean(self.loo[:, 0], -1) - np.nanmean(self.loo[:, g], -1),
+                             "batches")
+        else:
+            diff = near.__class__(near.value - far.value, np.nan, np.nan, "batches", 0, "")
+        d = lambda s: float(np.mean(self.distance_px[self.subsets[s]]))  # noqa: E731
+        heads = lambda s: "+".join(self.heads[i] for i in self.subsets[s])  # noqa: E731
+        words = compare(diff, "the most local heads are more similar, the paper's order",
+                        "the most local heads are less similar, the opposite of the paper's order")
+        text = (f"mean CKA with {self.model_b}'s {len(self.layers_b)} lower layers: most local subset ({heads(0)}, "
+                f"{d(0):.1f} px) {say(near)}, most global ({heads(g)}, {d(g):.1f} px) {say(far)}; {words}; "
+                f"{interval_basis('batches', near.units, batch_size=batch_size)}.")
+        if np.isfinite(self.uniform_px) and d(0) > (1 - margin) * self.uniform_px:
+            spread = float(np.max(np.abs(self.distance_px - self.uniform_px)))
+            text += (f" None of these heads is local (all within {spread:.1f} px of uniform attention's "
+                     f"{self.uniform_px:.1f} px), so the subsets differ little in how local they are.")
+        return Finding(ours=text)
 
     def headline(self) -> list[str]:
         return [f"{len(self.subsets) - 1} subsets of {self.size} head(s) vs {len(self.layers_b)} layers of "
@@ -192,7 +247,7 @@ def head_subsets(vit: LoadedModel, other: LoadedModel, source: ImageSource,
     names = [f"b{blocks[i // n_heads]}.h{i % n_heads}" for i in order]
     size, subsets = subsets_by_distance(len(order), opts.size)
     labels = [f"subset{s}" for s in range(len(subsets))]
-    acc = cka_mod.MinibatchCKA(labels, layers_b)
+    acc = BootstrapCKA(labels, layers_b)  # keeps each batch's terms: the intervals of the page's lead
     select_ = np.zeros((len(subsets), len(order)))
     for s, members in enumerate(subsets):
         select_[s, order[members]] = 1.0
@@ -201,5 +256,8 @@ def head_subsets(vit: LoadedModel, other: LoadedModel, source: ImageSource,
         acc.update(cka_mod.centred(subset_grams), cka_mod.centred(other_grams))
     run.reduce_accumulators(acc)
     res = acc.compute(vit.label, other.label)
+    loo = acc.replicates(jackknife_indices(len(acc.terms_xy))) if acc.terms_xy else None
+    grid = distance_matrix(taps_mod.grid_size(vit.model), taps_mod.patch_size(vit.model))
+    uniform = uniform_distance(grid, taps_mod.num_prefix_tokens(vit.model))
     return HeadSubsetResult(vit.label, other.label, names, dist[order], subsets, layers_b, res.cka, size,
-                            res.images, image_side(vit), res.warnings)
+                            res.images, image_side(vit), res.warnings, loo, float(uniform))

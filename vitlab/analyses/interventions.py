@@ -222,12 +222,37 @@ class SkipRemovalResult:
         """metric, before, after: top-1 accuracy (when the labels fit the model) and top-1 agreement."""
         import pandas as pd
 
+        from ..stats.evidence import JACKKNIFE, interval_columns
+        from .findings import rate_over_images
+
         rows = [{"metric": "top-1 agreement with the unmodified model", "before": 1.0, "after": self.agreement}]
         if self.accuracy_before is not None:
             rows.insert(0, {"metric": "top-1 accuracy", "before": self.accuracy_before, "after": self.accuracy_after})
+        for row in rows:  # each a share of the images: the t interval of a mean of 0/1 outcomes, cut to [0, 1]
+            for when in ("before", "after"):
+                e = rate_over_images(row[when], self.images)
+                exact = row["metric"].startswith("top-1 agreement") and when == "before"  # 1 by definition
+                row[f"{when}_lo"], row[f"{when}_hi"] = (row[when], row[when]) if exact else (e.lo, e.hi)
+            row.update(interval_columns("images", self.images, JACKKNIFE))
         frame = pd.DataFrame(rows)
         frame.insert(0, "intervention", f"{self.removal.label}: {self.kind}")
         return frame
+
+    def finding(self):
+        """Fig 8 (post hoc) on this model: top-1 accuracy before and after the removal and the top-1 agreement
+        with the unmodified model, each with its 95 % interval over images."""
+        from .findings import Finding, interval_basis, rate_over_images, say
+
+        what = {"attn": "attention", "mlp": "MLP", "both": "attention and MLP"}.get(self.removal.which,
+                                                                                  self.removal.which)
+        agree = say(rate_over_images(self.agreement, self.images))
+        text = f"{self.model} with block {self.removal.block}'s {what} skip removed (post hoc, not retrained): "
+        if self.accuracy_before is not None:
+            text += (f"top-1 accuracy {say(rate_over_images(self.accuracy_before, self.images))} before, "
+                     f"{say(rate_over_images(self.accuracy_after, self.images))} after; ")
+        text += (f"top-1 agreement with the unmodified model {agree}; "
+                 f"{interval_basis('images', self.images)} (each image right or wrong).")
+        return Finding(ours=text)
 
 
 @dataclass(frozen=True)
@@ -285,9 +310,17 @@ class RetrainedComparison:
         return frame[frame["model_a"] == frame["model_b"]].reset_index(drop=True)
 
     def metrics_frame(self):
+        """model, top-1 accuracy and its 95 % interval over the images (lo, hi; None without usable labels)."""
         import pandas as pd
 
-        return pd.DataFrame([{"model": m, "top-1 accuracy": a} for m, a in self.accuracy.items()])
+        from .findings import rate_over_images
+
+        rows = []
+        for m, a in self.accuracy.items():
+            e = rate_over_images(a, self.report.images) if a is not None else None
+            rows.append({"model": m, "top-1 accuracy": a, "lo": None if e is None else e.lo,
+                         "hi": None if e is None else e.hi, "images": self.report.images})
+        return pd.DataFrame(rows)
 
 
 def accuracy(loaded: LoadedModel, source: ImageSource, indices: Sequence[int], batch_size: int = 64,

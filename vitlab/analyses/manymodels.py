@@ -85,6 +85,18 @@ class ManyModelsResult:
     explained: np.ndarray  # (D,) share of B's positive eigenvalue mass in the 2-D plane
     images: int
     batches: int
+    loo: np.ndarray | None = None  # (D, T, M, M) the measure with each batch left out (Gram measures; jackknife)
+
+    def estimate(self, k: int, i: int, j: int):
+        """The measure between models i and j at depth k with its 95 % jackknife-t interval over batches (none for
+        SVCCA/PWCCA, which run once over all images)."""
+        from ..stats.evidence import Estimate
+        from .findings import jackknife
+
+        value = float(self.matrices[k, i, j])
+        if self.loo is None:
+            return Estimate(value, np.nan, np.nan, "batches", self.batches, "")
+        return jackknife(value, self.loo[k, :, i, j], "batches")
 
     def to_frame(self):
         import pandas as pd
@@ -106,7 +118,9 @@ class ManyModelsResult:
         return self.summary()
 
     def summary(self) -> list[str]:
-        """Per depth: the most and the least alike pair of different models."""
+        """Per depth: the most and the least alike pair of different models, each with its interval."""
+        from .findings import interval_caption, say
+
         lines = []
         sim = ms.as_similarity(self.measure, self.matrices)
         iu = np.triu_indices(len(self.labels), 1)
@@ -116,8 +130,18 @@ class ManyModelsResult:
             vals = sim[k][iu]
             hi, lo = int(np.nanargmax(vals)), int(np.nanargmin(vals))
             pair = lambda p: f"{self.labels[iu[0][p]]} and {self.labels[iu[1][p]]}"
-            lines.append(f"depth {d:g}: most alike {pair(hi)} ({self.matrices[k][iu][hi]:.3f}), least alike "
-                         f"{pair(lo)} ({self.matrices[k][iu][lo]:.3f})")
+            ea, eb = (self.estimate(k, iu[0][p], iu[1][p]) for p in (hi, lo))
+            overlap = hi != lo and np.isfinite([ea.lo, ea.hi, eb.lo, eb.hi]).all() and \
+                max(ea.lo, eb.lo) <= min(ea.hi, eb.hi)
+            lines.append(f"depth {d:g}: most alike {pair(hi)} ({say(ea, '.3f')}), least alike {pair(lo)} "
+                         f"({say(eb, '.3f')})" + ("; their intervals overlap, so this ranking is not clear"
+                                                  if overlap else ""))
+        if lines:
+            size = self.images // self.batches if self.batches and self.images % self.batches == 0 else None
+            lines.append(f"{self.measure}; " + (interval_caption("batches", self.batches, batch_size=size,
+                                                                 what="intervals")
+                                               if self.loo is not None else
+                                               "no intervals: this measure runs once over all images"))
         return lines
 
 
@@ -158,8 +182,29 @@ def compare_models(models: Sequence, source: ImageSource, opts: CompareOptions =
         mats = np.stack([_matrix(acc, sk, measure, sim) for acc, sk in zip(accs, sketches)])
         coords, explained = _embed(mats, measure)
     taps = [[all_taps[i][j] for j in idx[i]] for i in range(len(models))]
+    loo = np.stack([_leave_one_out(acc, measure) for acc in accs]) \
+        if ms.MEASURES[measure].source == "gram" and batches >= 2 else None
     return ManyModelsResult([m.label for m in models], depths, taps, measure, mats, coords, explained, images,
-                            batches)
+                            batches, loo)
+
+
+def _leave_one_out(acc: PairAccumulator, measure: str) -> np.ndarray:
+    """(T, M, M) a Gram measure with each batch left out, from the accumulator's per-batch increments (as
+    ``PairAccumulator.compute`` forms it: CKA a ratio of summed HSIC, Procrustes a mean, mutual k-NN a share)."""
+    from ..stats.evidence import cka_replicates, jackknife_indices
+
+    incs = [inc for _, inc in sorted(acc.terms, key=lambda t: t[0])]
+    idx = jackknife_indices(len(incs))
+    if measure in ("cka", "cka-rbf"):
+        xy, xx, yy = (np.stack([np.asarray(inc[measure][p], dtype=np.float64) for inc in incs]) for p in range(3))
+        return cka_replicates(xy, xx, yy, idx)
+    if measure == "procrustes":
+        return np.stack([np.asarray(inc["angle"], dtype=np.float64) for inc in incs])[idx].mean(1)
+    if measure == "mutual-knn":
+        shared = np.stack([np.asarray(inc["knn"][0], dtype=np.float64) for inc in incs])
+        slots = np.array([float(inc["knn"][1]) for inc in incs])
+        return shared[idx].sum(1) / slots[idx].sum(1)[:, None, None]
+    raise VitlabError(f"no leave-one-out form for {measure}")
 
 
 def _matrix(acc: PairAccumulator, sketches: list, measure: str, sim: SimilarityOptions) -> np.ndarray:

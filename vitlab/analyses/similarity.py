@@ -360,3 +360,59 @@ def _collect(accs: dict, sketches: list, measures: list[str], opts: SimilarityOp
                         maps[(m, i, j)] = v
     order = {m: n for n, m in enumerate(measures)}
     return dict(sorted(maps.items(), key=lambda kv: (order[kv[0][0]], kv[0][1], kv[0][2])))
+
+
+# ---------------------------------------------------------------- the Similarity page's lead (issue 33)
+
+
+def off_diagonal_mean(m: np.ndarray) -> np.ndarray:
+    """(..., L, L) self-CKA -> (...) mean over pairs of different layers (NaN cells left out): how uniform a
+    model's representations are across depth (Figs 1-2: higher = more uniform)."""
+    m = np.asarray(m, dtype=np.float64)
+    off = ~np.eye(m.shape[-1], dtype=bool)
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        return np.nanmean(m[..., off], axis=-1)
+
+
+def cell_estimate(result: cka_mod.CKAResult, i: int, j: int):
+    """The CKA of one cell with its jackknife-t interval over batches (``Estimate``)."""
+    from ..stats.evidence import Estimate
+    from .findings import jackknife
+
+    if result.loo is None:
+        return Estimate(float(result.cka[i, j]), np.nan, np.nan, "batches", 0, "")
+    return jackknife(result.cka[i, j], result.loo[:, i, j], "batches")
+
+
+def uniformity(result: cka_mod.CKAResult):
+    """Mean CKA between different layers of one model with itself, with its jackknife-t interval over batches."""
+    from ..stats.evidence import Estimate
+    from .findings import jackknife
+
+    value = off_diagonal_mean(result.cka)
+    if result.loo is None:
+        return Estimate(float(value), np.nan, np.nan, "batches", 0, "")
+    return jackknife(value, off_diagonal_mean(result.loo), "batches")
+
+
+def uniformity_finding(report, batch_size: int):
+    """Figs 1-2 on these models: mean CKA between different layers of model A and of model B (each with itself),
+    their difference, each with a 95 % jackknife-t interval over the same batches (``report``: ``run.cka``'s
+    CKAReport of two models)."""
+    from .findings import Finding, compare, interval_basis, jackknife, say
+
+    a, b = report.pair(0, 0), report.pair(1, 1)
+    ea, eb = uniformity(a), uniformity(b)
+    if a.loo is not None and b.loo is not None and len(a.loo) == len(b.loo):
+        diff = jackknife(ea.value - eb.value, off_diagonal_mean(a.loo) - off_diagonal_mean(b.loo), "batches")
+    else:
+        from ..stats.evidence import Estimate
+
+        diff = Estimate(ea.value - eb.value, np.nan, np.nan, "batches", 0, "")
+    words = compare(diff, f"{a.model_a} is more uniform across its layers", f"{b.model_a} is more uniform across "
+                    "its layers")
+    return Finding(ours=f"mean CKA between different layers of each model with itself: {a.model_a} {say(ea)}, "
+                        f"{b.model_a} {say(eb)}; {words}; {interval_basis('batches', ea.units, batch_size=batch_size)}.")

@@ -147,6 +147,9 @@ class SkipAccumulator:
         return SkipResult(model, family, self.layers, ratio, cos, prefix, self.images, self.identity_err, warnings)
 
 
+SUBLAYER_WORDS = {"attn": "attention", "mlp": "MLP", "mlp_tokens": "token-mixing", "mlp_channels": "channel-mixing"}
+
+
 @dataclass
 class SkipResult:
     """Mean over images of ‖z‖/‖f(z)‖ and cos(z, f(z)) per sublayer (S) and token (N; one column for CNNs)."""
@@ -166,6 +169,38 @@ class SkipResult:
     # kind ('cls' | 'spatial') -> (lo, hi), each (S,): 95 % interval of the mean ratio over that kind's tokens
     kind_intervals: dict[str, tuple[np.ndarray, np.ndarray]] | None = None
     interval_units: int = 0  # batches behind the intervals (evidence.MIN_UNITS or more for an interval)
+    ratio_loo: np.ndarray | None = None  # (T, S, N) mean ratios with each batch left out (jackknife)
+
+    def sublayer_groups(self) -> dict[str, list[int]]:
+        """The sublayers of each kind, in words: 'attention sublayers' / 'MLP sublayers' of a ViT (token- and
+        channel-mixing of a Mixer), 'blocks' of a CNN."""
+        if self.family in ("resnet", "resnetv2"):
+            return {"blocks": list(range(len(self.layers)))}
+        groups: dict[str, list[int]] = {}
+        for i, layer in enumerate(self.layers):
+            kind = layer.rsplit(".", 1)[1]
+            groups.setdefault(f"{SUBLAYER_WORDS.get(kind, kind)} sublayers", []).append(i)
+        return groups
+
+    def group_estimate(self, rows: list[int], kind: str = "spatial"):
+        """Mean ‖z‖/‖f(z)‖ over the ``kind`` tokens ('spatial' or 'cls') and the sublayers ``rows`` (infinite ratios
+        left out), with its jackknife-t interval over batches."""
+        import warnings
+
+        from ..stats.evidence import Estimate
+        from .findings import jackknife
+
+        cols = self.kinds()[kind]
+
+        def mean(r: np.ndarray) -> np.ndarray:
+            x = np.asarray(r, dtype=np.float64)[..., rows, cols]
+            with warnings.catch_warnings(), np.errstate(invalid="ignore"):
+                warnings.simplefilter("ignore", RuntimeWarning)
+                return np.nanmean(np.where(np.isfinite(x), x, np.nan).reshape(x.shape[:-2] + (-1,)), -1)
+
+        if self.ratio_loo is None:
+            return Estimate(float(mean(self.ratio)), np.nan, np.nan, "batches", self.interval_units, "")
+        return jackknife(mean(self.ratio), mean(self.ratio_loo), "batches")
 
     def kinds(self) -> dict[str, slice]:
         """The token columns of each kind ('cls': prefix tokens; a CNN's one column is 'spatial')."""
@@ -242,6 +277,33 @@ class SkipReport:
     def headline(self) -> list[str]:
         return [f"skip ratios over {self.images} images"]
 
+    def finding(self, batch_size: int | None = None):
+        """Fig 7 on these models: each model's mean ‖z‖/‖f(z)‖ over spatial tokens, per kind of sublayer, each with
+        its 95 % jackknife-t interval over batches, and which is largest."""
+        from .findings import Finding, interval_basis, say
+
+        parts, ests, cls = [], [], []
+        for r in self.results:
+            for group, rows in r.sublayer_groups().items():
+                e = r.group_estimate(rows)
+                ests.append((f"{r.model} {group}", e))
+                parts.append(f"{r.model} {group} {say(e)}")
+                if "cls" in r.kinds():
+                    cls.append(f"{r.model} {group} {say(r.group_estimate(rows, 'cls'))}")
+        ranked = sorted((x for x in ests if np.isfinite(x[1].value)), key=lambda x: -x[1].value)
+        if not ranked:
+            return Finding(why="every ratio is undefined (zero branches): nothing to compare.")
+        top, second = ranked[0], ranked[1] if len(ranked) > 1 else None
+        words = f"largest: {top[0]}"
+        if second is not None:
+            apart = np.isfinite(top[1].lo) and np.isfinite(second[1].hi) and top[1].lo > second[1].hi
+            words += (f", its interval above the next ({second[0]})" if apart
+                      else f", its interval overlapping the next ({second[0]})")
+        units = self.results[0].interval_units
+        cls_text = f"; for the CLS token: {'; '.join(cls)}" if cls else ""
+        return Finding(ours=f"mean skip/branch norm ratio ‖z‖/‖f(z)‖ over spatial tokens: {'; '.join(parts)}; {words}"
+                            f"{cls_text}; {interval_basis('batches', units, batch_size=batch_size)}.")
+
     def identity_errors(self) -> dict[str, float]:
         """Per token model (ViT, Mixer): the largest relative error of sum = z + f(z) over its sublayers."""
         return {r.model: float(max(r.identity_err.tolist(), default=0.0)) for r in self.results
@@ -299,6 +361,7 @@ def _intervals(results: list[SkipResult], ranks: list[list[list]], run: Run) -> 
             point = sums.sum(0) / counts.sum()
             reps = ev.ratio_replicates(sums, counts, idx)
         res.ratio_lo, res.ratio_hi = ev.jackknife_interval(point, reps)
+        res.ratio_loo = reps
         with np.errstate(invalid="ignore"), warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)  # a sublayer whose ratios are all NaN (zero branch)
             # the mean over a kind's tokens, as summary() averages them (NaN left out)

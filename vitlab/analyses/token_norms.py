@@ -253,6 +253,29 @@ class TokenNormResult:
         return [f[["tap", "threshold", "flagged_tokens", "flagged_share", "energy_share"]].to_string(index=False),
                 f"{len(self.ids)} images; threshold median + {self.k:g} · 1.4826 · MAD per tap"]
 
+    @property
+    def any_flagged(self) -> bool:
+        """Whether any token of any image at any tap is flagged."""
+        return bool(self.flags.any())
+
+    def finding(self):
+        """Darcet et al. 2024 on this model: the share of spatial tokens flagged at the tap with the most flags, the
+        mean over images of each image's flagged share, with its 95 % jackknife-t interval over the images."""
+        from .findings import Finding, interval_basis, mean_over_images, say
+
+        f, p = self.flags, len(self.prefix)
+        spatial = f[:, :, p:]
+        n = spatial.shape[1]
+        if not spatial.any():
+            return Finding(ours=f"{self.model}: no token is flagged at any of its {len(self.layers)} taps over "
+                                f"{n} images (threshold median + {self.k:g} · 1.4826 · MAD of each tap's spatial "
+                                "token norms): no high-norm artefacts at this threshold.")
+        li = int(np.argmax(spatial.sum((1, 2))))
+        share = mean_over_images(spatial[li].mean(-1))
+        return Finding(ours=f"{self.model}: most flags at {self.layers[li]}: {int(spatial[li].sum())} tokens in "
+                            f"{int(spatial[li].any(-1).sum())} of {n} images; share of an image's spatial tokens "
+                            f"flagged there {say(share, '.3f')}; {interval_basis('images', n)}.")
+
     def flag_grid(self, image: int, tap: str) -> np.ndarray:
         """(gh, gw) 0/1 flags of one image's patch tokens at ``tap`` (for drawing on the image)."""
         p, (gh, gw) = len(self.prefix), self.grid

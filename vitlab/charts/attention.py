@@ -158,7 +158,13 @@ def head_subset_chart(frame: pd.DataFrame):
                  alt.Tooltip("cka:Q", format=".4f")])
     ref = alt.Chart(frame[frame["all_heads"]]).mark_line(strokeDash=[4, 3], color="black").encode(
         x=alt.X("layer_b:N", sort=order), y="cka:Q", tooltip=["subset_label", alt.Tooltip("cka:Q", format=".4f")])
-    return (lines + ref).properties(
+    layers = [lines, ref]
+    if "cka_lo" in frame:  # each point's 95 % interval over batches
+        layers.append(alt.Chart(subsets).mark_rule(opacity=0.5).encode(
+            x=alt.X("layer_b:N", sort=order), y="cka_lo:Q", y2="cka_hi:Q",
+            color=alt.Color("mean_distance_px:Q", scale=alt.Scale(scheme="viridis"), legend=None),
+            detail="subset:N"))
+    return alt.layer(*layers).properties(
         width=max(260, 34 * len(order)), height=260,
         title=f"{frame['model_a'].iloc[0]} head subsets (local → global) vs {frame['model_b'].iloc[0]}")
 

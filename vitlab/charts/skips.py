@@ -77,14 +77,30 @@ def skip_charts(report) -> dict[str, alt.Chart]:
 
 
 def metrics_chart(frame: pd.DataFrame, title: str | None = None, width: int = 300):
-    """Before/after bars of a skip ablation's ``metrics_frame()`` (accuracy, agreement)."""
+    """Before/after bars of a skip ablation's ``metrics_frame()`` (accuracy, agreement); with ``before_lo`` ...
+    ``after_hi`` columns, each bar's 95 % interval over the images as a rule."""
     if frame.empty:
         raise VitlabError("no metrics to draw")
     long = frame.melt(id_vars=["intervention", "metric"], value_vars=["before", "after"], var_name="when")
-    return alt.Chart(long).mark_bar().encode(
-        x=alt.X("when:N", sort=["before", "after"], title=None),
+    if "before_lo" in frame:
+        for end in ("lo", "hi"):
+            part = frame.melt(id_vars=["metric"], value_vars=[f"before_{end}", f"after_{end}"], var_name="when",
+                              value_name=end)
+            part["when"] = part["when"].str.replace(f"_{end}", "", regex=False)
+            long = long.merge(part, on=["metric", "when"])
+    base = alt.Chart().encode(x=alt.X("when:N", sort=["before", "after"], title=None))
+    bars = base.mark_bar().encode(
         y=alt.Y("value:Q", scale=alt.Scale(domain=[0, 1]), title="fraction of images"),
         color=alt.Color("when:N", sort=["before", "after"], legend=None),
-        column=alt.Column("metric:N", title=None),
-        tooltip=["metric", "when", alt.Tooltip("value:Q", format=".4f")],
-    ).properties(width=width // 2, title=title or frame["intervention"].iloc[0].split(":")[0])
+        tooltip=["metric", "when", alt.Tooltip("value:Q", format=".4f"),
+                 *([alt.Tooltip("lo:Q", format=".4f", title="95 % lo"), alt.Tooltip("hi:Q", format=".4f",
+                                                                                  title="95 % hi")]
+                   if "lo" in long else [])],
+    )
+    layers = [bars] + ([base.mark_rule(color="black").encode(y="lo:Q", y2="hi:Q")] if "lo" in long else [])
+    return alt.layer(*layers, data=long).properties(width=width // 2, height=200).facet(
+        # a header breaks before " with ": "top-1 agreement with the unmodified model" overlapped its neighbour
+        column=alt.Column("metric:N", title=None,
+                          header=alt.Header(labelExpr="split(replace(datum.label, / with /, '|with '), '|')")
+                          )).properties(
+        title=title or frame["intervention"].iloc[0].split(":")[0])

@@ -24,6 +24,7 @@ from ..options import DataOptions, option
 from ..progress import Progress, scaled
 from ..stats import cka as cka_mod
 from ..stats import device_cka
+from ..stats.evidence import jackknife_indices
 from . import dist, hostmem, inflight, pipeline
 from .context import Run, RunInfo
 
@@ -354,7 +355,8 @@ class CKAReport:
 def _transpose(r: cka_mod.CKAResult) -> cka_mod.CKAResult:
     return cka_mod.CKAResult(r.model_b, r.model_a, r.layers_b, r.layers_a, r.cka.T,
                              None if r.std is None else r.std.T, r.images, r.batches, r.warnings,
-                             None if r.evidence is None else r.evidence.transposed())
+                             None if r.evidence is None else r.evidence.transposed(),
+                             None if r.loo is None else r.loo.transpose(0, 2, 1))
 
 
 def cka_accumulators(models: Sequence[LoadedModel], statistics: Sequence[GramStatistic], estimator: str,
@@ -454,6 +456,9 @@ def cka(models: Sequence[LoadedModel], source: ImageSource, opts: CKAOptions = C
         res = per_repeat[0][p]
         if evidence:
             res.evidence = pooled[p].evidence(run.bootstrap, run.seed)
+            # leave-one-batch-out CKA of every cell: a summary of cells (a mean off the diagonal) gets its own
+            # jackknife interval from these (vitlab.analyses.findings)
+            res.loo = pooled[p].replicates(jackknife_indices(len(pooled[p].terms_xy)))
         res.cka = stack.mean(axis=0)
         res.std = stack.std(axis=0, ddof=1) if len(per_repeat) > 1 else None
         res.batches = sum(rep[p].batches for rep in per_repeat)

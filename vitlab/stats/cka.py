@@ -171,6 +171,7 @@ class CKAResult:
     batches: int = 0
     warnings: list[str] = field(default_factory=list)
     evidence: object | None = None  # vitlab.evidence.CKAEvidence: 95 % interval over batches and permutation null
+    loo: np.ndarray | None = None  # (T, La, Lb) CKA with each batch left out (jackknife), beside ``evidence``
 
     def to_frame(self):
         import pandas as pd
