@@ -126,7 +126,9 @@ if report is not None:
     frame = result.to_frame()
     shown = ([0] if result.prefix else []) + [token]
     with right, lab.guard():
-        maps = charts.localization_maps(frame, tokens=shown, columns=2, cell=max(120, 12 * max(gh, gw)))
+        maps = charts.localization_maps(frame, tokens=shown, columns=2, cell=max(120, 12 * max(gh, gw)),
+                                        title=["CKA of the token with the patch at each position",
+                                               f"{m.label} {layer} (ringed: its own patch)"])
         lab.chart(maps, key="loc.maps")
         lab.export(maps, frame[frame["token"].isin(shown)], f"localization_{m.label}_{layer}_token{token}", "loc.maps")
 
@@ -172,10 +174,10 @@ if report is not None:
                 ref_chart = charts.token_map_chart(
                     view.cka_grid(), (gh, gw), (row, col), legend="CKA", scheme="magma", domain=(0, 1),
                     title=["CKA over the reference set,", "not this image"],
-                    subtitle=f"{where} vs each patch, {view.reference.images} images")
+                    subtitle=[where, f"vs each patch, {view.reference.images} images"])
                 lab.chart(ref_chart, key="loc.refcka")
                 st.caption(f"CKA with each patch over {view.reference.images} images of the reference set "
-                           f"{view.reference.source} ({view.reference.batches} batches): own patch "
+                           f"{ref.source if view.note else given_name} ({view.reference.batches} batches): own patch "
                            f"{info['own_cka']:.2f} [{info['own_cka_lo']:.2f}, {info['own_cka_hi']:.2f}] (95 % "
                            "jackknife t over the batches)")
                 holes = tl.undefined_note(tl.undefined_positions(view.reference.cka, view.reference.grid),

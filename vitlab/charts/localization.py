@@ -9,6 +9,8 @@ import pandas as pd
 from ..errors import VitlabError
 from .common import interval_tooltips
 
+OUTLINE = "#00e5ff"  # the chosen token's outline on every map: cyan reads on magma/inferno and on grey photos
+
 
 def spread_tokens(frame: pd.DataFrame, count: int = 6) -> list[int]:
     """A few spatial tokens spread over the grid (corners, centre, ...), for a compact figure like Fig 9."""
@@ -28,7 +30,7 @@ def spread_tokens(frame: pd.DataFrame, count: int = 6) -> list[int]:
 
 
 def localization_maps(frame: pd.DataFrame, tokens: list[int] | None = None, columns: int = 6, cell: int = 110,
-                      title: str | None = None):
+                      title: str | list[str] | None = None):
     """One heatmap over grid positions per token: CKA between that token and each input patch (Fig 9).
 
     ``frame`` holds one model and layer; the token's own position is ringed.
@@ -46,7 +48,7 @@ def localization_maps(frame: pd.DataFrame, tokens: list[int] | None = None, colu
     rect = base.mark_rect().encode(color=alt.Color("cka:Q", scale=alt.Scale(scheme="magma", domain=[0, 1]),
                                                    title="CKA"),
                                    tooltip=["token", "pos_row", "pos_col", alt.Tooltip("cka:Q", format=".3f")])
-    ring = base.mark_point(shape="square", filled=False, color="#00d0ff", size=60, strokeWidth=2).transform_filter(
+    ring = base.mark_rect(filled=False, stroke=OUTLINE, strokeWidth=3).transform_filter(
         alt.datum.own)
     model, layer = frame["model"].iloc[0], frame["layer"].iloc[0]
     return alt.layer(rect, ring, data=part).properties(width=cell, height=cell).facet(
@@ -78,7 +80,7 @@ def localization_summary_chart(summary: pd.DataFrame, cell: int = 150, title: st
                  "own_rank", "argmax_position", "localized"])
     if select:
         rect = rect.add_params(alt.selection_point(name=select, fields=["token_row", "token_col"], on="click"))
-    dots = base.mark_circle(color="#00d0ff", size=max(18, (cell // side) ** 2 // 6)).transform_filter(
+    dots = base.mark_circle(color="#00d0ff", size=max(18, min(60, (cell // side) ** 2 // 10))).transform_filter(
         alt.datum.localized)
     layers = [rect, dots]
     if selected is not None:
@@ -104,7 +106,7 @@ def localization_rate_chart(rate: pd.DataFrame, title: str | None = None, width:
                alt.Tooltip("own_cka:Q", format=".3f")]
     tooltip += [alt.Tooltip(f"{c}:Q", format=".3f") for c in extra] + interval_tooltips(rate)
     value, lo, hi = ("corrected", "corrected_lo", "corrected_hi") if corrected else ("localized", "rate_lo", "rate_hi")
-    label = ("above chance: (rate − chance)/(1 − chance)" if corrected else
+    label = ("localization above chance" if corrected else
              "tokens whose own patch is the best match")
     low = min(0.0, float(rate[[c for c in (value, lo) if c in rate]].min().min()))
     bars = alt.Chart(rate).mark_bar().encode(
@@ -121,12 +123,12 @@ def localization_rate_chart(rate: pd.DataFrame, title: str | None = None, width:
     elif "chance" in extra:
         layers.append(alt.Chart(rate).mark_tick(color="grey", thickness=2, size=14).encode(
             x=x, xOffset="model:N", y="chance:Q", tooltip=[alt.Tooltip("chance:Q", format=".3f", title="chance")]))
-    default = ("How well tokens localize, above chance (0 = chance level 1/positions; bars: 95 % interval)"
+    default = (["How well tokens localize, above chance: (rate − chance) / (1 − chance)",
+                "0 = chance level 1/positions, 1 = every token's own patch is its best match; bars: 95 % interval"]
                if corrected else "How well tokens localize (tick: chance level)")
     return alt.layer(*layers).properties(width=width, height=220, title=title or default)
 
 
-OUTLINE = "#00e5ff"  # the chosen token's outline on every map: cyan reads on magma/inferno and on grey photos
 
 
 def image_uri(picture: np.ndarray, side: int) -> str:
