@@ -168,7 +168,7 @@ if report is not None:
                 st.info(view.note)
             info = view.summary()
             name = Path(names.item_id(pick)).name
-            where = f"token (row {row}, col {col}) at {block}"
+            where = f"token (row {row}, col {col}) at {block}"  # subtitles in short lines: a long one is cut
             cols = st.columns(3)
             with cols[0]:
                 ref_chart = charts.token_map_chart(
@@ -189,7 +189,7 @@ if report is not None:
             with cols[1]:
                 grad_chart = charts.token_map_chart(
                     view.gradient.map, (gh, gw), (row, col), legend="|∂h/∂x| / max", picture=picture,
-                    domain=(0, 1), relative=True, title="Gradient on this image", subtitle=f"{where}, {name}")
+                    domain=(0, 1), relative=True, title="Gradient on this image", subtitle=[where, name])
                 lab.chart(grad_chart, key="loc.grad")
                 st.caption(f"gradient |∂h/∂x| of token ({row},{col}) at {block} on {name}: "
                            f"{info['own_share']:.0%} in its own patch (uniform {info['own_chance']:.0%}), "
@@ -203,7 +203,7 @@ if report is not None:
                 else:
                     attn_chart = charts.token_map_chart(
                         view.attention.grid, (gh, gw), (row, col), legend="attention weight", picture=picture,
-                        title="Attention on this image", subtitle=f"{where}, mean over heads")
+                        title="Attention on this image", subtitle=[where, "mean over heads"])
                     lab.chart(attn_chart, key="loc.attn")
                     st.caption(f"attention of token ({row},{col}) at {block}, mean over heads, on {name}")
                     lab.export(attn_chart, view.attention.to_frame(), f"attention_{m.label}_{block}_token{row}_{col}",
