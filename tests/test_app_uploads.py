@@ -43,8 +43,12 @@ def start(uploads=(), **overrides) -> AppTest:
     return at
 
 
+MAPS = ("CKA with each patch", "gradient |∂h/∂x|", "attention of token")
+
+
 def captions(at) -> list[str]:
-    return [i.proto.imgs[0].caption for i in at.get("image")]
+    """The captions of the token's maps (reference-set CKA, gradient, attention), in that order."""
+    return [c.value for c in at.caption if c.value.startswith(MAPS)]
 
 
 def test_two_uploads_use_the_reference_set_and_the_token_maps_draw():
@@ -61,7 +65,7 @@ def test_two_uploads_use_the_reference_set_and_the_token_maps_draw():
     assert "token (1,2)" in caps[1] and "own patch" in caps[1] and "3×3" in caps[1]
     assert "attention of token (1,2) at blocks." in caps[2]
     downloads = [d.label for d in at.get("download_button")]
-    assert downloads.count("PNG") >= len(charts(at)) + 3
+    assert downloads.count("PNG") >= len(charts(at)) - 1  # every chart but the token picker
 
 
 def charts(at):
@@ -111,3 +115,75 @@ def test_a_cnn_position_shows_gradient_and_says_it_has_no_attention():
     assert not at.error, [e.value for e in at.error]
     assert any("has no attention" in i.value for i in at.info)
     assert len(captions(at)) == 2
+
+
+def wide_png() -> bytes:
+    """A 300×200 colour gradient: not square, not grey."""
+    import io
+
+    import numpy as np
+    from PIL import Image
+
+    yy, xx = np.mgrid[0:200, 0:300]
+    arr = np.stack([xx * 255 // 299, yy * 255 // 199, 255 - xx * 255 // 299], -1).astype("uint8")
+    buf = io.BytesIO()
+    Image.fromarray(arr).save(buf, "PNG")
+    return buf.getvalue()
+
+
+def specs(at) -> list[dict]:
+    """The Vega-Lite specs of the page's charts."""
+    import json
+
+    return [json.loads(c.proto.spec) for c in charts(at)]
+
+
+def layers_of(spec: dict) -> list[dict]:
+    return spec.get("layer") or spec.get("spec", {}).get("layer") or []
+
+
+def test_upload_view_says_what_the_model_sees_and_starts_on_the_centre_token():
+    at = start(**{"lab.source": "fashion-mnist:test", "lab.images": 64})
+    at.file_uploader(key="loc.upload").set_value([("wide.png", wide_png(), "image/png")]).run()
+    assert not at.error and not at.exception, [e.value for e in at.error]
+    seen = [c.value for c in at.caption if "What the model sees" in c.value]
+    # zoo:vit-cls's transform: Resize(28) (shorter side) then CenterCrop(28), one channel
+    assert len(seen) == 1 and "300×200 → grey (1 channel)" in seen[0], seen
+    assert "shorter side resized to 28 px (300×200 → 42×28, aspect kept)" in seen[0], seen
+    assert "centre-cropped to 28×28: 33 % of the width cut" in seen[0] and "sees 28×28 grey" in seen[0], seen
+    # 4×4 tokens: the view starts on (2, 2), not on the constant black corner (0, 0)
+    assert (at.number_input(key="loc.row").value, at.number_input(key="loc.col").value) == (2, 2)
+    caps = captions(at)
+    assert "token (2,2)" in caps[1] and "on wide.png:" in caps[1], caps
+    by_title = {}
+    for spec in specs(at):
+        title = spec.get("title")
+        text = title.get("text") if isinstance(title, dict) else title
+        by_title[" ".join(text) if isinstance(text, list) else str(text)] = spec
+    ref = next((v for k, v in by_title.items() if k.startswith("CKA over the reference set")), None)
+    assert ref is not None, list(by_title)
+    assert "not this image" in next(k for k in by_title if k.startswith("CKA over the reference set"))
+    grad = by_title["Gradient on this image"]
+    attn = by_title["Attention on this image"]
+    for spec, legend in ((ref, "CKA"), (grad, "|∂h/∂x| / max"), (attn, "attention weight")):
+        layers = layers_of(spec)
+        colours = [lyr["encoding"]["color"] for lyr in layers if "color" in lyr.get("encoding", {})]
+        assert [c["title"] for c in colours] == [legend], colours  # one colour bar per map
+        outlines = [lyr for lyr in layers if isinstance(lyr.get("mark"), dict) and lyr["mark"].get("filled") is False]
+        assert len(outlines) == 1  # the chosen token's outline
+    # the reference-set map is not drawn over the upload; the two maps of this image are
+    assert not any(lyr.get("mark", {}).get("type") == "image" for lyr in layers_of(ref))
+    assert all(any(lyr.get("mark", {}).get("type") == "image" for lyr in layers_of(s)) for s in (grad, attn))
+
+
+def test_a_token_row_and_column_move_every_map_and_outline():
+    at = start(**{"lab.source": "fashion-mnist:test", "lab.images": 64})
+    at.file_uploader(key="loc.upload").set_value([("wide.png", wide_png(), "image/png")]).run()
+    at.number_input(key="loc.row").set_value(0).run()
+    at.number_input(key="loc.col").set_value(3).run()
+    assert not at.error and not at.exception, [e.value for e in at.error]
+    caps = captions(at)
+    assert "token (0,3)" in caps[1] and "token (0,3)" in caps[2], caps
+    subtitles = [str(spec["title"].get("subtitle")) for spec in specs(at) if isinstance(spec.get("title"), dict)]
+    # the picker ("outlined: token (row 0, col 3)") and the three maps name the token their outline marks
+    assert sum("token (row 0, col 3)" in t for t in subtitles) == 4, subtitles

@@ -105,3 +105,85 @@ def test_token_view_of_a_cnn_position_has_no_attention():
     assert view.attention is None and "no attention" in view.attention_note
     assert view.reference.grid == view.gradient.grid == (7, 7)
     assert view.gradient.shares["own_chance"] == pytest.approx(16 / 784)  # 4x4 px of a 28x28 input
+
+
+def _ramp(size=(300, 200)):
+    """An L image whose value is its column (scaled to 0..255): the model's input then says which columns it kept."""
+    from PIL import Image
+
+    W, H = size
+    return Image.fromarray(np.tile(np.linspace(0, 255, W), (H, 1)).round().astype(np.uint8), "L")
+
+
+@pytest.mark.parametrize("spec, size", [("zoo:vit-cls", (300, 200)), ("zoo:vit-cls", (200, 300)),
+                                        ("test_vit@random:1", (300, 200))])
+def test_model_input_box_matches_what_the_transform_keeps(spec, size):
+    """The box said in words is the part of the original the transform keeps: checked against the model's own
+    transform run on a column ramp (the first and last kept columns' values)."""
+    m = vitlab.load(spec, "cpu")
+    img = _ramp(size)
+    seen = TL.model_input(m, img)
+    assert seen.size == tuple(m.data_config["input_size"][1:][::-1])
+    mode = "L" if m.in_chans == 1 else "RGB"
+    x = m.transform(img.convert(mode)).double().numpy()[0]
+    x = x * m.data_config["std"][0] + m.data_config["mean"][0]  # back to 0..1
+    W = size[0]
+    left, top, right, bottom = seen.box
+    # the outermost input columns average ~(original px / input px) original columns each: compare with the
+    # ramp's value at the box edges, within one input pixel's span
+    span = (right - left) / x.shape[1]
+    assert x[:, 0].mean() * 255 == pytest.approx(255 * (left + span / 2) / (W - 1), abs=255 * span / (W - 1) + 2)
+    assert x[:, -1].mean() * 255 == pytest.approx(255 * (right - span / 2) / (W - 1), abs=255 * span / (W - 1) + 2)
+    assert 0 <= top < bottom <= size[1]
+    words = seen.text
+    assert f"{size[0]}×{size[1]}" in words and ("grey" in words) == (m.in_chans == 1)
+    if size[0] != size[1]:
+        assert "centre-cropped" in words and "aspect kept" in words
+
+
+def test_model_input_of_a_square_image_cuts_nothing():
+    m = vitlab.load("zoo:vit-cls", "cpu")
+    seen = TL.model_input(m, _ramp((56, 56)))
+    assert seen.box == (0.0, 0.0, 56.0, 56.0) and "nothing cut" in seen.text
+
+
+def test_centre_token_and_undefined_positions_in_words():
+    assert TL.centre_token((4, 4)) == (2, 2) and TL.centre_token((14, 14)) == (7, 7) and TL.centre_token((7, 7)) == (3, 3)
+    cka = np.random.default_rng(0).random((197, 196))
+    cka[:, 0] = np.nan  # position (0, 0): every token's CKA with it undefined
+    cka[5, 20] = np.nan  # one token's NaN is not a dead position
+    assert TL.undefined_positions(cka, (14, 14)) == [(0, 0)]
+    note = TL.undefined_note([(0, 0)], "every image")
+    assert note.startswith("row 0, col 0: a constant patch in every image") and "undefined" in note
+    assert TL.undefined_note([]) is None
+
+
+def test_a_token_change_with_the_measured_reference_runs_no_batch(tiny_vit):
+    """The app computes the reference-set CKA once per block; a token change then streams no batch at all."""
+    ups = _uploads(("coffee.jpg",))
+    opts = TL.ReferenceOptions(images=64)
+    run = Run(bootstrap=50)
+    measured = TL.reference_for(tiny_vit, ups, "blocks.1", opts, run, 1, "uploads")
+    first = TL.token_view(tiny_vit, ups, 0, "blocks.1", 5, 5, opts, run, 1, "uploads", measured=measured)
+    again = Run(bootstrap=50, store=run.store)
+    view = TL.token_view(tiny_vit, ups, 0, "blocks.1", 2, 7, opts, again, 1, "uploads", measured=measured)
+    assert again.info.batches_computed == again.info.batches_from_cache == 0
+    assert view.reference is first.reference and view.cka_grid()[2, 7] == pytest.approx(view.summary()["own_cka"])
+    direct = TL.token_view(tiny_vit, ups, 0, "blocks.1", 2, 7, opts, Run(bootstrap=50), 1, "uploads")
+    np.testing.assert_allclose(view.cka_grid(), direct.cka_grid(), atol=1e-6)
+    np.testing.assert_array_equal(view.gradient.map, direct.gradient.map)
+
+
+def test_rate_finding_says_rate_interval_chance_and_count():
+    import pandas as pd
+
+    rates = pd.DataFrame([
+        {"model": "a", "layer": "blocks.0", "rate": 0.5, "rate_lo": 0.2, "rate_hi": 0.7, "positions": 16,
+         "chance": 1 / 16, "corrected": (0.5 - 1 / 16) / (1 - 1 / 16), "interval_unit": "batches",
+         "interval_units": 4},
+        {"model": "a", "layer": "blocks.5", "rate": 0.8125, "rate_lo": 0.6, "rate_hi": 1.0, "positions": 16,
+         "chance": 1 / 16, "corrected": 0.8, "interval_unit": "batches", "interval_units": 4}])
+    text = TL.rate_finding(rates, 64)
+    assert text.startswith("a blocks.5: 81% of its 16 tokens") and "95 % interval 60%-100% over 4 batches" in text
+    assert "chance 6.2%" in text and "chance-corrected 0.80" in text and "64 images" in text
+    assert "blocks.0" not in text  # the last layer measured speaks for the model

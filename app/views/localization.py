@@ -12,10 +12,8 @@ import streamlit as st
 import vitlab
 from vitlab import activations, localization
 from vitlab import token_localization as tl
-from vitlab.charts import attention as att_charts
 from vitlab.charts import localization as charts
 
-OVERLAY = 224  # px: small inputs (28 px Fashion-MNIST) are enlarged so the overlays are legible
 
 
 def reference_ui() -> tl.ReferenceOptions:
@@ -39,11 +37,22 @@ def your_images_ui(s, src):
     return src, min(s.images, len(src)), src.name
 
 
+def token_state(grid: tuple[int, int]) -> tuple[int, int]:
+    """The chosen token, kept in session keys 'loc.row'/'loc.col' (the number inputs', which the two clickable charts
+    move). A view starts on the centre token, and again when the grid changes size (another model)."""
+    if st.session_state.get("loc.grid") != grid or "loc.row" not in st.session_state:
+        st.session_state["loc.row"], st.session_state["loc.col"] = tl.centre_token(grid)
+        st.session_state["loc.grid"] = grid
+    # a click on the image of the upload view (drawn further down) moves the token before the inputs are drawn
+    lab.follow_click("loc.pick", lab.clicked(st.session_state.get("loc.pick"), "pick", ["token_row", "token_col"]),
+                     {"token_row": "loc.row", "token_col": "loc.col"})
+    return int(st.session_state["loc.row"]), int(st.session_state["loc.col"])
+
+
 st.title("Localization")
-st.caption("ViT tokens, especially in higher layers, keep much more of their own position's input than ResNet "
-           "positions do; a ViT trained with global average pooling (GAP) localizes worse in its last layers than "
-           "one trained with a CLS token (Figs 9-10). Localization is measured over a data set; on one image, a "
-           "token's gradient map and attention map say which pixels it carries.")
+lead = st.container()  # the finding, filled from this page's own result
+st.caption("Localization is measured over a data set: for each token, the linear CKA over images with the input patch "
+           "at every position. On one image, a token's gradient map and attention map say which pixels it carries.")
 s = lab.settings()
 ref = reference_ui()
 c1, c2 = st.columns(2)
@@ -52,8 +61,8 @@ c1.button("Compare CLS vs GAP: zoo:vit-cls and zoo:vit-gap (16 tokens)", key="lo
 c2.button("Compare CLS vs GAP: zoo:vit-cls-14 and zoo:vit-gap-14 (196 tokens, pooling only)", key="loc.clsgap14",
           on_click=lab.set_models, args=("zoo:vit-cls-14", "zoo:vit-gap-14"))
 st.caption(f"CLS vs GAP in the zoo: for vit-cls / vit-gap, {vitlab.tour.GAP_CAVEAT}; vit-cls-14 / vit-gap-14 differ "
-           "in pooling alone. Chance level of a token's best match is 1/positions: "
-           "compare grids of different sizes by the chance-corrected rate (Paper tour, Figs 9-10).")
+           "in pooling alone. Chance level of a token's best match is 1/positions, so the chart shows the "
+           "chance-corrected rate: grids of different sizes on one scale (Paper tour, Figs 9-10).")
 report = None
 with lab.guard():
     a, b = lab.models(s)
@@ -66,9 +75,16 @@ with lab.guard():
     report = lab.compute(("loc", s.key, data_name, data_images),
                          lambda run: localization.localization([a, b], data, opts, run), "Localization")
 
+with lead:
+    paper = ("ViT tokens, even in higher layers, keep much more of their own input patch than ResNet positions do; "
+             "a ViT trained with global average pooling (GAP) localizes worse in its last layers than one with a CLS "
+             "token (Sec. 5, Figs 9-10).")
+    if report is None:
+        lab.finding(paper, why="the localization run did not finish; its answer shows here when it does.")
+    else:
+        lab.finding(paper, tl.rate_finding(report.rates(), report.images))
+
 if report is not None:
-    for w in report.warnings:
-        st.warning(w)
     summary = report.summary()
     rates = report.rates()  # per layer: rate, its 95 % interval, chance level, chance-corrected rate
     rate = charts.localization_rate_chart(rates)
@@ -85,22 +101,34 @@ if report is not None:
     result = next(r for r in results if r.layer == layer)
     gh, gw = result.grid
     part = summary[(summary["model"] == m.label) & (summary["layer"] == layer)]
-    grid_chart = lab.clickable(charts.localization_summary_chart(part, cell=220, title="click a token"), "tok",
-                               ["token_row", "token_col"])
-    left, right = st.columns([1, 2])
+    grid_key = f"loc.grid.{slot}"
+    lab.follow_click("loc", lab.clicked(st.session_state.get(grid_key), "tok", ["token_row", "token_col"]),
+                     {"token_row": "loc.row", "token_col": "loc.col"})
+    row, col = token_state((gh, gw))
+    grid_chart = charts.localization_summary_chart(part, cell=max(220, 24 * max(gh, gw)), title="click a token",
+                                                   selected=(row, col), select="tok")
+    left, right = st.columns([1, 1])
     with left:
-        event = lab.chart(grid_chart, on_select="rerun", key=f"loc.grid.{slot}")
+        lab.chart(grid_chart, on_select="rerun", key=grid_key)
         lab.export(grid_chart, part, f"localization_{m.label}_{layer}_summary", "loc.grid")
-        lab.follow_click("loc", lab.clicked(event, "tok", ["token_row", "token_col"]),
-                         {"token_row": "loc.row", "token_col": "loc.col"})
+        holes = tl.undefined_note(tl.undefined_positions(result.cka, result.grid), f"every one of the "
+                                  f"{report.images} images")
+        if holes:
+            st.caption(f"Grey cells: {holes}.")
         p1, p2 = st.columns(2)
         row = int(p1.number_input("Token row", 0, gh - 1, key="loc.row"))
         col = int(p2.number_input("Token column", 0, gw - 1, key="loc.col"))
+    if report.warnings:
+        with st.expander(f"{len(report.warnings)} warning(s) of the run"):
+            for w in report.warnings:
+                st.caption(w)
     token = result.prefix + row * gw + col
     frame = result.to_frame()
     shown = ([0] if result.prefix else []) + [token]
     with right, lab.guard():
-        maps = charts.localization_maps(frame, tokens=shown, columns=2, cell=200)
+        maps = charts.localization_maps(frame, tokens=shown, columns=2, cell=max(120, 12 * max(gh, gw)),
+                                        title=["CKA of the token with the patch at each position",
+                                               f"{m.label} {layer} (ringed: its own patch)"])
         lab.chart(maps, key="loc.maps")
         lab.export(maps, frame[frame["token"].isin(shown)], f"localization_{m.label}_{layer}_token{token}", "loc.maps")
 
@@ -115,36 +143,70 @@ if report is not None:
         content = hashlib.sha1("\0".join(names.item_key(i) for i in keyed).encode()).hexdigest()[:16]
         pick = st.selectbox("Image", range(len(ids)), key=f"loc.image.{content}", format_func=ids.__getitem__)
         block = tl.block_of_tap(m, layer)
-        view = lab.compute(("loc.token", s.key, m.label, block, row, col, pick, given_name, given, content, ref),
-                           lambda run: tl.token_view(m, images, pick, block, row, col, ref, run, given,
-                                                     given_name, lab.named_source(ref.source)),
-                           "Token view")
+        # the token-independent part (CKA of every token over the reference set) once per block; a token change
+        # then reads the image's cached activations and one cached gradient
+        measured = lab.compute(("loc.ref", s.key, m.label, block, given_name, given, content, ref),
+                               lambda run: tl.reference_for(m, images, block, ref, run, given, given_name,
+                                                            lab.named_source(ref.source)), "Reference set")
+        view = None if measured is None else lab.compute(
+            ("loc.token", s.key, m.label, block, row, col, pick, given_name, given, content, ref),
+            lambda run: tl.token_view(m, images, pick, block, row, col, ref, run, given, given_name,
+                                      measured=measured), "Token view")
+        original = names.load(pick)
+        picture = activations.model_view(m, original)
+        seen = tl.model_input(m, original)
+        c1, c2 = st.columns(2)
+        with c1:
+            st.image(charts.original_with_box(original, seen.box), width="content",
+                     caption=f"Your image, {original.width}×{original.height}; outlined: the part the model sees")
+        with c2:
+            picker = charts.token_picker_chart(picture, (gh, gw), (row, col), select="pick")
+            lab.chart(picker, on_select="rerun", key="loc.pick")
+        st.caption(f"**What the model sees** ({m.label}'s transform): {seen.text}.")
         if view is not None:
             if view.note:
                 st.info(view.note)
-            picture = activations.model_view(m, names.load(pick))
             info = view.summary()
+            name = Path(names.item_id(pick)).name
+            where = f"token (row {row}, col {col}) at {block}"  # subtitles in short lines: a long one is cut
             cols = st.columns(3)
             with cols[0]:
-                lab.image(att_charts.overlay(picture, view.cka_grid(), min_side=OVERLAY), view.reference.to_frame(),
-                          f"reference_cka_{m.label}_{block}_token{row}_{col}", "loc.refcka",
-                          caption=f"CKA with each patch over {view.reference.images} images of the reference set "
-                                  f"({view.reference.batches} batches): own patch {info['own_cka']:.2f} "
-                                  f"[{info['own_cka_lo']:.2f}, {info['own_cka_hi']:.2f}] (95 % jackknife t over the "
-                                  "batches)")
+                ref_chart = charts.token_map_chart(
+                    view.cka_grid(), (gh, gw), (row, col), legend="CKA", scheme="magma", domain=(0, 1),
+                    title=["CKA over the reference set,", "not this image"],
+                    subtitle=[where, f"vs each patch, {view.reference.images} images"])
+                lab.chart(ref_chart, key="loc.refcka")
+                st.caption(f"CKA with each patch over {view.reference.images} images of the reference set "
+                           f"{ref.source if view.note else given_name} ({view.reference.batches} batches): own patch "
+                           f"{info['own_cka']:.2f} [{info['own_cka_lo']:.2f}, {info['own_cka_hi']:.2f}] (95 % "
+                           "jackknife t over the batches)")
+                holes = tl.undefined_note(tl.undefined_positions(view.reference.cka, view.reference.grid),
+                                          "every image of the reference set")
+                if holes:
+                    st.caption(f"Blank: {holes}.")
+                lab.export(ref_chart, view.reference.to_frame(), f"reference_cka_{m.label}_{block}_token{row}_{col}",
+                           "loc.refcka")
             with cols[1]:
-                lab.image(att_charts.overlay(picture, view.gradient.map, min_side=OVERLAY), view.gradient.to_frame(),
-                          f"gradient_{m.label}_{block}_token{row}_{col}", "loc.grad",
-                          caption=f"gradient |∂h/∂x| of token ({row},{col}) at {block} on "
-                                  f"{Path(names.item_id(pick)).name}: {info['own_share']:.0%} in its "
-                                  f"own patch (uniform {info['own_chance']:.0%}), {info['neighbourhood_share']:.0%} "
-                                  f"in its 3×3 neighbourhood (uniform {info['neighbourhood_chance']:.0%})")
+                grad_chart = charts.token_map_chart(
+                    view.gradient.map, (gh, gw), (row, col), legend="|∂h/∂x| / max", picture=picture,
+                    domain=(0, 1), relative=True, title="Gradient on this image", subtitle=[where, name])
+                lab.chart(grad_chart, key="loc.grad")
+                st.caption(f"gradient |∂h/∂x| of token ({row},{col}) at {block} on {name}: "
+                           f"{info['own_share']:.0%} in its own patch (uniform {info['own_chance']:.0%}), "
+                           f"{info['neighbourhood_share']:.0%} in its 3×3 neighbourhood (uniform "
+                           f"{info['neighbourhood_chance']:.0%})")
+                lab.export(grad_chart, view.gradient.to_frame(), f"gradient_{m.label}_{block}_token{row}_{col}",
+                           "loc.grad")
             with cols[2]:
                 if view.attention is None:
                     st.info(view.attention_note)
                 else:
-                    lab.image(att_charts.overlay(picture, view.attention.grid, min_side=OVERLAY),
-                              view.attention.to_frame(), f"attention_{m.label}_{block}_token{row}_{col}",
-                              "loc.attn", caption=f"attention of token ({row},{col}) at {block}, mean over heads")
+                    attn_chart = charts.token_map_chart(
+                        view.attention.grid, (gh, gw), (row, col), legend="attention weight", picture=picture,
+                        title="Attention on this image", subtitle=[where, "mean over heads"])
+                    lab.chart(attn_chart, key="loc.attn")
+                    st.caption(f"attention of token ({row},{col}) at {block}, mean over heads, on {name}")
+                    lab.export(attn_chart, view.attention.to_frame(), f"attention_{m.label}_{block}_token{row}_{col}",
+                               "loc.attn")
             for w in view.gradient.warnings:
                 st.warning(w)

@@ -25,6 +25,7 @@ from ..engine.run import stream
 from ..errors import VitlabError
 from ..inputs import taps as taps_mod
 from ..inputs.data import ImageSource, open_source, select
+from ..inputs.images import ModelInput, describe_model_input
 from ..inputs.models import LoadedModel
 from ..stats import cka as cka_mod
 from ..stats.evidence import BootstrapCKA
@@ -178,14 +179,12 @@ class TokenView:
                 "reference_batches": self.reference.batches, "own_cka": value, "own_cka_lo": lo, "own_cka_hi": hi}
 
 
-def token_view(loaded: LoadedModel, images, index: int, block: str, row: int, col: int, opts: ReferenceOptions,
-               run: Run, given: int | None = None, given_name: str = "your images",
-               reference: ImageSource | None = None) -> TokenView:
-    """The reference-set CKA map of block ``block`` for the token at (row, col), its gradient map on image ``index``
-    of ``images``, and (ViT) its mean-over-heads attention map on that image at the same block.
-
-    ``given``: how many images the user gave (default: all of ``images``); ``reference``: ``opts.source`` already
-    opened (the app keeps it cached)."""
+def reference_for(loaded: LoadedModel, images, block: str, opts: ReferenceOptions, run: Run,
+                  given: int | None = None, given_name: str = "your images",
+                  reference: ImageSource | None = None) -> tuple[ReferenceLocalization, str | None]:
+    """The token↔patch CKA of block ``block`` for **every** token (the images given when there are enough, else the
+    reference set), and a note saying which. It does not depend on the token: the app computes it once per block and
+    a token change only reads a row of it."""
     blocks = block_names(loaded)
     if block not in blocks:
         raise VitlabError(f"unknown block '{block}' for '{loaded.label}': blocks are {', '.join(blocks[:4])}, ...")
@@ -197,7 +196,20 @@ def token_view(loaded: LoadedModel, images, index: int, block: str, row: int, co
         source = reference
     else:
         source = open_source(reference_name)
-    ref = reference_localization(loaded, source, tap_of_block(loaded, block), opts, run)
+    return reference_localization(loaded, source, tap_of_block(loaded, block), opts, run), note
+
+
+def token_view(loaded: LoadedModel, images, index: int, block: str, row: int, col: int, opts: ReferenceOptions,
+               run: Run, given: int | None = None, given_name: str = "your images",
+               reference: ImageSource | None = None,
+               measured: tuple[ReferenceLocalization, str | None] | None = None) -> TokenView:
+    """The reference-set CKA map of block ``block`` for the token at (row, col), its gradient map on image ``index``
+    of ``images``, and (ViT) its mean-over-heads attention map on that image at the same block.
+
+    ``given``: how many images the user gave (default: all of ``images``); ``reference``: ``opts.source`` already
+    opened (the app keeps it cached); ``measured``: :func:`reference_for`'s answer for this block, already computed
+    (a token change then costs one cached gradient and one row of the image's cached attention)."""
+    ref, note = measured or reference_for(loaded, images, block, opts, run, given, given_name, reference)
     if not (0 <= row < ref.grid[0] and 0 <= col < ref.grid[1]):
         raise VitlabError(f"token (row {row}, col {col}) is outside {block}'s {ref.grid[0]}x{ref.grid[1]} grid")
     grad = token_gradient(loaded, images, TokenGradientOptions(index, block, row, col), run)
@@ -208,6 +220,36 @@ def token_view(loaded: LoadedModel, images, index: int, block: str, row: int, co
     else:
         anote = f"{loaded.label} has no attention: a CNN position's view is its gradient map alone"
     return TokenView(ref, grad, amap, note, anote)
+
+
+def model_input(loaded: LoadedModel, image) -> ModelInput:
+    """What ``loaded``'s eval transform does to ``image`` (PIL): steps in words, read from the transform itself, and
+    the box of the original that the model's input covers."""
+    return describe_model_input(loaded.transform, loaded.in_chans, image.size)
+
+
+def centre_token(grid: tuple[int, int]) -> tuple[int, int]:
+    """The token a view starts on: the grid's centre (a corner patch is often constant, e.g. black in
+    Fashion-MNIST, and its CKA undefined)."""
+    return grid[0] // 2, grid[1] // 2
+
+
+def undefined_positions(cka: np.ndarray, grid: tuple[int, int]) -> list[tuple[int, int]]:
+    """(row, col) of the grid positions whose patch CKA is undefined for every token: ``cka`` (T, G), a column all
+    NaN (a patch constant in every image has zero self-HSIC, vitlab.stats.cka)."""
+    dead = np.all(~np.isfinite(np.asarray(cka, dtype=np.float64)), axis=0)
+    return [divmod(int(g), grid[1]) for g in np.flatnonzero(dead)]
+
+
+def undefined_note(positions: list[tuple[int, int]], where: str = "every image") -> str | None:
+    """Those positions in words, for the reader of a map with holes in it."""
+    if not positions:
+        return None
+    named = "; ".join(f"row {r}, col {c}" for r, c in positions[:8])
+    more = f" and {len(positions) - 8} more" if len(positions) > 8 else ""
+    one = len(positions) == 1
+    return (f"{named}{more}: {'a constant patch' if one else 'constant patches'} in {where} (e.g. a black border), "
+            f"so CKA with {'it is' if one else 'them is'} undefined; {'it is' if one else 'they are'} left blank")
 
 
 def _count(images) -> int:
@@ -236,3 +278,17 @@ def images_for_dataset(given: int, given_name: str, reference: ReferenceOptions)
     return reference.source, reference.images, (
         f"{given} image(s) given: too few for a data-set statistic (at least {MIN_IMAGES}); the localization maps "
         f"below are measured on the reference set {reference.source} ({reference.images} images)")
+
+
+def rate_finding(rates, images: int) -> str:
+    """The localization answer in words, per model at its last measured layer, from ``LocalizationReport.rates()``:
+    the rate with its 95 % interval (unit and count), the chance level 1/positions and the chance-corrected rate."""
+    parts = []
+    for _, r in rates.groupby("model", sort=False).tail(1).iterrows():
+        interval = (f"95 % interval {r['rate_lo']:.0%}-{r['rate_hi']:.0%} over {int(r['interval_units'])} "
+                    f"{r['interval_unit']}" if np.isfinite(r["rate_lo"]) and np.isfinite(r["rate_hi"])
+                    else "no interval")
+        parts.append(f"{r['model']} {r['layer']}: {r['rate']:.0%} of its {int(r['positions'])} tokens best match "
+                     f"their own input patch ({interval}; chance {r['chance']:.1%}, chance-corrected "
+                     f"{r['corrected']:.2f})")
+    return "; ".join(parts) + f". Linear CKA over {images} images."

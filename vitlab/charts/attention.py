@@ -50,18 +50,34 @@ def _facet_model(chart, frame: pd.DataFrame):
     return chart.facet(column=alt.Column("model:N", title=None)) if frame["model"].nunique() > 1 else chart
 
 
-def attention_distance_chart(frame: pd.DataFrame, units: str = "px", title: str | None = None):
-    """One dot per head per layer: x = block, y = mean attention distance (Raghu et al. Figs 3-4; ViT paper Fig 7).
+def attention_distance_chart(frame: pd.DataFrame, units: str = "px", title: str | None = None,
+                             selected: tuple[int, int] | None = None):
+    """One dot per head per layer: x = block, heads side by side within it, y = mean attention distance (Raghu et al.
+    Figs 3-4; ViT paper Fig 7).
 
     The dashed line is the distance uniform attention over all keys would give, in the frame's own convention
-    (prefix keys dropped with or without renormalising); bars: the mean's 95 % interval over images.
+    (prefix keys dropped with or without renormalising); bars: the mean's 95 % interval over images. The y axis is
+    fitted to the dots, their intervals and the uniform line (not 0 to the image side, where 4-12 heads of a small
+    model pile up). ``selected``: (block, head) to ring.
     """
     col, std, label = ("distance_px", "std_px", "pixels") if units == "px" else ("distance_frac", "std_frac",
                                                                                "fraction of image side")
-    legend = alt.Legend(columns=2) if frame["head"].nunique() > 8 else alt.Legend()
+    heads, blocks = frame["head"].nunique(), frame["layer"].nunique()
+    legend = alt.Legend(columns=2) if heads > 8 else alt.Legend()
+    uniform = "uniform_px" if units == "px" else "uniform_frac"
+    ranged = units == "px" and "distance_lo" in frame
+    shown = [frame[col]] + ([frame["distance_lo"], frame["distance_hi"]] if ranged else []) + (
+        [frame[uniform]] if uniform in frame else [])
+    values = pd.concat(shown).astype(float)
+    values = values[np.isfinite(values)]
+    lo, hi = (float(values.min()), float(values.max())) if len(values) else (0.0, 1.0)
+    pad = max((hi - lo) * 0.08, 1e-3 * max(abs(hi), 1.0))
+    yscale = alt.Scale(domain=[max(0.0, lo - pad), hi + pad], zero=False, nice=False)
+    x = alt.X("layer:O", title="block", axis=alt.Axis(labelAngle=0))
+    offset = alt.XOffset("head:N", sort=sorted(frame["head"].unique()))
     dots = alt.Chart().mark_circle(size=45, opacity=0.85).encode(
-        x=alt.X("layer:O", title="block"),
-        y=alt.Y(f"{col}:Q", title=f"mean attention distance ({label})", scale=alt.Scale(zero=True)),
+        x=x, xOffset=offset,
+        y=alt.Y(f"{col}:Q", title=f"mean attention distance ({label})", scale=yscale),
         color=alt.Color("head:N", title="head", legend=legend),
         tooltip=["model", "layer", "head", alt.Tooltip(f"{col}:Q", format=".3f"),
                  alt.Tooltip(f"{std}:Q", format=".3f", title="std over images"), "images",
@@ -70,16 +86,20 @@ def attention_distance_chart(frame: pd.DataFrame, units: str = "px", title: str 
                    else []), *interval_tooltips(frame)],
     )
     layers = [dots]
-    if units == "px" and "distance_lo" in frame:  # the mean's 95 % interval over images
-        layers.append(alt.Chart().mark_rule(opacity=0.6).encode(x="layer:O", y="distance_lo:Q", y2="distance_hi:Q",
+    if ranged:  # the mean's 95 % interval over images
+        layers.append(alt.Chart().mark_rule(opacity=0.6).encode(x=x, xOffset=offset, y="distance_lo:Q",
+                                                                y2="distance_hi:Q",
                                                                 color=alt.Color("head:N", legend=None)))
-    uniform = "uniform_px" if units == "px" else "uniform_frac"
     if uniform in frame and frame[uniform].notna().any():
         layers.append(alt.Chart().mark_rule(strokeDash=[4, 3], color="grey").encode(
             y=f"mean({uniform}):Q", tooltip=[alt.Tooltip(f"mean({uniform}):Q", title="uniform attention",
                                                          format=".3f")]))
+    if selected is not None:
+        layers.append(alt.Chart().mark_point(size=170, filled=False, color="black", strokeWidth=2.5).encode(
+            x=x, xOffset=offset, y=f"{col}:Q").transform_filter(
+            f"datum.layer == {int(selected[0])} && datum.head == {int(selected[1])}"))
     chart = alt.layer(*layers, data=frame).properties(
-        width=max(240, 28 * frame["layer"].nunique()), height=260,
+        width=max(300, 16 * heads * blocks + 8 * blocks), height=260,
         title=title or "Mean attention distance per head (dashed: uniform attention)")
     return _facet_model(chart, frame)
 

@@ -34,6 +34,7 @@ behind).
 from __future__ import annotations
 
 import io
+from dataclasses import dataclass
 import math
 import os
 import stat
@@ -360,3 +361,70 @@ def _central_part(img, name: str, notes: list[str]):
     box = ((w - keep) // 2, 0, (w - keep) // 2 + keep, h) if w > h else (0, (h - keep) // 2, w, (h - keep) // 2 + keep)
     notes.append(f"a {w}×{h} strip: its central {box[2] - box[0]}×{box[3] - box[1]} is used")
     return img.crop(box)
+
+
+@dataclass(frozen=True)
+class ModelInput:
+    """What a model's eval transform does to one image: the steps in words and the part of the original it keeps.
+
+    ``box``: (left, top, right, bottom) in the original's pixels, the region that ends up in the model's input
+    (the whole image when nothing is cropped)."""
+
+    original: tuple[int, int]  # (W, H)
+    size: tuple[int, int]  # (W, H) of the model's input
+    steps: tuple[str, ...]
+    box: tuple[float, float, float, float]
+    aspect_kept: bool
+
+    @property
+    def text(self) -> str:
+        return "; ".join(self.steps)
+
+
+def describe_model_input(transform, in_chans: int, size: tuple[int, int]) -> ModelInput:
+    """Walk a torchvision eval transform (``LoadedModel.transform``: Resize, CenterCrop, ToTensor, Normalize) for an
+    image of ``size`` (W, H) and say what the model gets: each geometric step with its sizes, the colour mode
+    (``in_chans`` 1: grey), and the box of the original the input covers. Steps it does not know are named as they
+    are (their geometry is then not followed)."""
+    W, H = (int(v) for v in size)
+    w, h = float(W), float(H)
+    left, top, right, bottom = 0.0, 0.0, float(W), float(H)  # the kept box, in original pixels
+    steps, aspect = [f"{W}×{H} → grey (1 channel)" if in_chans == 1 else f"{W}×{H} → RGB"], True
+    for t in getattr(transform, "transforms", [transform]):
+        name = type(t).__name__
+        if name == "Resize":
+            s = t.size
+            if isinstance(s, int) or (isinstance(s, (list, tuple)) and len(s) == 1):
+                side = int(s if isinstance(s, int) else s[0])
+                k = side / min(w, h)
+                nw, nh = int(w * k) if w > h else side, int(h * k) if h > w else side  # torchvision truncates
+                steps.append(f"shorter side resized to {side} px ({w:.0f}×{h:.0f} → {nw}×{nh}, aspect kept)")
+            else:
+                nh, nw = int(s[0]), int(s[1])
+                kept = abs(nw / nh - w / h) < 0.01
+                aspect = aspect and kept
+                steps.append(f"resized to {nw}×{nh} ({'aspect kept' if kept else 'aspect not kept: stretched'})")
+            w, h = float(nw), float(nh)
+        elif name == "CenterCrop":
+            s = t.size if isinstance(t.size, (list, tuple)) else (t.size, t.size)
+            ch, cw = int(s[0]), int(s[-1])
+            if cw < w or ch < h:
+                sx, sy = (right - left) / w, (bottom - top) / h  # original pixels per current pixel
+                dx, dy = max(0.0, (w - cw) / 2), max(0.0, (h - ch) / 2)
+                cut = []
+                if dx:
+                    cut.append(f"{100 * (w - cw) / w:.0f} % of the width cut (left and right)")
+                if dy:
+                    cut.append(f"{100 * (h - ch) / h:.0f} % of the height cut (top and bottom)")
+                steps.append(f"centre-cropped to {cw}×{ch}: {', '.join(cut)}")
+                left, right = left + dx * sx, right - dx * sx
+                top, bottom = top + dy * sy, bottom - dy * sy
+                w, h = float(min(cw, w)), float(min(ch, h))
+            else:
+                steps.append(f"centre crop {cw}×{ch}: nothing cut")
+        elif name in ("ToTensor", "MaybeToTensor", "Normalize", "PILToTensor", "ConvertImageDtype"):
+            continue
+        else:
+            steps.append(f"then {name}")
+    steps.append(f"the model sees {int(w)}×{int(h)} {'grey' if in_chans == 1 else 'colour'}")
+    return ModelInput((W, H), (int(w), int(h)), tuple(steps), (left, top, right, bottom), aspect)
