@@ -16,7 +16,7 @@ from vitlab import tour
 from vitlab.engine.context import Run
 
 STEPS = list(tour.CLAIMS)
-BOOTSTRAP = 200  # the Paper tour page's default: the two pages share one computed tour
+BOOTSTRAP = tour.TOUR_BOOTSTRAP  # the Paper tour page's default: the two pages share one computed tour
 # Projector layout, this page only (the <style> goes when the page does): Streamlit's header shrunk to its buttons,
 # the padding compressed, type sized by the viewport (clamp of vw and vh: the smaller screen side rules), and each
 # figure an SVG scaled to its column and to the height left under the title (2.8rem and the title's lines in
@@ -115,7 +115,9 @@ def counts_html(images: int, batches: int, batch_size: int, units: str) -> str:
 
 st.html(STYLE)
 s = lab.settings()
-opts = tour.TourOptions(images=s.images, batch_size=max(4, s.batch_size), control="random")
+# the tour's own default (vitlab.tour.TOUR_IMAGES in batches of TOUR_BATCH), the one the Paper tour page starts on and
+# `vitlab report` uses: the slides, the page and the handout show the same rows (issue 33)
+opts = tour.TourOptions(control="random")
 done = None
 with lab.guard():
     a, b = lab.models(s)

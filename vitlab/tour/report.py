@@ -166,10 +166,6 @@ def chart_svg(chart) -> str:
     return re.sub(r"(\d+\.\d)\d+", r"\1", svg)
 
 
-def _number(x: float) -> str:
-    return "n/a" if x != x else f"{x:.3f}"  # NaN (a check that could not be measured)
-
-
 LEARNED_CLASS = {"yes": "shown", "no": "notshown"}
 
 
@@ -182,22 +178,21 @@ def _slide(k: int, row, svg: str | None, paper: str | None = None, counts: str =
         f'<div class="intervals">{svg}</div>' if svg else "")
     if not figure:
         figure = '<p class="nofig">No figure: this check could not be measured (see the evidence).</p>'
-    twins = (f"<tr><th>trained</th><td>{_number(row.effect)} [{_number(row.effect_lo)}, {_number(row.effect_hi)}]"
-             f"</td></tr><tr><th>untrained twins</th><td>{_number(row.twin)} [{_number(row.twin_lo)}, "
-             f"{_number(row.twin_hi)}]</td></tr>" if row.learned != "n.a." else "")
+    words = row.lines()  # the same words as the app and the slides: never "nan" or "n/a" (issue 33)
     return f"""<section class="slide" id="fig{k}" data-figure="{e(row.figure)}">
 <h2><span class="fig">{e(row.figure)}</span> {e(row.title)}</h2>{counts}
 <div class="body"><div class="figure">{figure}</div>
-<div class="text"><p class="label">The paper</p><blockquote class="claim">{e(row.claim)}</blockquote>
+<div class="text"><p class="label">The paper reports</p><blockquote class="claim">{e(words["paper"])}</blockquote>
 <p class="label">Pattern: do these models show it?</p>
 <p class="verdict {pattern}" data-verdict="{e(row.pattern)}">{e(row.pattern)}</p>
-<table class="numbers"><tr><th>statistic</th><td>{_number(row.statistic)}</td></tr>
-<tr><th>95 % interval</th><td>[{_number(row.lo)}, {_number(row.hi)}]</td></tr>
+<table class="numbers"><tr><th>statistic</th><td>{e(words["statistic"])}</td></tr>
+<tr><th>on these models</th><td>{e(words["pattern_numbers"])}</td></tr>
 <tr><th>interval</th><td class="basis">{e(row.interval)}</td></tr>
-<tr><th>null</th><td>{_number(row.control)} ({e(row.control_label)})</td></tr></table>
+<tr><th>models</th><td>{e(words["models"])}</td></tr></table>
+<p class="label">Our control</p><p class="control">{e(words["control_note"])}</p>
 <p class="label">Learned: more than untrained?</p>
 <p class="verdict {learned}" data-learned="{e(row.learned)}">{e(row.learned)}</p>
-<table class="numbers">{twins}<tr><th>compared with</th><td>{e(row.learned_label)}</td></tr></table>
+<p class="control">{e(words["learned_numbers"])}</p>
 <p class="evidence">{e(row.evidence)}</p></div></div></section>"""
 
 
