@@ -446,7 +446,7 @@ def test_5_vitlab_app_is_local_from_any_folder_and_passes_arguments_through(tmp_
     monkeypatch.chdir(tmp_path)  # no .streamlit/config.toml here
     assert cli.main(["app"]) == 0
     cmd = calls[-1]
-    assert cmd[1:4] == ["-m", "streamlit", "run"] and Path(cmd[4]) == ROOT / "app" / "Home.py"
+    assert cmd[1:4] == ["-m", "streamlit", "run"] and Path(cmd[4]) == ROOT / "app" / "serve.py"
     flags = dict(zip(cmd[5::2], cmd[6::2]))
     assert flags["--server.address"] == "localhost" and flags["--browser.gatherUsageStats"] == "false"
     assert flags["--server.maxUploadSize"] == str(vitlab_images.MAX_UPLOAD_BYTES // 2**20)

@@ -359,7 +359,8 @@ APP_FLAGS = {"--server.address": "localhost", "--browser.gatherUsageStats": "fal
 
 def add_app(sub) -> None:
     p = sub.add_parser("app", help=HELP["app"],
-                       description="Start the Streamlit app (app/Home.py) on http://localhost:8501. It listens on "
+                       description="Start the Streamlit app (app/serve.py: app/Home.py with a warm start) on "
+                                   "http://localhost:8501. It listens on "
                                    "localhost only and takes uploads up to the engine's limit, wherever it is "
                                    "started; any other arguments go to `streamlit run` (e.g. --server.port 8502; "
                                    "--server.address 0.0.0.0 exposes it on purpose, docs/hardening.md).")
@@ -370,9 +371,11 @@ def app_command(extra: list[str]) -> list[str]:
     """The ``streamlit run`` command line of ``vitlab app`` with ``extra`` arguments (which win over the defaults)."""
     from .inputs.images import MAX_UPLOAD_BYTES
 
-    home = Path(__file__).resolve().parent.parent / "app" / "Home.py"
+    # serve.py: Home.py as an ASGI app that imports torch/timm and loads the default models when the server starts,
+    # so the first page after a (re)start does not wait for them (issue 34, bench/warm_bench.py)
+    home = Path(__file__).resolve().parent.parent / "app" / "serve.py"
     if not home.is_file():
-        raise VitlabError(f"the app (app/Home.py) is not beside this vitlab ({Path(__file__).parent}); install it from "
+        raise VitlabError(f"the app (app/serve.py) is not beside this vitlab ({Path(__file__).parent}); install it from "
                           "a checkout of the repository: python -m pip install -e .")
     given = {a.split("=", 1)[0] for a in extra if a.startswith("--")}
     defaults = {**APP_FLAGS, "--server.maxUploadSize": str(MAX_UPLOAD_BYTES // 2**20)}
