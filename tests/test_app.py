@@ -337,13 +337,15 @@ def test_localization_page_token_click_and_upload():
     assert not at.error, [e.value for e in at.error]
     at.number_input(key="loc.row").set_value(1).run()
     at.number_input(key="loc.col").set_value(2).run()
-    caps = [i.proto.imgs[0].caption for i in at.get("image")]
+    caps = [c.value for c in at.caption]
     assert any("token (1,2)" in c for c in caps), caps
     buf = BytesIO()
     Image.new("RGB", (50, 70), (10, 200, 30)).save(buf, "PNG")
     at.file_uploader(key="loc.upload").set_value(("green.png", buf.getvalue(), "image/png")).run()
     assert not at.error, [e.value for e in at.error]
-    assert len(at.get("image")) == 3
+    # the upload itself, outlined where the model looks, beside the model's input (a clickable chart)
+    caps = [i.proto.imgs[0].caption for i in at.get("image")]
+    assert any("Your image, 50×70" in c for c in caps), caps
 
 
 @pytest.mark.skipif(not ZOO_READY, reason="needs the zoo")
@@ -355,7 +357,7 @@ def test_localization_page_switches_to_the_196_token_pair():
     at.number_input(key="loc.row").set_value(13).run()  # a 14x14 grid: the last row and column exist
     at.number_input(key="loc.col").set_value(13).run()
     assert not at.error, [e.value for e in at.error]
-    caps = [i.proto.imgs[0].caption for i in at.get("image")]
+    caps = [c.value for c in at.caption]
     assert any("token (13,13)" in c for c in caps), caps
 
 

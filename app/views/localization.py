@@ -157,11 +157,14 @@ if report is not None:
         seen = tl.model_input(m, original)
         c1, c2 = st.columns(2)
         with c1:
-            st.image(charts.original_with_box(original, seen.box), width="content",
+            boxed = charts.original_with_box(original, seen.box)
+            st.image(boxed, width="content",
                      caption=f"Your image, {original.width}×{original.height}; outlined: the part the model sees")
+            lab.export_image(boxed, None, f"original_{m.label}", "loc.original")
         with c2:
             picker = charts.token_picker_chart(picture, (gh, gw), (row, col), select="pick")
             lab.chart(picker, on_select="rerun", key="loc.pick")
+            lab.export(picker, charts.token_picker_frame((gh, gw), (row, col)), f"model_input_{m.label}", "loc.pick")
         st.caption(f"**What the model sees** ({m.label}'s transform): {seen.text}.")
         if view is not None:
             if view.note:

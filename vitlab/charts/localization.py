@@ -198,6 +198,13 @@ def token_picker_chart(picture: np.ndarray, grid: tuple[int, int], selected: tup
         subtitle=f"outlined: token (row {selected[0]}, col {selected[1]})"))
 
 
+def token_picker_frame(grid: tuple[int, int], selected: tuple[int, int]) -> pd.DataFrame:
+    """The picker's cells (token_row, token_col, chosen): the CSV beside its PNG/SVG."""
+    r, c = np.meshgrid(np.arange(grid[0]), np.arange(grid[1]), indexing="ij")
+    return pd.DataFrame({"token_row": r.ravel(), "token_col": c.ravel(),
+                         "chosen": (r.ravel() == selected[0]) & (c.ravel() == selected[1])})
+
+
 def _pooled(values: np.ndarray, most: int) -> np.ndarray:
     """Mean-pool an (h, w) map by a whole factor so that neither side exceeds ``most`` cells (a 224 px gradient map
     as 50,176 rects would stall the browser); NaN stays NaN."""
