@@ -197,13 +197,16 @@ def test_similarity_heatmap_click_selects_the_layer_pair(page, server):
     page.get_by_text("batches computed").first.wait_for()
     _settle(page)
     _no_exception(page)
-    metric = page.locator('[data-testid="stMetric"]').first
-    before = metric.inner_text()
+    from playwright.sync_api import expect
+
+    # the clicked cell's CKA in words with its interval (issue 33: "CKA of A `x` and B `y`: 0.9 [0.8, 0.95]")
+    cell = page.get_by_text(re.compile(r"^CKA of ")).first
+    before = cell.inner_text()
     _click_mark(page, chart, "rect", -1)  # the last layer pair: not the first one shown before
-    page.wait_for_function("(b) => document.querySelector('[data-testid=\"stMetric\"]').innerText != b", arg=before)
+    expect(page.get_by_text(re.compile(r"^CKA of ")).first).not_to_have_text(before, timeout=240_000)
     _settle(page)
-    after = metric.inner_text()
-    assert after != before
+    after = page.get_by_text(re.compile(r"^CKA of ")).first.inner_text()
+    assert after != before and re.search(r": \d\.\d{4}", after), (before, after)
     # the heatmap, the two profiles and the sensitivity of the clicked cell
     assert page.locator('[data-testid="stVegaLiteChart"]').count() == 1 + 2 + 1
     _no_exception(page)
