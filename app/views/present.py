@@ -52,7 +52,7 @@ STYLE = """<style>
 .st-key-present-figure [data-testid="stVegaLiteChart"] svg.marks {width: 100% !important; height: auto !important;
     max-height: calc(100vh - 2.8rem - var(--present-type) * 5.8) !important}
 .st-key-present-intervals [data-testid="stVegaLiteChart"] svg.marks {width: 100% !important;
-    height: auto !important; max-height: 22vh !important}
+    height: auto !important; max-height: 20vh !important}
 .st-key-present-top button p {font-size: calc(var(--present-type) * .8)}
 </style>"""
 SVG = {"embedOptions": {"renderer": "svg"}}  # scales with its box (a canvas would blur or keep its pixel size)
@@ -61,10 +61,6 @@ SVG = {"embedOptions": {"renderer": "svg"}}  # scales with its box (a canvas wou
 def move(delta: int) -> None:
     i = STEPS.index(st.session_state.get("present.step", STEPS[0]))
     st.session_state["present.step"] = STEPS[(i + delta) % len(STEPS)]
-
-
-def number(x: float) -> str:
-    return "n/a" if x != x else f"{x:.3f}"
 
 
 LEARNED_CSS = {"yes": "v-shown", "no": "v-notshown"}
@@ -87,8 +83,7 @@ def slide_text(row) -> str:
             f'{escape(words["learned_numbers"])}</div>'
             f'<p class="present-label">Control</p><p class="present-evidence" data-part="control">'
             f'{escape(words["control_note"])}</p>'
-            f'<p class="present-evidence" data-part="data">{escape(words["data"])}; models: '
-            f'{escape(words["models"] or "none")}</p>'
+            f'<p class="present-evidence" data-part="data">models: {escape(words["models"] or "none")}</p>'
             f'<p class="present-evidence">{escape(words["interval_text"])}</p>')
 
 
