@@ -523,6 +523,15 @@ def finding(paper: str, ours: str | None = None, why: str | None = None) -> None
         st.info(f"**{OURS_LEAD}** {(why or 'this page cannot answer the claim with these settings.').strip()}")
 
 
+
+def answer(paper: str, found, missing: str) -> None:
+    """:func:`finding` from a result's ``Finding`` (``vitlab.analyses.findings``: ``ours`` or ``why``), or, when
+    the page computed nothing (``found`` is None), ``missing`` in place of the answer."""
+    if found is None:
+        finding(paper, why=missing)
+    else:
+        finding(paper, found.ours, found.why)
+
 MIME = {"png": "image/png", "svg": "image/svg+xml", "csv": "text/csv"}
 
 

@@ -28,11 +28,7 @@ with lab.guard():
                        "Attention distance")
 
 with lead:
-    if dist is not None:
-        found = dist.finding()
-        lab.finding(PAPER, found.ours, found.why)
-    else:
-        lab.finding(PAPER, why="no attention distances for this model (see below).")
+    lab.answer(PAPER, None if dist is None else dist.finding(), "no attention distances for this model (see below).")
 
 if dist is not None:
     frame = dist.to_frame()

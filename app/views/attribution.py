@@ -11,10 +11,10 @@ from vitlab.charts.attention import overlay
 
 st.title("Attribution maps and their faithfulness")
 st.caption("Raghu et al. 2021 make no claim about attribution maps; this page measures, for one image, how "
-           "faithful each map is. Where does the model look for this image and class? Each map orders the image's cells; deleting them "
-           "in that order should make the class probability fall fast (low deletion AUC), inserting them into a "
-           "blank image should make it rise fast (high insertion AUC), compared with a random order. Deleted cells "
-           "are filled with the data set's mean pixel (or black).")
+           "faithful each map is. Where does the model look for this image and class? Each map orders the image's "
+           "cells; deleting them in that order should make the class probability fall fast (low deletion AUC), "
+           "inserting them into a blank image should make it rise fast (high insertion AUC), compared with a random "
+           "order. Deleted cells are filled with the data set's mean pixel (or black).")
 s = lab.settings()
 spec = lab.model_slot("attr.model", s)
 

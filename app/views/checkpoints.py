@@ -41,11 +41,8 @@ with lab.guard():
         pairs, src, opts, run), "Checkpoints")
 
 with lead:
-    if result is not None:
-        found = result.finding(s.batch_size)
-        lab.finding(PAPER, found.ours, found.why)
-    else:
-        lab.finding(PAPER, why="no checkpoints were compared (see below).")
+    lab.answer(PAPER, None if result is None else result.finding(s.batch_size),
+               "no checkpoints were compared (see below).")
 
 if result is not None:
     for w in result.warnings:

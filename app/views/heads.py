@@ -44,11 +44,8 @@ with lab.guard():
         a, b, src, opts, run), "Head subsets")
 
 with lead:
-    if result is not None:
-        found = result.finding(s.batch_size)
-        lab.finding(PAPER, found.ours, found.why)
-    else:
-        lab.finding(PAPER, why="no head subsets were compared (see below).")
+    lab.answer(PAPER, None if result is None else result.finding(s.batch_size),
+               "no head subsets were compared (see below).")
 
 if result is not None:
     for w in result.warnings:

@@ -43,11 +43,7 @@ with lab.guard():
                          lambda run: probes.probes([a, b], src, opts, run), "Linear probes")
 
 with lead:
-    if report is not None:
-        found = report.finding()
-        lab.finding(PAPER, found.ours, found.why)
-    else:
-        lab.finding(PAPER, why="no probes were fitted (see below).")
+    lab.answer(PAPER, None if report is None else report.finding(), "no probes were fitted (see below).")
 
 if report is not None:
     for r in report.results:
@@ -60,7 +56,7 @@ if report is not None:
     sp = report.split
     st.caption(f"{len(sp.train)} training, {len(sp.val)} held-out (to choose λ) and {len(sp.test)} test images, "
                f"{sp.classes} classes; accuracies are means over {draws} few-shot draws of these images; "
-               + findings.interval_caption("few-shot draws", draws) + "; dashed: chance, the most common test class's share (what a guess "
-               "that ignores the image scores at best)" + ("; above_chance: yes when the whole interval is above it"
-                                                            if draws > 1 else ""))
+               + findings.interval_caption("few-shot draws", draws)
+               + "; dashed: chance, the most common test class's share (what a guess that ignores the image "
+               "scores at best)" + ("; above_chance: yes when the whole interval is above it" if draws > 1 else ""))
     st.dataframe(frame, hide_index=True, height=240)

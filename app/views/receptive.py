@@ -32,11 +32,8 @@ with lab.guard():
                          "Receptive fields")
 
 with lead:
-    if result is not None:
-        found = result.finding(opts.batch_size)
-        lab.finding(PAPER, found.ours, found.why)
-    else:
-        lab.finding(PAPER, why="no receptive fields were computed (see below).")
+    lab.answer(PAPER, None if result is None else result.finding(opts.batch_size),
+               "no receptive fields were computed (see below).")
 
 if result is not None:
     for w in result.warnings:

@@ -19,8 +19,8 @@ PAPER_REMOVAL = ("removing one skip connection of a ViT changes the representati
 
 st.title("Skip connections")
 lead = st.container()
-st.caption("‖z‖/‖f(z)‖ of the skip z and the branch f(z) of every sublayer (the norm ratio), and what happens when "
-           "one skip is removed.")
+st.caption("‖z‖/‖f(z)‖ of the skip z and the branch f(z) of every sublayer (the norm ratio), and what happens "
+           "when one skip is removed.")
 s = lab.settings()
 
 st.subheader("Norm ratios")
@@ -32,11 +32,8 @@ with lab.guard():
     opts = skips.SkipOptions(images=s.images, batch_size=s.batch_size)
     report = lab.compute(("skips", s.key), lambda run: skips.skip_ratios([a, b], src, opts, run), "Skip ratios")
 with lead:
-    if report is not None:
-        found = report.finding(s.batch_size)
-        lab.finding(PAPER, found.ours, found.why)
-    else:
-        lab.finding(PAPER, why="no skip ratios were computed (see below).")
+    lab.answer(PAPER, None if report is None else report.finding(s.batch_size),
+               "no skip ratios were computed (see below).")
 if report is not None:
     for w in report.warnings:
         st.warning(w)

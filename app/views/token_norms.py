@@ -89,11 +89,7 @@ with lab.guard():
         m, src, opts, run), "Token norms")
 
 with lead:
-    if result is not None:
-        found = result.finding()
-        lab.finding(PAPER, found.ours, found.why)
-    else:
-        lab.finding(PAPER, why="no token norms were computed (see below).")
+    lab.answer(PAPER, None if result is None else result.finding(), "no token norms were computed (see below).")
 
 if result is not None:
     frame = result.to_frame()
