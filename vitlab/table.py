@@ -34,6 +34,7 @@ checkpoints = Lazy("vitlab.analyses.checkpoints")
 heads = Lazy("vitlab.analyses.heads")
 interventions = Lazy("vitlab.analyses.interventions")
 localization = Lazy("vitlab.analyses.localization")
+logit_lens = Lazy("vitlab.analyses.logit_lens")
 manymodels = Lazy("vitlab.analyses.manymodels")
 probes = Lazy("vitlab.analyses.probes")
 receptive = Lazy("vitlab.analyses.receptive")
@@ -250,6 +251,13 @@ ANALYSES: dict[str, Analysis] = {a.name: a for a in [
                   "sub-folder per class",
         page="probes", icon=":material/linear_scale:", docs="localization", claims=("probes",)),
     Analysis(
+        "logit-lens", "Logit lens", "beside Fig 11", "many", logit_lens.LensOptions, logit_lens.logit_lens,
+        "every block read out by the model's own final norm and head: accuracy and agreement with the final "
+        "prediction per block, with intervals", tables=lambda r: {"logit_lens": r.to_frame()},
+        charts=lambda r, o: {"logit_lens": _lens_lines(r.to_frame())},
+        record=lambda r, o: {"last_block_max_abs_diff": r.exactness(), "images_used": r.images},
+        data="fashion-mnist:test", page="logit_lens", icon=":material/manage_search:", docs="localization"),
+    Analysis(
         "compare-checkpoints", "Checkpoints", "Fig 12", "pairs", checkpoints.CheckpointOptions,
         checkpoints.compare_checkpoints, "block-by-block CKA between two checkpoints of one architecture (Fig 12)",
         tables=lambda r: {"checkpoints": r.to_frame()}, charts=_checkpoint_charts, amp=True,
@@ -351,6 +359,12 @@ def _skip_charts(report) -> dict:
     from .charts.skips import skip_charts
 
     return skip_charts(report)
+
+
+def _lens_lines(frame):
+    from .charts.logit_lens import lens_lines
+
+    return lens_lines(frame)
 
 
 def _probe_lines(frame):

@@ -1,0 +1,385 @@
+"""Vision logit lens: the class read out of every block through the model's own final norm and head.
+
+The logit lens (nostalgebraist 2020, for language models; ViT-Explainer reads a ViT this way) decodes an
+intermediate representation with the network's own output layers, untrained for that depth. For a block output
+h_l (shapes: B batch, N tokens, D width, C channels, h/w feature map, K classes, L blocks, T batches):
+
+    r_l = forward_head(norm(h_l))                          ViT, MLP-Mixer, ResNetV2 / BiT  (B, N, D) -> (B, K)
+    r_l = forward_head(h_l)        only where C = the head's width    ResNet                (B, C, h, w) -> (B, K)
+
+``forward_head`` is the model's own: pooling (the CLS token, or the mean of the spatial tokens for a GAP model, or
+an attention pool), then ``fc_norm``, then ``head``. For a timm GAP ViT built with the default ``fc_norm``, ``norm``
+is Identity and the LayerNorm comes after pooling, inside forward_head (FACTS.md): the lens applies exactly what the
+model applies after its last block, so the last block's readout *is* the model's logits (checked per batch).
+
+A ResNet's head takes the last stage's width only: blocks of narrower stages have no readout (no projection the
+model does not have is invented); the result says so per block.
+
+Per block: top-1 accuracy against the labels (where the head's classes are the data's) and agreement with the
+model's own final prediction, each a ratio of per-batch counts with its 95 % jackknife-t interval over batches on
+the logit scale of [0, 1] (``vitlab.stats.evidence``; below 4 batches no interval).
+
+    acts ─LensStatistic─► per block predictions (L, B) ─batch_counts─► counts ─LensAccumulator─► LensResult ─► frame
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..engine.context import Run, RunInfo
+from ..engine.run import Statistic, stream
+from ..errors import VitlabError
+from ..inputs import taps as taps_mod
+from ..inputs.data import Batch, ImageSource, select
+from ..inputs.models import LoadedModel
+from ..options import DataOptions, option
+
+NO_READOUT = -1  # a block's prediction where the head cannot read it
+
+
+def block_taps(model) -> list[str]:
+    """Every block's output tap, in network order: ``blocks.{i}.resid_post`` (ViT, Mixer), the block outputs of a
+    CNN."""
+    fam = taps_mod.family(model)
+    if fam in ("vit", "mixer"):
+        return [f"blocks.{i}.resid_post" for i in range(len(model.blocks))]
+    return taps_mod.default_taps(model)
+
+
+def head_width(model) -> int:
+    """The width the model's head takes (timm's ``num_features``)."""
+    return int(model.num_features)
+
+
+def readout(model, x):
+    """The model's own final norm and head applied to one block's output ``x``: (B, N, D) or (B, C, h, w) -> (B, K).
+
+    Exactly what the model applies after its last block (timm's ``forward_features`` ends in ``norm``, then
+    ``forward_head``); a plain ResNet has no final norm. Raises for a width the head does not take."""
+    width = x.shape[-1] if x.dim() == 3 else x.shape[1]
+    if width != head_width(model):
+        raise VitlabError(f"a block of width {width} has no readout: the head of {type(model).__name__} takes "
+                          f"{head_width(model)}")
+    if taps_mod.family(model) == "resnet":
+        return model.forward_head(x)
+    return model.forward_head(model.norm(x))
+
+
+def no_readout_reason(family: str, width: int, head: int) -> str:
+    """Why a block has no readout, in words ('' when it has one)."""
+    if width == head:
+        return ""
+    kind = "channels" if family in ("resnet", "resnetv2") else "features"
+    return (f"{width} {kind}: the head takes {head} (the last stage's width) and the model has no projection from "
+            "this stage, so the lens does not invent one")
+
+
+@dataclass(frozen=True)
+class LensStatistic(Statistic):
+    """Per batch: every block's readout prediction (L, B), the model's own prediction (B,), every block's width,
+    the head's classes, and max |r_last - logits| (the lens's exactness, per batch)."""
+
+    name: str = "logit-lens"
+    version: int = 1
+
+    def params(self, loaded: LoadedModel) -> dict:
+        return {"taps": block_taps(loaded.model)}
+
+    def taps(self, loaded: LoadedModel) -> list[str]:
+        return block_taps(loaded.model)
+
+    def compute(self, acts: dict, loaded: LoadedModel, batch: Batch) -> dict[str, np.ndarray]:
+        import torch
+
+        model, logits = loaded.model, acts["logits"]
+        head = head_width(model)
+        preds, widths, last = [], [], None
+        with torch.inference_mode():  # the captured tensors are inference tensors
+            for tap in block_taps(model):
+                x = acts[tap]
+                width = x.shape[-1] if x.dim() == 3 else x.shape[1]
+                widths.append(width)
+                if width != head:
+                    preds.append(np.full(logits.shape[0], NO_READOUT, dtype=np.int64))
+                    continue
+                last = readout(model, x).float()
+                preds.append(last.argmax(-1).cpu().numpy().astype(np.int64))
+        err = float((last - logits.float()).abs().max().cpu()) if last is not None else np.nan
+        return {"pred": np.stack(preds), "final": logits.argmax(-1).cpu().numpy().astype(np.int64),
+                "width": np.array(widths, dtype=np.int64), "classes": np.array([logits.shape[-1]]),
+                "last_err": np.array([err])}
+
+
+def batch_counts(pred: np.ndarray, final: np.ndarray, labels: Sequence[int] | None, classes: int) -> dict:
+    """One batch's counts: per block (L,) correct readouts and readouts agreeing with the final prediction; the
+    images; and per class (``classes``,) the labelled images (for the chance level). No labels: correct is NaN."""
+    pred, final = np.asarray(pred), np.asarray(final)
+    n = pred.shape[1]
+    agree = (pred == final[None]).sum(1).astype(np.float64)
+    if labels is None or any(y is None for y in labels):
+        return {"correct": np.full(pred.shape[0], np.nan), "agree": agree, "n": n,
+                "per_class": np.zeros(classes)}
+    y = np.asarray(labels, dtype=np.int64)
+    return {"correct": (pred == y[None]).sum(1).astype(np.float64), "agree": agree, "n": n,
+            "per_class": np.bincount(y, minlength=classes)[:classes].astype(np.float64)}
+
+
+class LensAccumulator:
+    """Every batch's counts, keyed by the batch's global number (so order, shards and merges do not matter, and the
+    jackknife over batches sees a single process's batches in one order)."""
+
+    def __init__(self, layers: Sequence[str]):
+        self.layers = list(layers)
+        self.rows: dict[int, dict] = {}
+
+    def update(self, counts: dict, key: int) -> LensAccumulator:
+        if len(counts["agree"]) != len(self.layers):
+            raise VitlabError(f"logit-lens counts of {len(counts['agree'])} blocks given to an accumulator of "
+                              f"{len(self.layers)}")
+        self.rows[int(key)] = {k: np.array(v, dtype=np.float64) for k, v in counts.items()}
+        return self
+
+    def merge(self, other: LensAccumulator) -> LensAccumulator:
+        if other.layers != self.layers:
+            raise VitlabError("cannot merge logit-lens accumulators of different blocks")
+        for key, counts in other.rows.items():
+            self.update(counts, key)
+        return self
+
+    def keyed_terms(self) -> list:
+        return sorted(self.rows.items())
+
+    def load_keyed_terms(self, keyed: list) -> LensAccumulator:
+        self.rows = {}
+        for key, counts in keyed:
+            self.update(counts, key)
+        return self
+
+    def state(self) -> dict[str, np.ndarray]:
+        keys = sorted(self.rows)
+        return {"keys": np.array(keys, dtype=np.int64),
+                **{k: np.stack([self.rows[b][k] for b in keys]) if keys else np.zeros((0,))
+                   for k in ("correct", "agree", "n", "per_class")}}
+
+    def load_state(self, state: dict[str, np.ndarray]) -> LensAccumulator:
+        self.rows = {}
+        for i, key in enumerate(np.asarray(state["keys"]).tolist()):
+            self.update({k: state[k][i] for k in ("correct", "agree", "n", "per_class")}, key)
+        return self
+
+    def compute(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """(T, L) correct, (T, L) agree, (T,) images, (K,) labelled images per class, in batch order."""
+        if not self.rows:
+            raise VitlabError("no batch was accumulated: the logit lens needs at least one readable image")
+        s = self.state()
+        return s["correct"], s["agree"], s["n"], s["per_class"].sum(0)
+
+
+def rate(counts: np.ndarray, n: np.ndarray):
+    """Σ counts / Σ n over batches with its jackknife-t interval over batches (logit scale of [0, 1]): an
+    :class:`~vitlab.stats.evidence.Estimate`; NaN counts give an undefined value."""
+    from ..stats import evidence as ev
+
+    counts, n = np.asarray(counts, dtype=np.float64), np.asarray(n, dtype=np.float64)
+    value = counts.sum() / n.sum()
+    if not np.isfinite(value):
+        return ev.Estimate(float("nan"), np.nan, np.nan, "batches", len(n), ev.JACKKNIFE)
+    loo = ev.ratio_replicates(counts, n, ev.jackknife_indices(len(n)))
+    return ev.Estimate.jackknife(value, loo, "batches", bounds=(0.0, 1.0))
+
+
+@dataclass
+class LensResult:
+    """One model's logit lens: per block (L) and batch (T) the counts behind accuracy and agreement."""
+
+    model: str
+    family: str
+    layers: list[str]
+    widths: list[int]  # (L,) each block's width
+    head: int  # the width the head takes
+    classes: int  # the head's classes K
+    correct: np.ndarray  # (T, L) correct readouts (NaN without labels, or a block without readout)
+    agree: np.ndarray  # (T, L) readouts equal to the model's own prediction
+    counts: np.ndarray  # (T,) images per batch
+    per_class: np.ndarray  # (K,) labelled images per class
+    last_err: float  # max |r_last - logits| over every batch
+    accuracy_note: str = ""  # why there is no accuracy ('' when there is)
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def images(self) -> int:
+        return int(self.counts.sum())
+
+    @property
+    def batches(self) -> int:
+        return len(self.counts)
+
+    def reasons(self) -> list[str]:
+        """Per block: why it has no readout ('' when it has one)."""
+        return [no_readout_reason(self.family, w, self.head) for w in self.widths]
+
+    def chance(self) -> float:
+        """The most common class's share of the labelled images: what a guess that ignores the image scores at best
+        (NaN without labels)."""
+        total = self.per_class.sum()
+        return float(self.per_class.max() / total) if total > 0 and not self.accuracy_note else float("nan")
+
+    def accuracy(self, i: int):
+        """Block ``i``'s top-1 accuracy against the labels, with its interval over batches."""
+        if self.accuracy_note or self.reasons()[i]:
+            return rate(np.full(self.batches, np.nan), self.counts)
+        return rate(self.correct[:, i], self.counts)
+
+    def agreement(self, i: int):
+        """Block ``i``'s agreement with the model's own final prediction, with its interval over batches."""
+        if self.reasons()[i]:
+            return rate(np.full(self.batches, np.nan), self.counts)
+        return rate(self.agree[:, i], self.counts)
+
+    def to_frame(self):
+        """One row per block: model, layer, block_index, depth in (0, 1], width, readout (bool), accuracy and
+        agreement with ``_lo``/``_hi`` (95 % intervals), chance, the interval's basis, and ``reason``/``note``."""
+        import pandas as pd
+
+        from ..stats.evidence import JACKKNIFE, interval_columns
+
+        rows, reasons = [], self.reasons()
+        for i, layer in enumerate(self.layers):
+            acc, agr = self.accuracy(i), self.agreement(i)
+            rows.append({"model": self.model, "layer": layer, "block_index": i, "depth": (i + 1) / len(self.layers),
+                         "width": self.widths[i], "readout": not reasons[i],
+                         "accuracy": acc.value, "accuracy_lo": acc.lo, "accuracy_hi": acc.hi,
+                         "agreement": agr.value, "agreement_lo": agr.lo, "agreement_hi": agr.hi,
+                         "chance": self.chance(), "images": self.images,
+                         **interval_columns("batches", self.batches, JACKKNIFE),
+                         "reason": reasons[i] or (self.accuracy_note and f"no accuracy: {self.accuracy_note}")})
+        return pd.DataFrame(rows)
+
+    def first_above_chance(self) -> tuple[int | None, str]:
+        """(index, words): the first readable block whose accuracy interval lies wholly above chance, or None with
+        why (no labels, too few batches: no direction is stated)."""
+        from ..stats.evidence import MIN_UNITS
+
+        if self.accuracy_note:
+            return None, f"no accuracy ({self.accuracy_note})"
+        if self.batches < MIN_UNITS:
+            return None, f"no interval ({self.batches} < {MIN_UNITS} batches): no block is said to be above chance"
+        chance = self.chance()
+        for i in range(len(self.layers)):
+            e = self.accuracy(i)
+            if np.isfinite(e.lo) and e.lo > chance:
+                return i, f"first above chance ({chance:.2f}) at {self.layers[i]}"
+        return None, f"no block's interval is above chance ({chance:.2f})"
+
+
+@dataclass
+class LensReport:
+    results: list[LensResult]
+    info: RunInfo
+
+    def to_frame(self):
+        import pandas as pd
+
+        return pd.concat([r.to_frame() for r in self.results], ignore_index=True)
+
+    @property
+    def warnings(self) -> list[str]:
+        return [w for r in self.results for w in r.warnings]
+
+    @property
+    def images(self) -> int:
+        return self.results[0].images
+
+    def exactness(self) -> dict[str, float]:
+        """Per model: max |last block's readout - the model's logits| over the images."""
+        return {r.model: r.last_err for r in self.results}
+
+    def headline(self) -> list[str]:
+        lines = [f"logit lens over {self.images} images in {self.results[0].batches} batches"]
+        for r in self.results:
+            last = r.accuracy(len(r.layers) - 1)
+            lines.append(f"{r.model}: last block readout = logits to {r.last_err:.1e}; accuracy at the last block "
+                         f"{last.text()}; {r.first_above_chance()[1]}")
+        return lines
+
+    def finding(self, batch_size: int | None = None):
+        """Per model: readout accuracy at the first, middle and last block with 95 % intervals over batches, and the
+        first block whose interval clears chance (none stated below 4 batches)."""
+        from .findings import Finding, interval_basis, say
+
+        parts = []
+        for r in self.results:
+            readable = [i for i, why in enumerate(r.reasons()) if not why]
+            if r.accuracy_note or not readable:
+                what = r.accuracy_note or "no block has a readout"
+                parts.append(f"{r.model}: no accuracy ({what})")
+                continue
+            picks = list(dict.fromkeys([readable[0], readable[len(readable) // 2], readable[-1]]))
+            words = ", ".join(f"block {i + 1}/{len(r.layers)} {say(r.accuracy(i))}" for i in picks)
+            skipped = len(r.layers) - len(readable)
+            gap = f" ({skipped} narrower blocks have no readout)" if skipped else ""
+            parts.append(f"{r.model} {words}{gap}; {r.first_above_chance()[1]}")
+        if not parts:
+            return Finding(why="no model was read out.")
+        units = self.results[0].batches
+        return Finding(ours="logit-lens top-1 accuracy (the model's own norm and head on each block): "
+                            f"{'; '.join(parts)}; {interval_basis('batches', units, batch_size=batch_size)}.")
+
+
+@dataclass(frozen=True)
+class LensOptions(DataOptions):
+    """Options of the logit lens (``vitlab logit-lens``)."""
+
+    images: int | None = option(256, "number of images (first N, or shuffled)", short="-n")
+    batch_size: int = option(32, "images per batch", short="-b")
+
+
+EXACT_TOL = 1e-5  # the last block's readout against the logits: float32 round-off of the same operations is ~1e-7
+
+
+def logit_lens(models: Sequence[LoadedModel], source: ImageSource, opts: LensOptions = LensOptions(),
+               run: Run | None = None) -> LensReport:
+    """Every block's readout through each model's own final norm and head over the images (one cached pass):
+    accuracy against the labels and agreement with the model's prediction per block, intervals over batches."""
+    if not models:
+        raise VitlabError("give at least one model")
+    run = run or Run()
+    stat = LensStatistic()
+    accs = [LensAccumulator(block_taps(m.model)) for m in models]
+    meta: list[dict] = [{} for _ in models]
+    errs = [[] for _ in models]
+    for batch, found in stream(models, source, select(source, opts.images, opts.shuffle), opts.batch_size,
+                               [[stat]] * len(models), run, min_batch=1):
+        for k, (acc, per_model) in enumerate(zip(accs, found)):
+            s = per_model[stat.name]
+            classes = int(np.asarray(s["classes"]).ravel()[0])
+            meta[k] = {"widths": np.asarray(s["width"]).tolist(), "classes": classes}
+            errs[k].append(float(np.asarray(s["last_err"]).ravel()[0]))
+            acc.update(batch_counts(s["pred"], s["final"], batch.labels, classes), batch.index)
+    run.reduce_accumulators(accs)
+    # every rank gathers (a rank without batches too): the widths and the largest error of all batches
+    parts = run.gather_objects((meta, errs))
+    meta = [next((p[0][k] for p in parts if p[0][k]), {}) for k in range(len(models))]
+    errs = [max((x for p in parts for x in p[1][k]), default=np.nan) for k in range(len(models))]
+    return LensReport([_result(m, acc, meta[k], errs[k], source) for k, (m, acc) in enumerate(zip(models, accs))],
+                      run.info)
+
+
+def _result(m: LoadedModel, acc: LensAccumulator, meta: dict, err: float, source: ImageSource) -> LensResult:
+    correct, agree, counts, per_class = acc.compute()
+    classes, family = meta["classes"], taps_mod.family(m.model)
+    note = ""
+    if not source.has_labels:
+        note = f"the images of '{source.name}' have no labels"
+    elif len(source.classes or ()) != classes:
+        note = (f"the head predicts {classes} classes and '{source.name}' has {len(source.classes or ())}: its labels are "
+                "not the head's classes")
+    warnings = []
+    if not err <= EXACT_TOL:
+        warnings.append(f"{m.label}: the last block's readout differs from the model's logits by {err:.2e} "
+                        f"(more than {EXACT_TOL:g}): its forward does more after the last block than norm and head")
+    return LensResult(m.label, family, acc.layers, meta["widths"], head_width(m.model), classes, correct, agree,
+                      counts, per_class[:classes] if len(per_class) else np.zeros(classes), err, note, warnings)
