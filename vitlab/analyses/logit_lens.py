@@ -293,6 +293,22 @@ class LensReport:
     def images(self) -> int:
         return self.results[0].images
 
+    def words_frame(self):
+        """One row per model and block, in words: accuracy and agreement as "0.844 [0.668, 0.935]" (or why there is
+        none), for a page's table."""
+        import pandas as pd
+
+        rows = []
+        for r in self.results:
+            reasons = r.reasons()
+            for i, layer in enumerate(r.layers):
+                acc = r.accuracy(i).text() if not (reasons[i] or r.accuracy_note) else "—"
+                agr = r.agreement(i).text() if not reasons[i] else "—"
+                why = reasons[i] or (f"no accuracy: {r.accuracy_note}" if r.accuracy_note else "")
+                rows.append({"model": r.model, "block": f"{i + 1}/{len(r.layers)}", "layer": layer,
+                             "accuracy [95 %]": acc, "agreement [95 %]": agr, "no readout because": why})
+        return pd.DataFrame(rows)
+
     def exactness(self) -> dict[str, float]:
         """Per model: max |last block's readout - the model's logits| over the images."""
         return {r.model: r.last_err for r in self.results}
@@ -373,10 +389,10 @@ def _result(m: LoadedModel, acc: LensAccumulator, meta: dict, err: float, source
     classes, family = meta["classes"], taps_mod.family(m.model)
     note = ""
     if not source.has_labels:
-        note = f"the images of '{source.name}' have no labels"
+        note = "these images have no labels"
     elif len(source.classes or ()) != classes:
-        note = (f"the head predicts {classes} classes and '{source.name}' has {len(source.classes or ())}: its labels are "
-                "not the head's classes")
+        note = (f"the head predicts {classes} classes and these images have {len(source.classes or ())}: their labels "
+                "are not the head's classes")
     warnings = []
     if not err <= EXACT_TOL:
         warnings.append(f"{m.label}: the last block's readout differs from the model's logits by {err:.2e} "

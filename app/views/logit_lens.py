@@ -1,0 +1,65 @@
+"""Logit lens (beside Fig 11): every block of every model read out by the model's own final norm and head, with no
+classifier trained; accuracy and agreement with the final prediction per block, with 95 % intervals over batches.
+The linear probes page answers "where does the class appear?" with a classifier trained per layer; this one with
+the model's own head."""
+
+import lab
+import streamlit as st
+
+import vitlab
+from vitlab import logit_lens
+from vitlab.analyses import findings
+from vitlab.charts import logit_lens as charts
+
+PREFERRED = ("zoo:vit-cls", "zoo:vit-gap-14", "zoo:mixer", "zoo:resnet")
+PAPER = ("with linear probes (Fig 11) that a CLS-trained ViT's class becomes linearly readable from its CLS token "
+         "only late, while a ResNet's rises gradually with depth. The logit lens asks the same question, where does "
+         "the class appear, a second way: nothing is trained, each block is read by the model's own final norm and "
+         "head (the CLS token, or the mean of the tokens for a GAP model or a Mixer; a ResNet's pooled features).")
+
+
+def options_ui(s) -> list[str]:
+    zoo = lab.zoo_specs()
+    default = [m for m in PREFERRED if m in zoo] or [m for m in (s.model_a, s.model_b) if m]
+    return st.multiselect("Models", list(dict.fromkeys(zoo + default)), default=default, key="lens.models",
+                          accept_new_options=True,
+                          help="Zoo models, or type any timm name (NAME@random[:SEED] for random weights)")
+
+
+st.title("Logit lens")
+lead = st.container()
+st.caption("Each block's output goes through what the model applies after its last block (final norm, its own "
+           "pooling, fc_norm, head), so the last block's readout is the model's own logits. Beside "
+           "**Linear probes** (Fig 11): the probes train a classifier per layer; the lens trains nothing. Accuracy "
+           "needs labelled images whose classes are the head's (the zoo on Fashion-MNIST).")
+st.page_link(lab.page("probes", "Linear probes", ":material/linear_scale:"), label="The same question by linear "
+             "probes (Fig 11)", icon=":material/linear_scale:")
+s = lab.settings()
+specs = options_ui(s)
+report = None
+with lab.guard():
+    if not specs:
+        raise vitlab.VitlabError("choose at least one model")
+    models = [lab.model(m, s.device) for m in specs]
+    src = lab.source(s)
+    opts = logit_lens.LensOptions(images=s.images, batch_size=s.batch_size)
+    report = lab.compute(("lens", s.key, tuple(specs)), lambda run: logit_lens.logit_lens(models, src, opts, run),
+                         "Logit lens")
+
+with lead:
+    lab.answer(PAPER, None if report is None else report.finding(s.batch_size), "nothing was read out (see below).")
+
+if report is not None:
+    for w in report.warnings:
+        st.warning(w)
+    st.caption(lab.run_caption(report.info, report.images))
+    frame = report.to_frame()
+    chart = charts.lens_lines(frame)
+    lab.chart(chart, key="lens.chart")
+    lab.export(chart, frame, "logit_lens", "lens.chart")
+    r0 = report.results[0]
+    st.caption(findings.interval_caption("batches", r0.batches, batch_size=s.batch_size, what="bands")
+               + "; dashed: chance, the most common class's share of these images; the last block's readout against "
+               "the model's logits, max |difference|: "
+               + ", ".join(f"{m} {d:.1e}" for m, d in report.exactness().items()))
+    st.dataframe(report.words_frame(), hide_index=True, height=320)
