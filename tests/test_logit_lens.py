@@ -150,7 +150,8 @@ def test_accuracy_agreement_and_intervals_against_a_direct_count(zoo_models, fmn
         for i in range(correct.shape[1]):
             row = part.iloc[i]
             if not row["readout"]:
-                assert np.isnan(row["accuracy"]) and np.isnan(row["agreement"]) and "the head takes 128" in row["reason"]
+                assert np.isnan(row["accuracy"]) and np.isnan(row["agreement"])
+                assert "the head takes 128" in row["reason"]
                 continue
             assert row["accuracy"] == pytest.approx(correct[:, i].sum() / 40, abs=1e-12)
             assert row["agreement"] == pytest.approx(agree[:, i].sum() / 40, abs=1e-12)
@@ -258,4 +259,4 @@ def test_the_page_shows_accuracy_per_block_with_intervals_for_the_four_models():
     words = " ".join(m.value for m in at.markdown)
     assert "The paper reports" in words and "On these models:" in words and "95 % jackknife t over 4 batches" in words
     assert all(f"zoo:{n}" in words for n in FOUR) and not re.search(r"\bnan\b", words, re.IGNORECASE)
-    assert any("Linear probes" in c.value for c in at.caption)
+    assert any("Beside **Linear probes** (Fig 11)" in c.value and "two answers" in c.value for c in at.caption)

@@ -12,10 +12,9 @@ from vitlab.analyses import findings
 from vitlab.charts import logit_lens as charts
 
 PREFERRED = ("zoo:vit-cls", "zoo:vit-gap-14", "zoo:mixer", "zoo:resnet")
-PAPER = ("with linear probes (Fig 11) that a CLS-trained ViT's class becomes linearly readable from its CLS token "
-         "only late, while a ResNet's rises gradually with depth. The logit lens asks the same question, where does "
-         "the class appear, a second way: nothing is trained, each block is read by the model's own final norm and "
-         "head (the CLS token, or the mean of the tokens for a GAP model or a Mixer; a ResNet's pooled features).")
+PAPER = ("with linear probes (Fig 11) that a CLS-trained ViT's class is linearly readable from its CLS token only "
+         "late, a ResNet's gradually with depth. The logit lens answers where the class appears a second way, training "
+         "nothing: each block is read by the model's own final norm and head.")
 
 
 def options_ui(s) -> list[str]:
@@ -28,12 +27,6 @@ def options_ui(s) -> list[str]:
 
 st.title("Logit lens")
 lead = st.container()
-st.caption("Each block's output goes through what the model applies after its last block (final norm, its own "
-           "pooling, fc_norm, head), so the last block's readout is the model's own logits. Beside "
-           "**Linear probes** (Fig 11): the probes train a classifier per layer; the lens trains nothing. Accuracy "
-           "needs labelled images whose classes are the head's (the zoo on Fashion-MNIST).")
-st.page_link(lab.page("probes", "Linear probes", ":material/linear_scale:"), label="The same question by linear "
-             "probes (Fig 11)", icon=":material/linear_scale:")
 s = lab.settings()
 specs = options_ui(s)
 report = None
@@ -52,14 +45,23 @@ with lead:
 if report is not None:
     for w in report.warnings:
         st.warning(w)
-    st.caption(lab.run_caption(report.info, report.images))
     frame = report.to_frame()
     chart = charts.lens_lines(frame)
     lab.chart(chart, key="lens.chart")
     lab.export(chart, frame, "logit_lens", "lens.chart")
-    r0 = report.results[0]
-    st.caption(findings.interval_caption("batches", r0.batches, batch_size=s.batch_size, what="bands")
+    st.caption(findings.interval_caption("batches", report.results[0].batches, batch_size=s.batch_size,
+                                         what="bands")
                + "; dashed: chance, the most common class's share of these images; the last block's readout against "
                "the model's logits, max |difference|: "
-               + ", ".join(f"{m} {d:.1e}" for m, d in report.exactness().items()))
+               + ", ".join(f"{m} {d:.1e}" for m, d in report.exactness().items()) + "; "
+               + lab.run_caption(report.info, report.images))
+st.caption("What the model applies after its last block (final norm, its own pooling: the CLS token, or the mean of "
+           "the tokens for a GAP ViT or a Mixer, a ResNet's pooled map; then fc_norm and head) read out at every "
+           "block, so the last block's readout is the model's own logits. A ResNet's head takes only the last "
+           "stage's width: narrower blocks have no readout. Beside **Linear probes** (Fig 11), which train a "
+           "classifier per layer: two answers to where the class appears. Accuracy needs labelled images whose "
+           "classes are the head's (the zoo on Fashion-MNIST).")
+st.page_link(lab.page("probes", "Linear probes", ":material/linear_scale:"),
+             label="The same question by linear probes (Fig 11)", icon=":material/linear_scale:")
+if report is not None:
     st.dataframe(report.words_frame(), hide_index=True, height=320)

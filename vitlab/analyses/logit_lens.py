@@ -271,7 +271,7 @@ class LensResult:
         for i in range(len(self.layers)):
             e = self.accuracy(i)
             if np.isfinite(e.lo) and e.lo > chance:
-                return i, f"first above chance ({chance:.2f}) at {self.layers[i]}"
+                return i, f"first above chance ({chance:.2f}) at block {i + 1}/{len(self.layers)}"
         return None, f"no block's interval is above chance ({chance:.2f})"
 
 
@@ -322,26 +322,23 @@ class LensReport:
         return lines
 
     def finding(self, batch_size: int | None = None):
-        """Per model: readout accuracy at the first, middle and last block with 95 % intervals over batches, and the
-        first block whose interval clears chance (none stated below 4 batches)."""
+        """Per model: readout accuracy at the first and the last block that have a readout, with 95 % intervals over
+        batches, and the first block whose interval clears chance (none stated below 4 batches)."""
         from .findings import Finding, interval_basis, say
 
         parts = []
         for r in self.results:
             readable = [i for i, why in enumerate(r.reasons()) if not why]
             if r.accuracy_note or not readable:
-                what = r.accuracy_note or "no block has a readout"
-                parts.append(f"{r.model}: no accuracy ({what})")
+                parts.append(f"{r.model}: no accuracy ({r.accuracy_note or 'no block has a readout'})")
                 continue
-            picks = list(dict.fromkeys([readable[0], readable[len(readable) // 2], readable[-1]]))
-            words = ", ".join(f"block {i + 1}/{len(r.layers)} {say(r.accuracy(i))}" for i in picks)
+            first, last = readable[0], readable[-1]
             skipped = len(r.layers) - len(readable)
-            gap = f" ({skipped} narrower blocks have no readout)" if skipped else ""
-            parts.append(f"{r.model} {words}{gap}; {r.first_above_chance()[1]}")
-        if not parts:
-            return Finding(why="no model was read out.")
+            gap = f" (its {skipped} narrower blocks have no readout)" if skipped else ""
+            parts.append(f"{r.model}{gap} {say(r.accuracy(first))} at block {first + 1}/{len(r.layers)} → "
+                         f"{say(r.accuracy(last))} at the last, {r.first_above_chance()[1]}")
         units = self.results[0].batches
-        return Finding(ours="logit-lens top-1 accuracy (the model's own norm and head on each block): "
+        return Finding(ours="logit-lens top-1 accuracy (each block read by the model's own norm and head): "
                             f"{'; '.join(parts)}; {interval_basis('batches', units, batch_size=batch_size)}.")
 
 

@@ -25,7 +25,7 @@ def lens_long(frame: pd.DataFrame) -> pd.DataFrame:
     return pd.concat(parts, ignore_index=True)
 
 
-def lens_lines(frame: pd.DataFrame, width: int = 300, height: int = 220):
+def lens_lines(frame: pd.DataFrame, width: int = 285, height: int = 200):
     """Two panels, accuracy and agreement against normalised block depth: one line per model, its 95 % interval
     over batches as a band (where there are 4 batches or more); a dashed rule at chance (the most common class's
     share) in the accuracy panel."""
@@ -41,13 +41,14 @@ def lens_lines(frame: pd.DataFrame, width: int = 300, height: int = 220):
             continue
         base = alt.Chart(part).encode(
             x=alt.X("depth:Q", title="normalised block depth", scale=alt.Scale(domain=[0, 1])),
-            color=alt.Color("model:N", legend=alt.Legend(labelLimit=300)),
+            color=alt.Color("model:N", legend=alt.Legend(labelLimit=300, symbolType="stroke", symbolStrokeWidth=2,
+                                                         symbolOpacity=1)),
             tooltip=["model", "layer", alt.Tooltip("value:Q", format=".3f", title=m),
                      alt.Tooltip("lo:Q", format=".3f", title="95 % lo"),
                      alt.Tooltip("hi:Q", format=".3f", title="95 % hi"), *interval_tooltips(part)])
         y = alt.Y("value:Q", title=title, scale=alt.Scale(domain=[0, 1]))
         band = base.mark_area(opacity=0.18).encode(y=alt.Y("lo:Q", title=title, scale=alt.Scale(domain=[0, 1])),
-                                                   y2="hi:Q", color=alt.Color("model:N", legend=None))
+                                                   y2="hi:Q")
         layers = [band, base.mark_line().encode(y=y), base.mark_circle(size=30).encode(y=y)]
         if m == "accuracy" and part["chance"].notna().any():
             level = pd.DataFrame({"chance": sorted(part["chance"].dropna().unique())})
