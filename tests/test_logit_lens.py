@@ -210,12 +210,18 @@ def test_the_accumulator_contract_order_merge_and_state():
     for c, k in batches[2:]:
         b.update(c, k)
     a.merge(b)
-    back = L.LensAccumulator(["a", "b", "c"]).load_state(unpack(pack(one.state())))
+    # the per-batch terms as the cache and an ordered gather carry them: arrays only, never pickled
+    back = L.LensAccumulator(["a", "b", "c"]).load_keyed_terms([(k, unpack(pack(v))) for k, v in one.keyed_terms()])
     for other in (shuffled, a, back):
         for x, y in zip(one.compute(), other.compute()):
             np.testing.assert_array_equal(x, y)
     correct, agree, n, per_class = one.compute()
     assert n.sum() == 36 and per_class.sum() == 36 and correct.shape == (6, 3)
+    # the totals have the same shapes whatever the number of batches (torchrun ranks compare them)
+    shapes = {k: np.shape(v) for k, v in one.state().items()}
+    assert shapes == {k: np.shape(v) for k, v in a.__class__(one.layers).update(*batches[0]).state().items()}
+    np.testing.assert_array_equal(one.state()["agree"], agree.sum(0))
+    assert all(v is None for v in L.LensAccumulator(["a"]).state().values())
     with pytest.raises(vitlab.VitlabError, match="different blocks"):
         one.merge(L.LensAccumulator(["a"]))
 
@@ -260,3 +266,31 @@ def test_the_page_shows_accuracy_per_block_with_intervals_for_the_four_models():
     assert "The paper reports" in words and "On these models:" in words and "95 % jackknife t over 4 batches" in words
     assert all(f"zoo:{n}" in words for n in FOUR) and not re.search(r"\bnan\b", words, re.IGNORECASE)
     assert any("Beside **Linear probes** (Fig 11)" in c.value and "two answers" in c.value for c in at.caption)
+
+
+@zoo
+def test_under_torchrun_uneven_shards_give_the_single_process_table(tmp_path):
+    import os
+    import socket
+    import subprocess
+
+    import pandas as pd
+
+    from vitlab.cli import main
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    args = ["logit-lens", "-m", "zoo:vit-cls", "-n", "40", "-b", "8"]  # 5 batches: 3 on rank 0, 2 on rank 1
+    env = {k: v for k, v in os.environ.items() if k not in ("WORLD_SIZE", "RANK", "LOCAL_RANK", "MASTER_ADDR",
+                                                             "MASTER_PORT")}
+    env.update(HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1", VITLAB_DIST_TIMEOUT="60",
+               PYTHONPATH=os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")]))
+    done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2",
+                           "--master_addr=127.0.0.1", f"--master_port={port}", "-m", "vitlab", *args, "--no-cache",
+                           "-o", str(tmp_path / "two")], capture_output=True, text=True, timeout=300, env=env)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert main([*args, "--no-cache", "-o", str(tmp_path / "one")]) == 0
+    two, one = (pd.read_csv(tmp_path / d / "logit_lens.csv") for d in ("two", "one"))
+    pd.testing.assert_frame_equal(two, one)
+    assert one["accuracy_lo"].notna().all()

@@ -158,24 +158,22 @@ class LensAccumulator:
             self.update(counts, key)
         return self
 
-    def state(self) -> dict[str, np.ndarray]:
-        keys = sorted(self.rows)
-        return {"keys": np.array(keys, dtype=np.int64),
-                **{k: np.stack([self.rows[b][k] for b in keys]) if keys else np.zeros((0,))
-                   for k in ("correct", "agree", "n", "per_class")}}
-
-    def load_state(self, state: dict[str, np.ndarray]) -> LensAccumulator:
-        self.rows = {}
-        for i, key in enumerate(np.asarray(state["keys"]).tolist()):
-            self.update({k: state[k][i] for k in ("correct", "agree", "n", "per_class")}, key)
-        return self
+    def state(self) -> dict[str, np.ndarray | None]:
+        """The totals over batches (fixed shapes, None before any batch): what ``vitlab.engine.dist`` compares across
+        ranks. The per-batch terms, which the intervals need, travel as :meth:`keyed_terms` (as
+        ``similarity.PairAccumulator``'s do)."""
+        if not self.rows:
+            return {k: None for k in ("correct", "agree", "n", "per_class")}
+        return {k: np.sum([np.atleast_1d(r[k]) for r in self.rows.values()], axis=0)
+                for k in ("correct", "agree", "n", "per_class")}
 
     def compute(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """(T, L) correct, (T, L) agree, (T,) images, (K,) labelled images per class, in batch order."""
         if not self.rows:
             raise VitlabError("no batch was accumulated: the logit lens needs at least one readable image")
-        s = self.state()
-        return s["correct"], s["agree"], s["n"], s["per_class"].sum(0)
+        keys = sorted(self.rows)
+        c, a, n = (np.stack([self.rows[b][k] for b in keys]) for k in ("correct", "agree", "n"))
+        return c, a, n, self.state()["per_class"]
 
 
 def rate(counts: np.ndarray, n: np.ndarray):
