@@ -312,7 +312,8 @@ class LensReport:
         return {r.model: r.last_err for r in self.results}
 
     def headline(self) -> list[str]:
-        lines = [f"logit lens over {self.images} images in {self.results[0].batches} batches"]
+        t = self.results[0].batches
+        lines = [f"logit lens over {self.images} images in {t} batch{'' if t == 1 else 'es'}"]
         for r in self.results:
             last = r.accuracy(len(r.layers) - 1)
             lines.append(f"{r.model}: last block readout = logits to {r.last_err:.1e}; accuracy at the last block "
