@@ -80,7 +80,7 @@ def test_heavy_tailed_designs_keep_the_second_moments_so_the_population_cka():
     want[:4, 8:12] = want[8:12, :4] = np.eye(4)  # cov(x[:4], y[:4]) = a = 1
     want[8:12, 8:12] = 2 * np.eye(4)  # var(y[:4]) = a² + 1
     for design in C.DESIGNS:
-        x, y = C.cka_pair(np.random.default_rng(4), (400_000,), design=design)
+        x, y = C.cka_pair(np.random.default_rng(0), (400_000,), design=design)
         np.testing.assert_allclose(np.cov(np.concatenate([x, y], 1).T), want, atol=0.15)
     with pytest.raises(ValueError, match="design must be one of"):
         C.draw(np.random.default_rng(0), (3, 2), "cauchy")

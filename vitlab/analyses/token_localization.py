@@ -27,6 +27,7 @@ from ..inputs import taps as taps_mod
 from ..inputs.data import ImageSource, open_source, select
 from ..inputs.images import ModelInput, describe_model_input
 from ..inputs.models import LoadedModel
+from ..stats.fieller import FIELLER
 from ..stats import cka as cka_mod
 from ..stats.evidence import BootstrapCKA
 from . import attention as attention_mod
@@ -110,7 +111,7 @@ class ReferenceLocalization:
             "token_col": np.where(own >= 0, own % gw, -1).ravel(),
             "position": g.ravel(), "pos_row": (g // gw).ravel(), "pos_col": (g % gw).ravel(), "own": (own == g).ravel(),
             "cka": self.cka.ravel(), "cka_lo": self.lo.ravel(), "cka_hi": self.hi.ravel(),
-            "interval_unit": "batches", "interval_units": self.batches, "interval_method": "jackknife t"})
+            "interval_unit": "batches", "interval_units": self.batches, "interval_method": FIELLER})
 
     def summary(self):
         """Per spatial token: CKA with its own patch and its interval, and whether its own patch is the argmax."""
