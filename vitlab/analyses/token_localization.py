@@ -4,7 +4,7 @@ Localization in Raghu et al. 2021 (Sec. 5, Figs 9-10) is a property of a model m
 between each token and each input patch, over images. Over a handful of uploads that estimate is noise (the unbiased
 estimator needs 4 images per batch and is wide at that size), so the token↔patch CKA map is computed over a
 **reference set** (a dataset or folder; at least :data:`MIN_IMAGES` images in at least :data:`MIN_BATCHES` batches),
-with a 95 % jackknife-t interval over its batches (``vitlab.stats.evidence.BootstrapCKA``). What one image can answer is
+with a 95 % Fieller interval over its batches (``vitlab.stats.evidence.BootstrapCKA``). What one image can answer is
 different: "for this token, on this image, which pixels does it carry?": the gradient map
 (``vitlab.token_gradient``) and where the token attends (``vitlab.attention.attention_map``), same token, same layer.
 
@@ -75,7 +75,7 @@ def reference_plan(given: int, given_name: str, opts: ReferenceOptions) -> tuple
 
 @dataclass
 class ReferenceLocalization:
-    """Token↔patch CKA (T, G) of one layer over a reference set, with its 95 % jackknife-t interval over batches."""
+    """Token↔patch CKA (T, G) of one layer over a reference set, with its 95 % Fieller interval over batches."""
 
     model: str
     layer: str  # the tap

@@ -9,10 +9,10 @@ features: no model), and counts how often it contains the population value.
   heavy tails), and multivariate t (one heavy-tailed scale per image). The population linear HSIC is ‖Σxy‖²_F in
   every design, so the population CKA is ‖Σxy‖²_F / (‖Σxx‖_F ‖Σyy‖_F) = h a² / sqrt(d (h (a² + 1)² + d − h))
   (:func:`population_cka`; ``large_sample_cka`` checks it on a large sample). Per-batch terms are formed for all
-  data sets at once (:func:`cka_terms`; Song's HSIC_1 from the features, equal to the accumulator's U-centred Grams) and every candidate interval
-  (:data:`CKA_METHODS`) is built from the same terms; the app's (:func:`vitlab.stats.evidence.cka_interval`,
-  Fieller's) through the same :func:`vitlab.stats.fieller.fieller_interval` (the tests check it equals
-  ``BootstrapCKA.evidence`` data set by data set).
+  data sets at once (:func:`cka_terms`; Song's HSIC_1 from the features, equal to the accumulator's U-centred
+  Grams) and every candidate interval (:data:`CKA_METHODS`) is built from the same terms; the app's
+  (:func:`vitlab.stats.evidence.cka_interval`, Fieller's) through the same :func:`vitlab.stats.fieller.fieller_interval`
+  (the tests check it equals ``BootstrapCKA.evidence`` data set by data set).
 - **Mean attention distance** of a head: per-image distances from a skewed (gamma) distribution with a known mean;
   the interval of :class:`vitlab.analyses.attention.AttentionDistanceResult` (t interval of the mean over images).
 - **Localization rate**: a G = 16 position grid (4 × 4, one CLS token); image i has a feature vector p_g at each
@@ -259,7 +259,8 @@ def distance_coverage(images: int, datasets: int = 1000, seed: int = 0, shape: f
     ok = np.isfinite(half)
     hits = int(((mean - half <= pop) & (pop <= mean + half))[ok].sum())
     return Coverage("mean attention distance", images, 1, ev.JACKKNIFE, pop, datasets, hits, int((~ok).sum()),
-                    float(np.mean(2 * half[ok])) if ok.any() else float("nan"))
+                    float(np.mean(2 * half[ok])) if ok.any() else float("nan"), "gamma",
+                    int(((mean + half < pop) & ok).sum()))
 
 
 # ---------------------------------------------------------------- localization rate

@@ -310,8 +310,8 @@ def verdict(stat: Estimate, control: Estimate, direction: str = "greater", floor
 
 @dataclass
 class CKAEvidence:
-    """CKA (La, Lb) with its interval over batches (Fieller's with jackknife variances, :func:`cka_interval`) (NaN below MIN_UNITS batches) and its permutation
-    null."""
+    """CKA (La, Lb) with its interval over batches (Fieller's with jackknife variances, :func:`cka_interval`; NaN
+    below MIN_UNITS batches) and its permutation null."""
 
     cka: np.ndarray
     lo: np.ndarray
@@ -440,7 +440,8 @@ class BootstrapCKA(cka_mod.MinibatchCKA):
         return cka_replicates(*self.terms(), idx)
 
     def evidence(self, resamples: int, seed: int, level: float = LEVEL) -> CKAEvidence:
-        """Interval (:func:`cka_interval`: Fieller's over batches; NaN below MIN_UNITS), p-value and null band of every cell.
+        """Interval (:func:`cka_interval`: Fieller's over batches; NaN below MIN_UNITS), p-value and null band of
+        every cell.
         ``resamples`` and ``seed`` are recorded (the null's permutations are seeded at update)."""
         xy, xx, yy = self.terms()
         cka = ratio(xy.sum(0), xx.sum(0), yy.sum(0))

@@ -13,10 +13,11 @@ size, missing mostly with the whole interval below the population value; Fieller
 sets and 95-96 % on Gaussian ones, with the same width there (``vitlab.stats.coverage``, docs/evidence.md).
 
 Algebra (scaled by D so that nothing large cancels): with the leave-one-batch-out means n₋ₜ = N₋ₜ/(T−1) and
-d₋ₜ = D₋ₜ/(T−1), divided by the full-sample mean D/T, rₜ = n₋ₜ − θ·d₋ₜ and uₜ = d₋ₜ, the contrast at c = θ + δ has jackknife variance
-V(δ) = Vrr − 2δ·Vru + δ²·Vuu, (Vxy = (T−1)/T Σ(xₜ − x̄)(yₜ − ȳ)), and δ is in the interval when δ² ≤ q²·V(δ):
-(1 − q²Vuu) δ² + 2q²Vru δ − q²Vrr ≤ 0. When 1 − q²Vuu ≤ 0 (the denominator's own t statistic is below q: the batches
-do not bound D away from 0) the set is unbounded, and the interval is the statistic's whole range.
+d₋ₜ = D₋ₜ/(T−1), divided by the full-sample mean D/T, rₜ = n₋ₜ − θ·d₋ₜ and uₜ = d₋ₜ, the contrast at c = θ + δ
+has jackknife variance V(δ) = Vrr − 2δ·Vru + δ²·Vuu, (Vxy = (T−1)/T Σ(xₜ − x̄)(yₜ − ȳ)), and δ is in the interval
+when δ² ≤ q²·V(δ): (1 − q²Vuu) δ² + 2q²Vru δ − q²Vrr ≤ 0. When 1 − q²Vuu ≤ 0 (the denominator's own t statistic
+is below q: the batches do not bound D away from 0) the set is unbounded, and the interval is the statistic's whole
+range.
 
 Shapes: T units (batches) on axis 0 of the leave-one-out arrays; any trailing shape (La, Lb) is elementwise.
 """
