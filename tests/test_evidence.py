@@ -6,7 +6,7 @@ import pytest
 import torch
 
 import vitlab
-from tests.reference import hsic1_song, linear_gram64
+from tests.reference import fieller_jackknife, hsic1_song, linear_gram64
 from vitlab import attention, evidence as ev
 from vitlab.stats.cka import centred
 from vitlab.errors import VitlabError
@@ -32,29 +32,6 @@ def _batches(rng, t, n=16, noise=3.0):
     return out
 
 
-def _fieller_by_root_finding(xy, xx, yy, level=0.95):
-    """Reference: the CKA values c where the jackknife t statistic of the contrast mean(HSIC_xy) − c·D̄ over batches
-    (a plain loop leaving each batch out) equals Student's t quantile, found by brentq on each side of the estimate."""
-    from scipy.optimize import brentq
-    from scipy.stats import t as student
-
-    t = len(xy)
-    q = student.ppf(0.5 + level / 2, t - 1)
-    keep = [[u for u in range(t) if u != s] for s in range(t)]
-    n_full, d_full = xy.sum() / t, np.sqrt(xx.sum() * yy.sum()) / t
-    n_loo = np.array([xy[k].sum() / (t - 1) for k in keep])
-    d_loo = np.array([np.sqrt(xx[k].sum() * yy[k].sum()) / (t - 1) for k in keep])
-
-    def excess(c):  # > 0 outside the interval
-        g_loo = n_loo - c * d_loo
-        var = (t - 1) / t * ((g_loo - g_loo.mean()) ** 2).sum()
-        return (n_full - c * d_full) ** 2 - q * q * var
-
-    theta = n_full / d_full
-    assert excess(theta) <= 0
-    return brentq(excess, theta - 50, theta, xtol=1e-14), brentq(excess, theta, theta + 50, xtol=1e-14)
-
-
 def test_cka_interval_equals_fieller_by_root_finding_on_the_per_batch_terms():
     rng = np.random.default_rng(1)
     batches = _batches(rng, 12)
@@ -67,7 +44,7 @@ def test_cka_interval_equals_fieller_by_root_finding_on_the_per_batch_terms():
     full = xy.sum(0) / np.sqrt(np.outer(xx.sum(0), yy.sum(0)))
     for i in range(2):
         for j in range(2):
-            lo, hi = _fieller_by_root_finding(xy[:, i, j], xx[:, i], yy[:, j])
+            lo, hi = fieller_jackknife(xy[:, i, j], xx[:, i], yy[:, j])
             assert got.lo[i, j] == pytest.approx(max(lo, min(0.0, full[i, j])), rel=1e-9, abs=1e-12)
             assert got.hi[i, j] == pytest.approx(min(hi, 1.0), rel=1e-9, abs=1e-12)
     np.testing.assert_allclose(got.cka, full, rtol=1e-9)

@@ -8,7 +8,7 @@
   ~80 % at 4 and ~88 % at 8 (it ignores that T is small); the jackknife-t covered 93-96 % at 4 to 16 batches of 8
   or more Gaussian images, but 91-92 % with heavy-tailed (Student t, 3 df) features, missing mostly below. A CKA
   cell's interval is therefore Fieller's (:mod:`vitlab.stats.fieller`): the same jackknife over batches applied to
-  the contrast N − c·D of the ratio's sums, inverted; it covered 93-97 % on both (``vitlab.stats.coverage``,
+  the contrast N − c·D of the ratio's sums, inverted; it covered 93.6-98 % on both (``vitlab.stats.coverage``,
   ``bench/coverage_bench.py``, docs/evidence.md). Statistics formed from CKA cells (means, differences) keep the
   jackknife t of their leave-one-out values. Below :data:`MIN_UNITS` units no interval is given (NaN, "too few
   batches for an interval").
@@ -46,7 +46,7 @@ VERDICTS = ("shown", "not shown", "can't tell")
 # Fewest resampling units for an interval. With 2 batches a bootstrap has 3 distinct resamples and its "interval" is
 # the two single-batch values (it covered 50 %); the jackknife-t covers at 2 and 3 units only by being 12.7 and 4.3
 # standard errors wide. From 4 units on it covered 93-96 % in every Gaussian setting simulated; with heavy tails the
-# jackknife t of CKA fell to 91-92 %, Fieller's interval that replaced it for CKA kept 93-97 % (docs/evidence.md).
+# jackknife t of CKA fell to 91-92 %, Fieller's interval that replaced it for CKA kept 93.6-98 % (docs/evidence.md).
 MIN_UNITS = 4
 JACKKNIFE, PERCENTILE = "jackknife t", "percentile bootstrap"
 ROUNDOFF = 1e-12  # relative: a statistic this close to its reference does not go the claimed way

@@ -9,8 +9,8 @@ an outlier image inflates the self terms, so a low θ is common and a high θ ra
 the interval always holds θ; where D is certain it is the jackknife t interval.
 
 With heavy-tailed features (Student t, 3 df) the jackknife t covered 91-92 % at 64/16, 256/32 and 1024/64 images/batch
-size, missing mostly with the whole interval below the population value; Fieller's covered 93-97 % on the same data
-sets and 95-96 % on Gaussian ones, with the same width there (``vitlab.stats.coverage``, docs/evidence.md).
+size, missing mostly with the whole interval below the population value; Fieller's covered 93.6-98 % on the same data
+sets and 94-96 % on Gaussian ones, with about the same width there (``vitlab.stats.coverage``, docs/evidence.md).
 
 Algebra (scaled by D so that nothing large cancels): with the leave-one-batch-out means n₋ₜ = N₋ₜ/(T−1) and
 d₋ₜ = D₋ₜ/(T−1), divided by the full-sample mean D/T, rₜ = n₋ₜ − θ·d₋ₜ and uₜ = d₋ₜ, the contrast at c = θ + δ
