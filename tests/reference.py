@@ -35,3 +35,26 @@ def cka64(X: np.ndarray, Y: np.ndarray) -> float:
     """Linear CKA of one batch with the unbiased estimator."""
     K, L = linear_gram64(X), linear_gram64(Y)
     return hsic1_song(K, L) / np.sqrt(hsic1_song(K, K) * hsic1_song(L, L))
+
+
+def fieller_jackknife(xy: np.ndarray, xx: np.ndarray, yy: np.ndarray, level: float = 0.95) -> tuple[float, float]:
+    """Fieller (1954) for minibatch CKA N/D from per-batch terms (T,), by root finding: the c where the jackknife t
+    statistic of the contrast mean(HSIC_xy) − c·D̄ over batches (a plain loop leaving each batch out) equals Student's
+    t quantile on T − 1 df, on each side of the estimate (not cut to [0, 1]; an unbounded side raises)."""
+    from scipy.optimize import brentq
+    from scipy.stats import t as student
+
+    t = len(xy)
+    q = student.ppf(0.5 + level / 2, t - 1)
+    keep = [[u for u in range(t) if u != s] for s in range(t)]
+    n_full, d_full = xy.sum() / t, np.sqrt(xx.sum() * yy.sum()) / t
+    n_loo = np.array([xy[k].sum() / (t - 1) for k in keep])
+    d_loo = np.array([np.sqrt(xx[k].sum() * yy[k].sum()) / (t - 1) for k in keep])
+
+    def excess(c):  # > 0 outside the interval
+        g_loo = n_loo - c * d_loo
+        var = (t - 1) / t * ((g_loo - g_loo.mean()) ** 2).sum()
+        return (n_full - c * d_full) ** 2 - q * q * var
+
+    theta = n_full / d_full
+    return brentq(excess, theta - 50, theta, xtol=1e-14), brentq(excess, theta, theta + 50, xtol=1e-14)

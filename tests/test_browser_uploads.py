@@ -46,7 +46,7 @@ def test_upload_two_photos_click_a_token_see_the_three_maps(page, server):  # no
     page.wait_for_function("() => !document.body.innerText.includes('of token (2,2)')")
     page.get_by_text("gradient |∂h/∂x| of token (0,0)").first.wait_for()
     captions = _map_captions(page)
-    assert any("reference set" in c and "95 % jackknife t" in c for c in captions), captions
+    assert any("reference set" in c and "95 % jackknife Fieller" in c for c in captions), captions
     assert any("gradient |∂h/∂x| of token (0,0)" in c and "own patch" in c for c in captions), captions
     assert any("attention of token (0,0)" in c for c in captions), captions
     _no_exception(page)

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 import vitlab
-from tests.reference import hsic1_song, linear_gram64
+from tests.reference import fieller_jackknife, hsic1_song, linear_gram64
 from vitlab import attention, evidence as ev
 from vitlab.stats.cka import centred
 from vitlab.errors import VitlabError
@@ -32,32 +32,47 @@ def _batches(rng, t, n=16, noise=3.0):
     return out
 
 
-def test_cka_interval_equals_a_plain_numpy_jackknife_t_of_the_per_batch_terms():
-    from scipy.stats import t as student
-
+def test_cka_interval_equals_fieller_by_root_finding_on_the_per_batch_terms():
     rng = np.random.default_rng(1)
     batches = _batches(rng, 12)
     acc = _fill(ev.BootstrapCKA(["x", "x2"], ["y", "noise"]), batches)
     got = acc.evidence(resamples=300, seed=7)
-    # reference: Song's HSIC_1 per batch (float64), each batch left out in turn with a plain loop
+    # reference: Song's HSIC_1 per batch (float64), the test inverted by root finding with a plain loop over batches
     xy = np.array([[[hsic1_song(linear_gram64(a), linear_gram64(b)) for b in ys] for a in xs] for xs, ys in batches])
     xx = np.array([[hsic1_song(linear_gram64(a), linear_gram64(a)) for a in xs] for xs, _ in batches])
     yy = np.array([[hsic1_song(linear_gram64(b), linear_gram64(b)) for b in ys] for _, ys in batches])
     full = xy.sum(0) / np.sqrt(np.outer(xx.sum(0), yy.sum(0)))
-    loo = []
-    for t in range(len(batches)):
-        keep = [u for u in range(len(batches)) if u != t]
-        loo.append(xy[keep].sum(0) / np.sqrt(np.outer(xx[keep].sum(0), yy[keep].sum(0))))
-    loo = np.array(loo)
-    se = np.sqrt(11 / 12 * ((loo - loo.mean(0)) ** 2).sum(0))
-    half = student.ppf(0.975, 11) * se
-    np.testing.assert_allclose(got.lo, full - half, rtol=1e-9, atol=1e-12)
-    np.testing.assert_allclose(got.hi, full + half, rtol=1e-9, atol=1e-12)
+    for i in range(2):
+        for j in range(2):
+            lo, hi = fieller_jackknife(xy[:, i, j], xx[:, i], yy[:, j])
+            assert got.lo[i, j] == pytest.approx(max(lo, min(0.0, full[i, j])), rel=1e-9, abs=1e-12)
+            assert got.hi[i, j] == pytest.approx(min(hi, 1.0), rel=1e-9, abs=1e-12)
     np.testing.assert_allclose(got.cka, full, rtol=1e-9)
     assert got.batches == 12 and got.interval_info() == {"interval_unit": "batches", "interval_units": 12,
-                                                         "interval_method": "jackknife t"}
+                                                         "interval_method": "jackknife Fieller"}
     # the accumulator's running sums are those of MinibatchCKA
     np.testing.assert_allclose(acc.compute().cka, got.cka, rtol=1e-12)
+
+
+def test_fieller_interval_is_the_jackknife_t_where_the_denominator_is_certain_and_the_range_where_it_is_not():
+    from scipy.stats import t as student
+
+    # equal self terms in every batch: D has no spread, the contrast is the numerator: θ ± t·se of the ratio
+    xy = np.array([0.30, 0.50, 0.35, 0.45, 0.40])[:, None, None]
+    ones = np.ones((5, 1))
+    lo, hi = ev.cka_interval(xy, ones, ones)
+    loo = (xy.sum() - xy.ravel()) / 4
+    half = student.ppf(0.975, 4) * np.sqrt(4 / 5 * ((loo - loo.mean()) ** 2).sum())
+    assert (lo.item(), hi.item()) == pytest.approx((0.4 - half, 0.4 + half), rel=1e-12)
+    # one batch dominates a self term: the batches do not bound D away from 0, the interval is CKA's range
+    xx = np.array([[1.0], [1.0], [1.0], [60.0]])
+    lo, hi = ev.cka_interval(np.full((4, 1, 1), 0.5), xx, np.ones((4, 1)))
+    assert (lo.item(), hi.item()) == (0.0, 1.0)
+    # a heavy tail in the denominator: the interval reaches further up than down, the ratio's own skew
+    xx = np.array([[1.0], [1.3], [0.8], [2.4], [1.1], [0.9], [1.0], [1.2]])
+    lo, hi = ev.cka_interval(np.full((8, 1, 1), 0.4), xx, np.ones((8, 1)))
+    theta = 3.2 / np.sqrt(xx.sum() * 8)
+    assert hi.item() - theta > 1.2 * (theta - lo.item()) > 0
 
 
 def test_too_few_batches_give_no_interval_and_say_so():
@@ -273,10 +288,11 @@ def test_cka_report_and_cli_carry_intervals_and_the_null(tmp_path):
     csv = pd.read_csv(out / "cka.csv")
     assert csv[["cka_lo", "cka_hi", "p_null"]].notna().all().all()
     assert (csv["interval_unit"] == "batches").all() and (csv["interval_units"] == 4).all()
-    assert (csv["interval_method"] == "jackknife t").all()
+    assert (csv["interval_method"] == "jackknife Fieller").all()
     meta = json.loads((out / "run.json").read_text())
     assert meta["bootstrap"] == 20 and meta["seed"] == 2 and meta["permutations"] == 5
-    assert meta["interval"] == {"interval_unit": "batches", "interval_units": 4, "interval_method": "jackknife t"}
+    assert meta["interval"] == {"interval_unit": "batches", "interval_units": 4,
+                                "interval_method": "jackknife Fieller"}
     # 2 batches (the 64 images in batches of 32): no interval drawn as if it were one, and it says so
     assert main(["cka", "-m", "zoo:vit-cls", "-d", "fashion-mnist:test", "-n", "16", "-b", "8", "--no-cache",
                  "-o", str(out)]) == 0

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import vitlab
-from tests.reference import hsic1_song, linear_gram64
+from tests.reference import fieller_jackknife, hsic1_song, linear_gram64
 from vitlab import VitlabError
 from vitlab import token_localization as TL
 from vitlab.engine.context import Run
@@ -63,14 +63,11 @@ def test_reference_cka_and_interval_match_a_float64_jackknife_over_batches():
     def cka(t):
         return t[..., 0] / np.sqrt(t[..., 1] * t[..., 2])
 
-    from scipy.stats import t as student
-
-    loo = np.array([cka(terms[[k for k in range(4) if k != t]].sum(0)) for t in range(4)])
-    half = student.ppf(0.975, 3) * np.sqrt(3 / 4 * ((loo - loo.mean()) ** 2).sum())
     value, lo, hi = ref.own(row, col)
     assert value == pytest.approx(cka(terms.sum(0)), abs=2e-4)
-    assert lo == pytest.approx(cka(terms.sum(0)) - half, abs=2e-4)
-    assert hi == pytest.approx(cka(terms.sum(0)) + half, abs=2e-4)
+    want = fieller_jackknife(terms[:, 0], terms[:, 1], terms[:, 2])  # the CKA cell's interval (issue 40)
+    assert lo == pytest.approx(max(want[0], 0.0), abs=2e-4)
+    assert hi == pytest.approx(min(want[1], 1.0), abs=2e-4)
     assert lo < value < hi
     frame = ref.to_frame()
     assert len(frame) == 17 * 16 and {"cka_lo", "cka_hi"} <= set(frame.columns)

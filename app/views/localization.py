@@ -182,7 +182,7 @@ if report is not None:
                 st.caption(f"CKA with each patch over {view.reference.images} images of the reference set "
                            f"{ref.source if view.note else given_name} ({view.reference.batches} batches): own patch "
                            f"{info['own_cka']:.2f} [{info['own_cka_lo']:.2f}, {info['own_cka_hi']:.2f}] (95 % "
-                           "jackknife t over the batches)")
+                           "jackknife Fieller over the batches)")
                 holes = tl.undefined_note(tl.undefined_positions(view.reference.cka, view.reference.grid),
                                           "every image of the reference set")
                 if holes:

@@ -62,7 +62,8 @@ def detail(result, frame, la: str, lb: str, batch_size: int) -> None:
     cell = vitlab.similarity.cell_estimate(result, result.layers_a.index(la), result.layers_b.index(lb))
     # words that wrap, not st.metric: its label and value are cut at a column's edge (issue 34)
     st.markdown(f"CKA of {ma} `{la}` and {mb} `{lb}`: **{findings.say(cell, '.4f')}**")
-    st.caption(findings.interval_caption("batches", cell.units, batch_size=batch_size, what="interval"))
+    st.caption(findings.interval_caption("batches", cell.units, cell.method, batch_size=batch_size,
+                                         what="interval"))
     across_b = frame[frame["layer_a"] == la].reset_index(drop=True)
     across_a = frame[frame["layer_b"] == lb].reset_index(drop=True)
     for part, along, what, key in ((across_b, "layer_b", f"{ma} `{la}` against every layer of {mb}", "b"),

@@ -34,7 +34,7 @@ from ..inputs.data import ImageSource, select
 from ..inputs.models import LoadedModel
 from ..options import DataOptions, option
 from ..stats import cka as cka_mod
-from ..stats.evidence import BootstrapCKA, jackknife_indices, uniform_distance
+from ..stats.evidence import BootstrapCKA, cka_interval, jackknife_indices, uniform_distance
 from .attention import (AttentionDistanceAccumulator, AttentionDistanceStatistic, distance_matrix, image_side,
                         probs_taps, require_vit)
 
@@ -108,6 +108,8 @@ class HeadSubsetResult:
     warnings: list[str] = field(default_factory=list)
     loo: np.ndarray | None = None  # (T, S, Lb) CKA with each batch left out (jackknife)
     uniform_px: float = float("nan")  # uniform attention's distance, the distances' convention
+    lo: np.ndarray | None = None  # (S, Lb) each cell's 95 % interval over batches (Fieller's, as every CKA cell)
+    hi: np.ndarray | None = None
 
     def subset_label(self, s: int) -> str:
         if s == len(self.subsets) - 1:
@@ -117,13 +119,12 @@ class HeadSubsetResult:
     def to_frame(self):
         import pandas as pd
 
-        from ..stats.evidence import JACKKNIFE, interval_columns, jackknife_interval
+        from ..stats.evidence import FIELLER, interval_columns
 
         rows = []
         ci = {}
-        if self.loo is not None:  # each cell's 95 % jackknife-t interval over batches
-            lo, hi = jackknife_interval(self.cka, self.loo)
-            ci = {"lo": lo, "hi": hi, "cols": interval_columns("batches", len(self.loo), JACKKNIFE)}
+        if self.loo is not None and self.lo is not None:  # each cell's 95 % interval over batches (Fieller's)
+            ci = {"lo": self.lo, "hi": self.hi, "cols": interval_columns("batches", len(self.loo), FIELLER)}
         for s, members in enumerate(self.subsets):
             d = float(np.mean(self.distance_px[members]))
             for j, layer in enumerate(self.layers_b):
@@ -257,7 +258,8 @@ def head_subsets(vit: LoadedModel, other: LoadedModel, source: ImageSource,
     run.reduce_accumulators(acc)
     res = acc.compute(vit.label, other.label)
     loo = acc.replicates(jackknife_indices(len(acc.terms_xy))) if acc.terms_xy else None
+    lo, hi = cka_interval(*acc.terms()) if acc.terms_xy else (None, None)
     grid = distance_matrix(taps_mod.grid_size(vit.model), taps_mod.patch_size(vit.model))
     uniform = uniform_distance(grid, taps_mod.num_prefix_tokens(vit.model))
     return HeadSubsetResult(vit.label, other.label, names, dist[order], subsets, layers_b, res.cka, size,
-                            res.images, image_side(vit), res.warnings, loo, float(uniform))
+                            res.images, image_side(vit), res.warnings, loo, float(uniform), lo, hi)

@@ -378,13 +378,14 @@ def off_diagonal_mean(m: np.ndarray) -> np.ndarray:
 
 
 def cell_estimate(result: cka_mod.CKAResult, i: int, j: int):
-    """The CKA of one cell with its jackknife-t interval over batches (``Estimate``)."""
+    """The CKA of one cell with its interval over batches (``Estimate``): the one of ``cka.csv`` and the heatmap,
+    Fieller's (``vitlab.stats.evidence.cka_interval``)."""
     from ..stats.evidence import Estimate
-    from .findings import jackknife
 
-    if result.loo is None:
+    e = result.evidence
+    if e is None:
         return Estimate(float(result.cka[i, j]), np.nan, np.nan, "batches", 0, "")
-    return jackknife(result.cka[i, j], result.loo[:, i, j], "batches")
+    return Estimate(float(result.cka[i, j]), float(e.lo[i, j]), float(e.hi[i, j]), "batches", e.batches, e.method)
 
 
 def uniformity(result: cka_mod.CKAResult):

@@ -4,7 +4,7 @@ Localization in Raghu et al. 2021 (Sec. 5, Figs 9-10) is a property of a model m
 between each token and each input patch, over images. Over a handful of uploads that estimate is noise (the unbiased
 estimator needs 4 images per batch and is wide at that size), so the token↔patch CKA map is computed over a
 **reference set** (a dataset or folder; at least :data:`MIN_IMAGES` images in at least :data:`MIN_BATCHES` batches),
-with a 95 % jackknife-t interval over its batches (``vitlab.stats.evidence.BootstrapCKA``). What one image can answer is
+with a 95 % Fieller interval over its batches (``vitlab.stats.evidence.BootstrapCKA``). What one image can answer is
 different: "for this token, on this image, which pixels does it carry?": the gradient map
 (``vitlab.token_gradient``) and where the token attends (``vitlab.attention.attention_map``), same token, same layer.
 
@@ -27,6 +27,7 @@ from ..inputs import taps as taps_mod
 from ..inputs.data import ImageSource, open_source, select
 from ..inputs.images import ModelInput, describe_model_input
 from ..inputs.models import LoadedModel
+from ..stats.fieller import FIELLER
 from ..stats import cka as cka_mod
 from ..stats.evidence import BootstrapCKA
 from . import attention as attention_mod
@@ -74,7 +75,7 @@ def reference_plan(given: int, given_name: str, opts: ReferenceOptions) -> tuple
 
 @dataclass
 class ReferenceLocalization:
-    """Token↔patch CKA (T, G) of one layer over a reference set, with its 95 % jackknife-t interval over batches."""
+    """Token↔patch CKA (T, G) of one layer over a reference set, with its 95 % Fieller interval over batches."""
 
     model: str
     layer: str  # the tap
@@ -110,7 +111,7 @@ class ReferenceLocalization:
             "token_col": np.where(own >= 0, own % gw, -1).ravel(),
             "position": g.ravel(), "pos_row": (g // gw).ravel(), "pos_col": (g % gw).ravel(), "own": (own == g).ravel(),
             "cka": self.cka.ravel(), "cka_lo": self.lo.ravel(), "cka_hi": self.hi.ravel(),
-            "interval_unit": "batches", "interval_units": self.batches, "interval_method": "jackknife t"})
+            "interval_unit": "batches", "interval_units": self.batches, "interval_method": FIELLER})
 
     def summary(self):
         """Per spatial token: CKA with its own patch and its interval, and whether its own patch is the argmax."""
