@@ -6,8 +6,13 @@ One diskcache store under ``VITLAB_CACHE_DIR`` (default ``~/.cache/vitlab``), LR
 
 The cache is an optimisation, so it heals instead of failing a run (docs/hardening.md):
 
-- an entry that cannot be read (truncated file, damaged zip, wrong layout) is a miss: it is dropped, recomputed,
-  and reported once per store;
+- every entry is untrusted input (anyone who can write the folder can plant one): a value file is opened without
+  following links and without blocking, and read only when it is a regular file of the size the index gives, no
+  larger than the store's budget; an array entry is read only when each member is a stored (never compressed) ``.npy``
+  whose header's shape × itemsize is its size, of a plain numeric dtype, and of the names and shapes the caller
+  expects (:class:`BadEntry` otherwise);
+- an entry that cannot be read (truncated file, damaged zip, wrong layout, a link, a FIFO, a device, an entry that
+  would inflate) is a miss: it is dropped, recomputed, and reported once per store;
 - a write that fails (disk full, file too large, read-only folder) is a warning: the results are still returned;
 - only a damaged database (sqlite's "malformed" or "not a database") is moved out of the way on open, into a
   ``damaged-N`` folder the cache records (the cache starts empty); a full disk, a read-only folder, a lock or a
@@ -23,15 +28,19 @@ Pillow, vitlab), so an upgrade never reuses stale entries.
 
 from __future__ import annotations
 
+import errno
 import functools
 import hashlib
 import io
 import json
+import math
 import os
 import re
 import sqlite3
 import stat
 import sys
+import time
+import zipfile
 from pathlib import Path
 
 import numpy as np
@@ -46,6 +55,13 @@ _SHARD = re.compile(r"[0-9a-f]{2}")  # diskcache's value files: ab/cd/<28 hex di
 _VALUE = re.compile(r"[0-9a-f]{28}\.val")
 _VALUE_PATH = re.compile(r"[0-9a-f]{2}/[0-9a-f]{2}/[0-9a-f]{28}\.val")
 MAX_GB = 1_000_000.0  # a budget beyond a million GiB is a typo (and 1e10 GiB overflows sqlite's 64-bit integers)
+MIN_FILE = 1 << 16  # diskcache's disk_min_file_size here: smaller values live in the database, larger ones in files
+ARRAY_KINDS = "biufcmM"  # the dtypes vitlab stores (bool, integers, floats, complex, times); never object, str, void
+_MODE_RAW, _MODE_BINARY, _MODE_TEXT = 1, 2, 3  # diskcache's modes (diskcache.core.MODE_*); 4 (pickle) is refused
+
+
+class BadEntry(ValueError):
+    """A cache entry that is not what vitlab writes, or not what its caller expects: read as a miss."""
 
 
 def default_dir() -> Path:
@@ -96,9 +112,140 @@ def pack(arrays: dict[str, np.ndarray]) -> bytes:
     return buf.getvalue()
 
 
-def unpack(blob: bytes) -> dict[str, np.ndarray]:
-    with np.load(io.BytesIO(blob), allow_pickle=False) as z:
-        return {k: z[k] for k in z.files}
+def unpack(blob: bytes, shapes: dict[str, tuple] | None = None, kinds: str = ARRAY_KINDS) -> dict[str, np.ndarray]:
+    """The arrays :func:`pack` wrote, read as untrusted input (:class:`BadEntry` on anything else). Every member must
+    be stored uncompressed, so nothing inflates: its size in the file is its size in memory, and the ``.npy`` header's
+    shape × itemsize must equal it (checked before any array is read). ``shapes``: the member names the caller
+    expects, each with its shape (``None`` for a free axis, or ``None`` for any shape); ``kinds``: allowed dtypes."""
+    try:
+        zf = zipfile.ZipFile(io.BytesIO(blob))
+        members = zf.infolist()
+    except (zipfile.BadZipFile, OSError, ValueError, EOFError) as e:
+        raise BadEntry(f"not an npz ({e})") from e
+    names = [m.filename[:-4] for m in members]
+    if any(not m.filename.endswith(".npy") for m in members) or len(set(names)) != len(names):
+        raise BadEntry("an npz member vitlab never writes")
+    if shapes is not None and set(names) != set(shapes):
+        raise BadEntry(f"arrays {sorted(names)} where {sorted(shapes)} were expected")
+    if sum(m.file_size for m in members) > len(blob):
+        raise BadEntry("members larger than the entry")
+    for m, name in zip(members, names):
+        _check_member(zf, m, name, None if shapes is None else shapes[name], kinds)
+    try:
+        with np.load(io.BytesIO(blob), allow_pickle=False) as z:
+            return {k: z[k] for k in names}
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as e:  # e.g. a CRC mismatch (a flipped bit)
+        raise BadEntry(f"unreadable array ({e})") from e
+
+
+def _check_member(zf: zipfile.ZipFile, m: zipfile.ZipInfo, name: str, shape, kinds: str) -> None:
+    """One npz member's size, dtype and shape, from its zip record and ``.npy`` header alone (nothing inflated)."""
+    from numpy.lib import format as npy
+
+    if m.compress_type != zipfile.ZIP_STORED or m.compress_size != m.file_size:
+        raise BadEntry(f"array '{name}' is compressed (vitlab stores arrays uncompressed): it could inflate")
+    try:
+        with zf.open(m) as f:
+            version = npy.read_magic(f)
+            read_header = npy.read_array_header_1_0 if version == (1, 0) else npy.read_array_header_2_0
+            got, _, dtype = read_header(f)
+            header = f.tell()
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as e:
+        raise BadEntry(f"array '{name}' has no readable header ({e})") from e
+    if dtype.hasobject or dtype.kind not in kinds or dtype.fields is not None:
+        raise BadEntry(f"array '{name}' of dtype {dtype} where a {'/'.join(kinds)} array belongs")
+    if math.prod(got) * dtype.itemsize != m.file_size - header:
+        raise BadEntry(f"array '{name}' of shape {got} does not fill its {m.file_size - header} bytes")
+    if shape is not None and (len(got) != len(shape) or any(w is not None and w != g for g, w in zip(got, shape))):
+        raise BadEntry(f"array '{name}' of shape {got} where {shape} was expected")
+
+
+def read_regular(directory: Path, filename: str, size: int, limit: int) -> bytes:
+    """The bytes of the value file ``directory/filename`` (``ab/cd/<28 hex digits>.val``), read as untrusted input:
+    each folder and the file opened without following a symbolic link and without blocking (a FIFO never hangs the
+    open), the file read only when it is a regular file of exactly ``size`` bytes (the index's size), at most
+    ``limit``; :class:`BadEntry` otherwise."""
+    if not _VALUE_PATH.fullmatch(str(filename).replace(os.sep, "/")):
+        raise BadEntry(f"a value file named {str(filename)[:80]!r} (not one diskcache makes)")
+    if not (isinstance(size, int) and 0 < size <= limit):
+        raise BadEntry(f"a value file the index sizes at {size!r} bytes (the most allowed: {limit})")
+    *folders, name = str(filename).replace(os.sep, "/").split("/")
+    fd = _open_folder(directory, folders)
+    try:
+        opened = _open_at(name, _FILE_FLAGS | getattr(os, "O_NOFOLLOW", 0), fd)
+        os.close(fd)
+        fd = opened
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise BadEntry(f"a value file that is not a regular file (mode {stat.filemode(st.st_mode)})")
+        if st.st_size != size:
+            raise BadEntry(f"a value file of {st.st_size} bytes where the index says {size}")
+        chunks, left = [], size
+        while left > 0 and (chunk := os.read(fd, min(left, 1 << 24))):
+            chunks.append(chunk)
+            left -= len(chunk)
+        if left or os.read(fd, 1):
+            raise BadEntry("a value file that changed size while read")
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
+# O_NONBLOCK: opening a FIFO for reading returns at once instead of waiting for a writer (fstat then refuses it)
+_FILE_FLAGS = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
+
+
+def _open_folder(directory: Path, folders: list[str]) -> int:
+    """A descriptor of ``directory/folders...``, each of ``folders`` opened without following a symbolic link."""
+    flags = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_CLOEXEC", 0)
+    fd = os.open(directory, flags)
+    try:
+        for part in folders:
+            opened = _open_at(part, flags | getattr(os, "O_NOFOLLOW", 0), fd)
+            os.close(fd)
+            fd = opened
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _open_at(name: str, flags: int, dir_fd: int) -> int:
+    try:
+        return os.open(name, flags, dir_fd=dir_fd)
+    except OSError as e:
+        if e.errno in (errno.ELOOP, errno.ENOTDIR, errno.EMLINK):
+            raise BadEntry(f"'{name}' in the cache is a symbolic link or not a folder: not followed") from e
+        if e.errno == errno.ENOENT:
+            raise BadEntry(f"the value file '{name}' is missing") from e
+        raise
+
+
+# one entry as the index holds it; an inline value is fetched only when it is no larger than vitlab writes one
+_SELECT = ("SELECT rowid, mode, filename, size, length(value), CASE WHEN length(value) < ? THEN value END "
+           "FROM Cache WHERE key = ? AND raw = 1 AND (expire_time IS NULL OR expire_time > ?)")
+
+
+def fetch(query, directory: Path, key: str, limit: int):
+    """(rowid, the raw value: bytes or str) of ``key`` via ``query(sql, args) -> row``, or None when absent; every
+    value is checked before it is read (:func:`read_regular`), a pickled or oversized one is :class:`BadEntry`."""
+    row = query(_SELECT, (MIN_FILE, key, time.time()))
+    if row is None:
+        return None
+    rowid, mode, filename, size, length, value = row
+    if mode == _MODE_RAW:
+        if length is not None and length >= MIN_FILE or not isinstance(value, (bytes, str)):
+            raise BadEntry(f"an inline cache value of {length} bytes (vitlab keeps those under {MIN_FILE})")
+        return rowid, value
+    if mode in (_MODE_BINARY, _MODE_TEXT) and filename is not None:
+        data = read_regular(directory, filename, size, limit)
+        if mode == _MODE_BINARY:
+            return rowid, data
+        try:
+            return rowid, data.decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise BadEntry("a text value that is not UTF-8") from e
+    raise BadEntry("a cache entry of a kind vitlab never writes (a pickle): not read")
 
 
 # sqlite's primary result codes for damaged files; everything else (full, read-only, cannot open, locked, busy,
@@ -149,6 +296,7 @@ class Store:
         self.mode = "off"
         self.warnings: list[str] = []
         self._bad_reads = 0
+        self._bad_kinds: set[str] = set()
         if not self.enabled:
             return
         self.directory = Path(default_dir() if directory == "default" else directory).expanduser()
@@ -199,20 +347,71 @@ class Store:
             self.warnings.append(text)
             print(f"vitlab: warning: {text}", file=sys.stderr)
 
+    def _query(self, sql: str, args: tuple = ()):
+        """One row from the index, on this thread's connection (diskcache's own, or the read-only one)."""
+        if isinstance(self._cache, ReadOnlyCache):
+            return self._cache._query(sql, args)
+        return self._cache._sql(sql, args).fetchone()
+
     def _read(self, key: str, decode):
         if self._cache is None:
             return None
         try:
-            blob = self._cache.get(key)
-            return None if blob is None else decode(blob)
-        except Exception as e:  # noqa: BLE001 - any damage (zip, JSON, missing value file, sqlite) is a miss
-            self._bad_reads += 1
-            try:
-                self._cache.delete(key)
-            except Exception:  # noqa: BLE001, S110 - a damaged database may refuse the delete too; still a miss
-                pass
-            self._warn(f"unreadable cache entries are recomputed (first: {type(e).__name__}: {str(e)[:120]})")
+            found = fetch(self._query, self.directory, key, int(self.size_gb * 2**30))
+            if found is None:
+                return None
+            value = decode(found[1])
+        except sqlite3.OperationalError as e:  # a lock or a busy database says nothing about the entry: a plain miss
+            if not _corrupt_db(e):
+                return None
+            self.bad_entry("cache entries", e, key)
             return None
+        except Exception as e:  # noqa: BLE001 - any damage (zip, JSON, link, FIFO, shape, sqlite) is a miss
+            self.bad_entry("cache entries", e, key)
+            return None
+        if self.mode == "rw":  # least-recently-used eviction: a read is a use (as diskcache's own get records it)
+            try:
+                self._cache._sql("UPDATE Cache SET access_time = ? WHERE rowid = ?", (time.time(), found[0]))
+            except sqlite3.Error:
+                pass
+        return value
+
+    def bad_entry(self, what: str, e: Exception, key: str | None = None) -> None:
+        """An entry that is not what its reader expects: dropped (when the cache can be written) and said once per
+        kind (``what``: "cache entries", "saved results"), with the first reason; the caller recomputes it."""
+        self._bad_reads += 1
+        if key is not None:
+            self._drop(key)
+        if what not in self._bad_kinds:
+            self._bad_kinds.add(what)
+            self._warn(f"unreadable {what} are recomputed (first: {type(e).__name__}: {str(e)[:160]})")
+
+    def _drop(self, key: str) -> None:
+        """Remove ``key``'s row and its value file, never following a link (a planted link, FIFO or device node is
+        itself removed, never what it points to)."""
+        if self._cache is None or self.mode != "rw":
+            return
+        try:
+            row = self._query("SELECT rowid, filename FROM Cache WHERE key = ? AND raw = 1", (key,))
+            if row is None:
+                return
+            self._cache._sql("DELETE FROM Cache WHERE rowid = ?", (row[0],))
+        except sqlite3.Error:  # a damaged database may refuse the delete too; still a miss
+            return
+        filename = str(row[1] or "").replace(os.sep, "/")
+        if not _VALUE_PATH.fullmatch(filename):
+            return
+        *folders, name = filename.split("/")
+        try:
+            fd = _open_folder(self.directory, folders)
+        except (OSError, BadEntry):
+            return  # a linked or missing folder: the row is gone, the file is never read again
+        try:
+            os.unlink(name, dir_fd=fd)
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
 
     def _write(self, key: str, value) -> None:
         if self._cache is None or self.mode != "rw":  # read-only: said once when it was opened
@@ -223,14 +422,27 @@ class Store:
             self._warn(f"cannot write to the cache in '{self.directory}' ({type(e).__name__}: {e}); results are "
                        "still written, but will be recomputed next time")
 
-    def get(self, key: str) -> dict[str, np.ndarray] | None:
-        return self._read("a:" + key, unpack)
+    def get(self, key: str, shapes: dict[str, tuple] | None = None,
+            kinds: str = ARRAY_KINDS) -> dict[str, np.ndarray] | None:
+        """The arrays under ``key``, or None (absent, or not what :func:`unpack` accepts: then dropped and said);
+        ``shapes``: the names and shapes the caller expects (``None`` for a free axis)."""
+        def decode(blob):
+            if not isinstance(blob, bytes):
+                raise BadEntry("text where arrays belong")
+            return unpack(blob, shapes, kinds)
+
+        return self._read("a:" + key, decode)
 
     def put(self, key: str, arrays: dict[str, np.ndarray]) -> None:
         self._write("a:" + key, pack(arrays))
 
     def get_json(self, key: str):
-        return self._read("j:" + key, json.loads)
+        def decode(text):
+            if not isinstance(text, str):
+                raise BadEntry("bytes where JSON belongs")
+            return json.loads(text)
+
+        return self._read("j:" + key, decode)
 
     def put_json(self, key: str, value) -> None:
         self._write("j:" + key, json.dumps(value))
@@ -436,19 +648,8 @@ class ReadOnlyCache:
             return self._con.execute(sql, args).fetchone()
 
     def get(self, key: str):
-        import time
-
-        row = self._query("SELECT mode, filename, value FROM Cache WHERE key = ? AND raw = 1 "
-                          "AND (expire_time IS NULL OR expire_time > ?)", (key, time.time()))
-        if row is None:
-            return None
-        mode, filename, value = row
-        if mode == 1:  # MODE_RAW
-            return bytes(value) if isinstance(value, (bytes, memoryview)) else value
-        if mode in (2, 3) and isinstance(filename, str) and _VALUE_PATH.fullmatch(filename.replace(os.sep, "/")):
-            data = (self.directory / filename).read_bytes()
-            return data if mode == 2 else data.decode("utf-8")
-        raise ValueError("a cache entry of a kind vitlab never writes: not read")
+        found = fetch(self._query, self.directory, key, 1 << 62)
+        return None if found is None else found[1]
 
     def set(self, key: str, value) -> None:
         raise OSError(30, "read-only cache")
