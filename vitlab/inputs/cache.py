@@ -376,6 +376,11 @@ class Store:
                 pass
         return value
 
+    @property
+    def bad_reads(self) -> int:
+        """How many entries this store has found unreadable (and dropped) so far."""
+        return self._bad_reads
+
     def bad_entry(self, what: str, e: Exception, key: str | None = None) -> None:
         """An entry that is not what its reader expects: dropped (when the cache can be written) and said once per
         kind (``what``: "cache entries", "saved results"), with the first reason; the caller recomputes it."""

@@ -18,6 +18,19 @@ stored together as one ``.npz`` entry of :class:`vitlab.Store` (read with ``allo
 Anything else (a torch tensor, a loaded model, an accumulator object, an Altair chart elsewhere) raises
 :class:`Unsaveable`: such a result is simply not kept on disk (the app still memoises it per session).
 
+A saved result is untrusted input when it is read back (anyone who can write the cache folder can plant one), so
+:func:`load` returns it only when it is exactly what :func:`save` wrote and what its reader expects:
+
+- its SHA-256 over the canonical payload (every array's name, dtype, shape and bytes, the tree among them) matches
+  the one stored beside it (:data:`CHECKSUM`): an edited number is a miss, not an answer; an entry without one (an
+  older vitlab) is a miss;
+- every field of every vitlab dataclass in it has the type its annotation declares (a string where a float array
+  belongs, a list where a frame belongs: a miss), arrays are plain numeric dtypes, and the result draws its own
+  table (``to_frame()``) without an error (arrays of another shape than their labels);
+- its top-level type is the one the caller expects (``expect``), when the caller says.
+
+A miss is dropped, said once (``Store.bad_entry``) and recomputed; it never reaches a page or a run.
+
 Keys (:func:`result_key`) hold the store's format and library versions (:func:`vitlab.inputs.cache.make_key`),
 this module's :data:`FORMAT`, a fingerprint of vitlab's own source (a changed analysis never reuses an old result),
 and the caller's parts: model fingerprints, the data's key or listing, the options.
@@ -28,18 +41,22 @@ from __future__ import annotations
 import dataclasses
 import functools
 import hashlib
+import hmac
 import importlib
 import json
 import math
+import types
+import typing
 from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
 
-from ..inputs.cache import Store, make_key
+from ..inputs.cache import BadEntry, Store, make_key
 
-FORMAT = 1  # bump when the encoding below changes meaning
+FORMAT = 2  # bump when the encoding below changes meaning (2: a checksum of the content beside it)
 TREE = "__tree__"  # the npz member holding the JSON tree (utf-8 bytes as uint8)
+CHECKSUM = "__sha256__"  # the npz member holding the SHA-256 (hex, ascii as uint8) of every other member
 PLAIN_KINDS = "biufcmM"  # numpy dtype kinds stored bit-exact in the npz (no objects, no void)
 
 
@@ -149,10 +166,24 @@ class _Encoder:
 
 
 def encode(value: Any) -> dict[str, np.ndarray]:
-    """``value`` as npz members (its arrays and the JSON tree); :class:`Unsaveable` when it holds anything else."""
+    """``value`` as npz members (its arrays, the JSON tree and their checksum); :class:`Unsaveable` when it holds
+    anything else."""
     enc = _Encoder()
     tree = json.dumps(enc(value), allow_nan=False, separators=(",", ":"))
-    return {**enc.arrays, TREE: np.frombuffer(tree.encode(), dtype=np.uint8)}
+    arrays = {**enc.arrays, TREE: np.frombuffer(tree.encode(), dtype=np.uint8)}
+    return {**arrays, CHECKSUM: np.frombuffer(checksum(arrays).encode(), dtype=np.uint8)}
+
+
+def checksum(arrays: dict[str, np.ndarray]) -> str:
+    """SHA-256 of the canonical payload: every member (but the checksum) by name, with its dtype, shape and bytes in
+    C order, so an edited number, a renamed member or a reshaped array gives another sum."""
+    h = hashlib.sha256()
+    for name in sorted(k for k in arrays if k != CHECKSUM):
+        a = np.ascontiguousarray(arrays[name])
+        head = json.dumps([name, a.dtype.str, list(a.shape)]).encode()
+        h.update(len(head).to_bytes(8, "little") + head + a.nbytes.to_bytes(8, "little"))
+        h.update(a.tobytes())
+    return h.hexdigest()
 
 
 # ------------------------------------------------------------------------------------------ decode
@@ -173,9 +204,12 @@ class _Decoder:
             raise ValueError(f"unexpected node {type(t).__name__}")
         kind = t["$"]
         if kind == "nd":
-            return self.arrays[t["k"]]
+            a = self.arrays[t["k"]]
+            if a.dtype.kind not in PLAIN_KINDS or t["k"] in (TREE, CHECKSUM):
+                raise ValueError(f"array {t['k']!r} of dtype {a.dtype}")
+            return a
         if kind == "np":
-            return self(t["v"])[()]
+            return np.asarray(self(t["v"]))[()]
         if kind == "f":
             if t["v"] not in ("nan", "inf", "-inf"):
                 raise ValueError(f"unexpected float {t['v']!r}")
@@ -234,11 +268,92 @@ class _Decoder:
         unknown = set(values) - set(fields)
         if unknown:
             raise ValueError(f"{t['cls']} has no field(s) {', '.join(sorted(unknown))}")
+        hints = field_types(cls)
+        for k, v in values.items():
+            if k not in skip and not conforms(v, hints.get(k, Any)):
+                raise BadEntry(f"{t['cls']}.{k} holds {_kind(v)} where {_name(hints[k])} belongs")
         obj = cls(**{k: v for k, v in values.items() if fields[k].init})
         for k, v in values.items():
             if not fields[k].init:
                 object.__setattr__(obj, k, v)
         return rebuild(obj) if rebuild else obj
+
+
+@functools.lru_cache(maxsize=None)
+def field_types(cls: type) -> dict[str, Any]:
+    """A dataclass's field annotations, resolved (one that cannot be resolved is ``Any``: not checked)."""
+    try:
+        return typing.get_type_hints(cls)
+    except Exception:  # noqa: BLE001 - e.g. a name imported only for type checkers: resolve field by field
+        pass
+    out: dict[str, Any] = {}
+    for klass in reversed(cls.__mro__):
+        ns = vars(importlib.import_module(klass.__module__)) if klass.__module__ in _modules() else {}
+        for name, hint in getattr(klass, "__annotations__", {}).items():
+            try:
+                out[name] = eval(hint, dict(ns)) if isinstance(hint, str) else hint  # noqa: S307 - vitlab's source
+            except Exception:  # noqa: BLE001
+                out[name] = Any
+    return out
+
+
+def _modules() -> set[str]:
+    import sys
+
+    return {m for m in sys.modules if m == "vitlab" or m.startswith("vitlab.")}
+
+
+def conforms(v: Any, hint: Any) -> bool:  # noqa: C901 - one branch per kind of annotation
+    """Whether ``v`` has the type ``hint`` declares (containers item by item; ``Any`` and what cannot be checked pass).
+    Numbers may be Python or numpy scalars; an ``np.ndarray`` must hold a plain numeric dtype."""
+    if hint is Any or isinstance(hint, (typing.TypeVar, str)) or hint is object:
+        return True
+    if hint is None or hint is type(None):
+        return v is None
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin in (typing.Union, types.UnionType):
+        return any(conforms(v, a) for a in args)
+    if origin is typing.Literal:
+        return v in args
+    if hint is float:
+        return isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, str)
+    if hint is int:
+        return isinstance(v, (int, np.integer))
+    if hint is bool:
+        return isinstance(v, (bool, np.bool_))
+    if hint is str:
+        return isinstance(v, str)
+    if hint is np.ndarray:
+        return isinstance(v, np.ndarray) and v.dtype.kind in PLAIN_KINDS
+    if origin in (list, tuple, dict, set, frozenset) or hint in (list, tuple, dict, set, frozenset):
+        return _container(v, origin or hint, args)
+    if origin is not None:  # Callable, Sequence[...], a generic alias: its class, when it has one
+        return not isinstance(origin, type) or isinstance(v, origin) or origin.__module__ == "collections.abc"
+    if isinstance(hint, type):
+        return isinstance(v, hint)
+    return True
+
+
+def _container(v: Any, kind: type, args: tuple) -> bool:
+    if not isinstance(v, kind):
+        return False
+    if not args:
+        return True
+    if kind is dict:
+        return all(conforms(k, args[0]) and conforms(x, args[1]) for k, x in v.items())
+    if kind is tuple and not (len(args) == 2 and args[1] is Ellipsis):
+        return len(v) == len(args) and all(conforms(x, a) for x, a in zip(v, args))
+    return all(conforms(x, args[0]) for x in v)
+
+
+def _kind(v: Any) -> str:
+    if isinstance(v, np.ndarray):
+        return f"an array of {v.dtype}"
+    return f"a {type(v).__name__}" + (f" {v[:40]!r}" if isinstance(v, str) else "")
+
+
+def _name(hint: Any) -> str:
+    return getattr(hint, "__name__", None) or str(hint).replace("typing.", "")
 
 
 def _vitlab_dataclass(path: str) -> type:
@@ -256,10 +371,37 @@ def _vitlab_dataclass(path: str) -> type:
     return obj
 
 
-def decode(arrays: dict[str, np.ndarray]) -> Any:
-    """The value :func:`encode` wrote (ValueError/KeyError/TypeError on anything malformed or foreign)."""
+def decode(arrays: dict[str, np.ndarray], expect: type | tuple | None = None) -> Any:
+    """The value :func:`encode` wrote, checked (the module's docstring): :class:`BadEntry`, ValueError, KeyError or
+    TypeError on anything edited, malformed, foreign, or not of the type ``expect`` (a class, or a tuple of classes
+    for a tuple result)."""
+    if CHECKSUM not in arrays or TREE not in arrays:
+        raise BadEntry("a saved result without its checksum (saved by an older vitlab, or not by vitlab)")
+    stored = bytes(np.asarray(arrays[CHECKSUM]).astype(np.uint8)).decode("ascii", errors="replace")
+    if not hmac.compare_digest(stored, checksum(arrays)):
+        raise BadEntry("a saved result whose content does not match its checksum (edited or damaged)")
     tree = json.loads(bytes(arrays[TREE].astype(np.uint8)).decode())
-    return _Decoder(arrays)(tree)
+    value = _Decoder(arrays)(tree)
+    check_result(value, expect)
+    return value
+
+
+def check_result(value: Any, expect: type | tuple | None = None) -> None:
+    """``value`` is of the type ``expect`` (a class, or a tuple of classes, one per item of a tuple result) and
+    each result in it draws its own table: :class:`BadEntry` otherwise."""
+    parts, wants = (value, expect) if isinstance(expect, tuple) else ((value,), (expect,))
+    if isinstance(expect, tuple) and not (isinstance(value, tuple) and len(value) == len(expect)):
+        raise BadEntry(f"a saved {_kind(value)} where a tuple of {len(expect)} belongs")
+    for part, want in zip(parts, wants):
+        if want is not None and not isinstance(part, want):
+            raise BadEntry(f"a saved {_kind(part)} where a {want.__qualname__} belongs")
+        to_frame = getattr(part, "to_frame", None) if dataclasses.is_dataclass(part) else None
+        if callable(to_frame):
+            try:
+                to_frame()
+            except Exception as e:  # noqa: BLE001 - e.g. arrays of another shape than their labels
+                raise BadEntry(f"a saved {type(part).__qualname__} that cannot draw its table "
+                               f"({type(e).__name__}: {str(e)[:120]})") from e
 
 
 # ------------------------------------------------------------------------------------------ the tour's charts
@@ -340,18 +482,19 @@ def save(store: Store, key: str, value: Any) -> bool:
     return True
 
 
-def load(store: Store, key: str) -> Any | None:
-    """The value saved under ``key``, or None: absent, unreadable, malformed, or naming anything but a vitlab
-    dataclass (a damaged or foreign entry is dropped and recomputed; nothing is unpickled)."""
+def load(store: Store, key: str, expect: type | tuple | None = None) -> Any | None:
+    """The value saved under ``key``, or None: absent, unreadable, edited (its checksum), malformed, of another type
+    than its fields declare or than ``expect``, or naming anything but a vitlab dataclass. Such an entry is dropped,
+    said once in the store's warnings, and recomputed by the caller; nothing is unpickled."""
     if store is None or not store.enabled:
         return None
     arrays = store.get(key)
     if arrays is None:
         return None
     try:
-        return decode(arrays)
+        return decode(arrays, expect)
     except Exception as e:  # noqa: BLE001 - anything malformed is a miss, recomputed and written again
-        store._warn(f"a saved result could not be read and is recomputed ({type(e).__name__}: {str(e)[:120]})")
+        store.bad_entry("saved results", e, "a:" + key)
         return None
 
 
