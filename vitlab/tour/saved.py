@@ -45,19 +45,17 @@ import hmac
 import importlib
 import json
 import math
-import types
-import typing
 from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
 
 from ..inputs.cache import BadEntry, Store, make_key
+from .conform import PLAIN_KINDS, check_result, conforms, field_types, kind_of, type_name
 
 FORMAT = 2  # bump when the encoding below changes meaning (2: a checksum of the content beside it)
 TREE = "__tree__"  # the npz member holding the JSON tree (utf-8 bytes as uint8)
 CHECKSUM = "__sha256__"  # the npz member holding the SHA-256 (hex, ascii as uint8) of every other member
-PLAIN_KINDS = "biufcmM"  # numpy dtype kinds stored bit-exact in the npz (no objects, no void)
 
 
 class Unsaveable(TypeError):
@@ -271,89 +269,12 @@ class _Decoder:
         hints = field_types(cls)
         for k, v in values.items():
             if k not in skip and not conforms(v, hints.get(k, Any)):
-                raise BadEntry(f"{t['cls']}.{k} holds {_kind(v)} where {_name(hints[k])} belongs")
+                raise BadEntry(f"{t['cls']}.{k} holds {kind_of(v)} where {type_name(hints[k])} belongs")
         obj = cls(**{k: v for k, v in values.items() if fields[k].init})
         for k, v in values.items():
             if not fields[k].init:
                 object.__setattr__(obj, k, v)
         return rebuild(obj) if rebuild else obj
-
-
-@functools.lru_cache(maxsize=None)
-def field_types(cls: type) -> dict[str, Any]:
-    """A dataclass's field annotations, resolved (one that cannot be resolved is ``Any``: not checked)."""
-    try:
-        return typing.get_type_hints(cls)
-    except Exception:  # noqa: BLE001 - e.g. a name imported only for type checkers: resolve field by field
-        pass
-    out: dict[str, Any] = {}
-    for klass in reversed(cls.__mro__):
-        ns = vars(importlib.import_module(klass.__module__)) if klass.__module__ in _modules() else {}
-        for name, hint in getattr(klass, "__annotations__", {}).items():
-            try:
-                out[name] = eval(hint, dict(ns)) if isinstance(hint, str) else hint  # noqa: S307 - vitlab's source
-            except Exception:  # noqa: BLE001
-                out[name] = Any
-    return out
-
-
-def _modules() -> set[str]:
-    import sys
-
-    return {m for m in sys.modules if m == "vitlab" or m.startswith("vitlab.")}
-
-
-def conforms(v: Any, hint: Any) -> bool:  # noqa: C901 - one branch per kind of annotation
-    """Whether ``v`` has the type ``hint`` declares (containers item by item; ``Any`` and what cannot be checked pass).
-    Numbers may be Python or numpy scalars; an ``np.ndarray`` must hold a plain numeric dtype."""
-    if hint is Any or isinstance(hint, (typing.TypeVar, str)) or hint is object:
-        return True
-    if hint is None or hint is type(None):
-        return v is None
-    origin, args = typing.get_origin(hint), typing.get_args(hint)
-    if origin in (typing.Union, types.UnionType):
-        return any(conforms(v, a) for a in args)
-    if origin is typing.Literal:
-        return v in args
-    if hint is float:
-        return isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, str)
-    if hint is int:
-        return isinstance(v, (int, np.integer))
-    if hint is bool:
-        return isinstance(v, (bool, np.bool_))
-    if hint is str:
-        return isinstance(v, str)
-    if hint is np.ndarray:
-        return isinstance(v, np.ndarray) and v.dtype.kind in PLAIN_KINDS
-    if origin in (list, tuple, dict, set, frozenset) or hint in (list, tuple, dict, set, frozenset):
-        return _container(v, origin or hint, args)
-    if origin is not None:  # Callable, Sequence[...], a generic alias: its class, when it has one
-        return not isinstance(origin, type) or isinstance(v, origin) or origin.__module__ == "collections.abc"
-    if isinstance(hint, type):
-        return isinstance(v, hint)
-    return True
-
-
-def _container(v: Any, kind: type, args: tuple) -> bool:
-    if not isinstance(v, kind):
-        return False
-    if not args:
-        return True
-    if kind is dict:
-        return all(conforms(k, args[0]) and conforms(x, args[1]) for k, x in v.items())
-    if kind is tuple and not (len(args) == 2 and args[1] is Ellipsis):
-        return len(v) == len(args) and all(conforms(x, a) for x, a in zip(v, args))
-    return all(conforms(x, args[0]) for x in v)
-
-
-def _kind(v: Any) -> str:
-    if isinstance(v, np.ndarray):
-        return f"an array of {v.dtype}"
-    return f"a {type(v).__name__}" + (f" {v[:40]!r}" if isinstance(v, str) else "")
-
-
-def _name(hint: Any) -> str:
-    return getattr(hint, "__name__", None) or str(hint).replace("typing.", "")
 
 
 def _vitlab_dataclass(path: str) -> type:
@@ -384,24 +305,6 @@ def decode(arrays: dict[str, np.ndarray], expect: type | tuple | None = None) ->
     value = _Decoder(arrays)(tree)
     check_result(value, expect)
     return value
-
-
-def check_result(value: Any, expect: type | tuple | None = None) -> None:
-    """``value`` is of the type ``expect`` (a class, or a tuple of classes, one per item of a tuple result) and
-    each result in it draws its own table: :class:`BadEntry` otherwise."""
-    parts, wants = (value, expect) if isinstance(expect, tuple) else ((value,), (expect,))
-    if isinstance(expect, tuple) and not (isinstance(value, tuple) and len(value) == len(expect)):
-        raise BadEntry(f"a saved {_kind(value)} where a tuple of {len(expect)} belongs")
-    for part, want in zip(parts, wants):
-        if want is not None and not isinstance(part, want):
-            raise BadEntry(f"a saved {_kind(part)} where a {want.__qualname__} belongs")
-        to_frame = getattr(part, "to_frame", None) if dataclasses.is_dataclass(part) else None
-        if callable(to_frame):
-            try:
-                to_frame()
-            except Exception as e:  # noqa: BLE001 - e.g. arrays of another shape than their labels
-                raise BadEntry(f"a saved {type(part).__qualname__} that cannot draw its table "
-                               f"({type(e).__name__}: {str(e)[:120]})") from e
 
 
 # ------------------------------------------------------------------------------------------ the tour's charts
