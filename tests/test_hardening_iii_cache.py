@@ -404,3 +404,29 @@ def test_the_server_starts_with_bad_settings(tmp_path):
             proc.kill()
             out = proc.communicate()[0]
     assert "Traceback" not in out, out[-3000:]
+
+
+# ------------------------------------------------------------------------------------------ per-batch statistics
+
+
+def test_planted_grams_and_batch_records_are_recomputed_by_a_run(tmp_path, tiny_vit, fmnist_source):
+    """A run that finds Grams of another layout (one tap too many, a string) or batch records of other types
+    recomputes them, and its CKA is the one a clean run gives."""
+    opts = vitlab.CKAOptions(images=16, batch_size=8)
+    clean = vitlab.run.cka([tiny_vit, tiny_vit], fmnist_source, opts, vitlab.Run(store=Store(None), bootstrap=0))
+    store = Store(tmp_path / "cache", 1)
+    vitlab.run.cka([tiny_vit, tiny_vit], fmnist_source, opts, vitlab.Run(store=store, bootstrap=0))
+    keys = [k for k in store._cache.iterkeys()]
+    grams = [k[2:] for k in keys if k.startswith("a:")]
+    assert len(grams) == 2  # one per batch (the same model twice)
+    L = store.get(grams[0])["grams"].shape[0]
+    store.put(grams[0], {"grams": np.zeros((L + 1, 8, 8), np.float32)})  # another tap set's shape
+    store.put(grams[1], {"grams": np.full((L, 8, 8), "0.5")})  # a string where floats belong
+    for k in (k[2:] for k in keys if k.startswith("j:")):
+        store.put_json(k, {"ids": [1, 2], "labels": "x", "skipped": [[1]], "notices": []})
+    again = vitlab.run.cka([tiny_vit, tiny_vit], fmnist_source, opts, vitlab.Run(store=store, bootstrap=0))
+    np.testing.assert_allclose(again.pair(0, 1).cka, clean.pair(0, 1).cka, rtol=1e-6)
+    assert again.info.batches_computed == 2
+    assert len(store.warnings) == 1 and "unreadable cache entries are recomputed" in store.warnings[0]
+    third = vitlab.run.cka([tiny_vit, tiny_vit], fmnist_source, opts, vitlab.Run(store=store, bootstrap=0))
+    assert third.info.batches_from_cache == 2  # the recomputed entries replaced the planted ones
