@@ -430,3 +430,32 @@ def test_planted_grams_and_batch_records_are_recomputed_by_a_run(tmp_path, tiny_
     assert len(store.warnings) == 1 and "unreadable cache entries are recomputed" in store.warnings[0]
     third = vitlab.run.cka([tiny_vit, tiny_vit], fmnist_source, opts, vitlab.Run(store=store, bootstrap=0))
     assert third.info.batches_from_cache == 2  # the recomputed entries replaced the planted ones
+
+
+def test_the_cli_goes_on_past_a_fifo_and_says_so_once(tmp_path):
+    """``vitlab cka`` with a FIFO in place of a cached Gram's value file: finishes (no hang), recomputes that batch,
+    and says so in one line on stderr and in run.json."""
+    env = {**os.environ, "VITLAB_CACHE_DIR": str(tmp_path / "cache"),
+           "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    cmd = [sys.executable, "-m", "vitlab", "cka", "-m", "test_vit@random:0", "-d", "fashion-mnist:test", "-n", "128",
+           "-b", "64", "--bootstrap", "0", "--workers", "0"]
+    first = subprocess.run(cmd + ["--out", str(tmp_path / "a")], env=env, capture_output=True, text=True, timeout=300)
+    assert first.returncode == 0, first.stderr[-2000:]
+    files = sorted((tmp_path / "cache").glob("[0-9a-f][0-9a-f]/[0-9a-f][0-9a-f]/*.val"))
+    assert len(files) == 2, files  # one Gram entry per batch, each in a value file
+    files[0].unlink()
+    os.mkfifo(files[0])
+    try:
+        second = subprocess.run(cmd + ["--out", str(tmp_path / "b")], env=env, capture_output=True, text=True,
+                                timeout=120)
+    except subprocess.TimeoutExpired:
+        pytest.fail("vitlab cka hung on a FIFO in the cache")
+    assert second.returncode == 0, second.stderr[-2000:]
+    assert second.stderr.count("unreadable cache entries are recomputed") == 1, second.stderr[-2000:]
+    record = json.loads((tmp_path / "b" / "run.json").read_text())
+    assert record["batches_computed"] == 1 and record["batches_from_cache"] == 1
+    assert len(record["cache_warnings"]) == 1 and "not a regular file" in record["cache_warnings"][0]
+    tables = sorted((tmp_path / "a").glob("*.csv"))
+    assert tables
+    for f in tables:  # the recomputed batch gives the same numbers
+        assert (tmp_path / "b" / f.name).read_text() == f.read_text(), f.name
