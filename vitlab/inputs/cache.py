@@ -205,7 +205,8 @@ class Store:
             print(f"vitlab: warning: {text}", file=sys.stderr)
 
     def _query(self, sql: str, args: tuple = ()):
-        """One row from the index, on this thread's connection (diskcache's own, or the read-only one)."""
+        """One row from the index, on this thread's connection (diskcache's own ``_sql``, stable through diskcache
+        5.x, or the read-only one): vitlab reads entries itself, so that nothing is read before it is checked."""
         if isinstance(self._cache, ReadOnlyCache):
             return self._cache._query(sql, args)
         return self._cache._sql(sql, args).fetchone()
@@ -240,7 +241,8 @@ class Store:
 
     def bad_entry(self, what: str, e: Exception, key: str | None = None) -> None:
         """An entry that is not what its reader expects: dropped (when the cache can be written) and said once per
-        kind (``what``: "cache entries", "saved results"), with the first reason; the caller recomputes it."""
+        kind (``what``: "cache entries", "saved results"), with the first reason; the caller recomputes it. ``key``:
+        the store's own key ("a:..." for arrays, "j:..." for JSON)."""
         self._bad_reads += 1
         if key is not None:
             self._drop(key)
