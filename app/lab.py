@@ -45,16 +45,43 @@ SOURCES = {
 DEVICES = ("auto", "cpu", "cuda")
 # Small defaults: the zoo models on 64 bundled Fashion-MNIST images give the first heatmap in seconds on a CPU;
 # batches of 16 give the intervals 4 batches to rest on (2 batches of 32 give none: docs/evidence.md, issue 28).
-# VITLAB_MODEL_A / _B / VITLAB_DATA start the app on other choices (tests, demos).
-DEFAULTS: dict[str, Any] = {
-    "model_a": os.environ.get("VITLAB_MODEL_A", "zoo:vit-cls"),
-    "model_b": os.environ.get("VITLAB_MODEL_B", "zoo:resnet"),
-    "source": os.environ.get("VITLAB_DATA", "fashion-mnist:test"),
-    "folder": "",
-    "images": int(os.environ.get("VITLAB_IMAGES", "64")),
-    "batch_size": int(os.environ.get("VITLAB_BATCH_SIZE", "16")),
-    "device": os.environ.get("VITLAB_DEVICE", "auto"),
-}
+# VITLAB_MODEL_A / _B / VITLAB_DATA / _IMAGES / _BATCH_SIZE / _DEVICE start the app on other choices (tests, demos).
+# A bad one never stops the server (the warm start imports this module): the sidebar names it and uses the default.
+ENV_INTS = {"images": ("VITLAB_IMAGES", 64, 4, 100_000), "batch_size": ("VITLAB_BATCH_SIZE", 16, 4, 4096)}
+
+
+def env_settings() -> tuple[dict[str, Any], list[str]]:
+    """The sidebar's starting values from the environment, and what is wrong with any of them (in words)."""
+    values: dict[str, Any] = {
+        "model_a": os.environ.get("VITLAB_MODEL_A", "zoo:vit-cls"),
+        "model_b": os.environ.get("VITLAB_MODEL_B", "zoo:resnet"),
+        "source": os.environ.get("VITLAB_DATA", "fashion-mnist:test"),
+        "folder": "",
+    }
+    errors = []
+    for name, (var, default, lo, hi) in ENV_INTS.items():
+        text = os.environ.get(var, "")
+        values[name] = default
+        if not text.strip():
+            continue
+        try:
+            value = int(text.strip())
+        except ValueError:
+            errors.append(f"{var}={text!r} is not a whole number; the sidebar starts at {default} instead (set "
+                          f"{var} to a whole number from {lo} to {hi}, e.g. {var}={default})")
+            continue
+        if lo <= value <= hi:
+            values[name] = value
+        else:
+            errors.append(f"{var}={text!r} is outside {lo} to {hi}; the sidebar starts at {default} instead")
+    device = os.environ.get("VITLAB_DEVICE", "auto").strip() or "auto"
+    values["device"] = device if device in DEVICES else "auto"
+    if device not in DEVICES:
+        errors.append(f"VITLAB_DEVICE={device!r} is not one of {', '.join(DEVICES)}; the sidebar starts at auto")
+    return values, errors
+
+
+DEFAULTS: dict[str, Any] = env_settings()[0]
 MEMO_SIZE = 24  # results kept per browser session, so that a click re-draws without re-reading the cache
 # not "pages/": Streamlit would also discover that folder as a v1 multipage app and could run a page
 # without the entrypoint (and without the sidebar)
@@ -95,7 +122,7 @@ def page(file: str, title: str, icon: str, url: str | None = None, default: bool
 def _plain(name: str) -> Any:
     key = f"lab.{name}"
     if key not in st.session_state:
-        st.session_state[key] = DEFAULTS.get(name)
+        st.session_state[key] = env_settings()[0].get(name)  # read now: the variables may differ from the import's
     return st.session_state[key]
 
 
@@ -205,6 +232,8 @@ def sidebar() -> None:
         batch = c2.number_input("Batch size", 4, 4096, step=8, key=_seed("w.batch_size", _plain("batch_size")))
         device = st.selectbox("Device", DEVICES, key=_seed("w.device", _plain("device")))
         st.session_state.update({"lab.images": int(images), "lab.batch_size": int(batch), "lab.device": device})
+        for problem in env_settings()[1]:
+            st.error(problem)
         status_ui()
 
 
@@ -456,12 +485,15 @@ def _remember(memo: dict, key: tuple, result: Any) -> None:
         memo.pop(next(iter(memo)))
 
 
-def compute(key: tuple, fn: Callable[[vitlab.Run], Any], label: str, persist: bool = True) -> Any:
+def compute(key: tuple, fn: Callable[[vitlab.Run], Any], label: str, persist: bool = True,
+            expect: type | tuple | None = None) -> Any:
     """``fn(run)`` (a ``vitlab.Run`` with the disk cache and a progress bar) with a Cancel button; remembered per
     session under ``key`` and, when the result can be saved as data (``vitlab.tour.saved``; ``persist`` and
     ``VITLAB_PERSIST`` allowing), kept in the disk cache, so that a new session or a restarted server reads it
     back instead of running ``fn`` again.
 
+    A saved result is read as untrusted input (``saved.load``: its checksum, its fields' types, ``expect``: the class
+    of the result, or a tuple of classes); one that fails is recomputed and the run's caption says so.
     Cancel reruns the script, which stops ``fn`` at its next progress report; the page then offers to start again.
     Returns None when cancelled.
     """
@@ -482,7 +514,9 @@ def compute(key: tuple, fn: Callable[[vitlab.Run], Any], label: str, persist: bo
     if disk is not None:
         # a saved result runs nothing, but a setting every run checks is still named in place (as a run would)
         vitlab.pipeline.default_workers(), vitlab.pipeline.default_kind()
-        result = saved.load(store(), disk)
+        bad = store().bad_reads
+        result = saved.load(store(), disk, expect)
+        disk = (disk, store().bad_reads > bad)  # a planted or damaged entry: dropped, recomputed, said in the caption
         if result is not None:
             _remember(memo, key, result)
             _note(result, "disk")
@@ -499,10 +533,10 @@ def compute(key: tuple, fn: Callable[[vitlab.Run], Any], label: str, persist: bo
     finally:
         box.empty()
     _remember(memo, key, result)
-    _note(result, "computed")
+    _note(result, "recomputed" if disk is not None and disk[1] else "computed")
     if disk is not None and result is not None:
         try:
-            saved.save(store(), disk, result)
+            saved.save(store(), disk[0], result)
         except Exception as e:  # noqa: BLE001 - keeping a result is an optimisation: the page has it anyway
             store()._warn(f"a result could not be kept in the cache ({type(e).__name__}: {str(e)[:120]})")
     return result
@@ -573,8 +607,10 @@ def run_caption(info, images: int) -> str:
     counts = f"{info.batches_computed} batches computed, {info.batches_from_cache} from the cache"
     if origin is None:
         text = f"{images} images; {counts}, {info.seconds:.1f} s"
-    elif origin[0] == "computed":
+    elif origin[0] in ("computed", "recomputed"):
         text = f"{images} images; {counts}, {info.seconds:.1f} s in the engine; page ready in {origin[1]:.1f} s"
+        if origin[0] == "recomputed":
+            text += "; its saved result was unreadable (Status says why) and was recomputed"
     else:  # read back whole: nothing ran now
         text = (f"{images} images; 0 batches computed: {ORIGINS[origin[0]]}, page ready in {origin[1]:.1f} s "
                 f"(first computed with {counts}, {info.seconds:.1f} s in the engine)")

@@ -202,7 +202,8 @@ def run_analysis(analysis: Analysis, args) -> int:
     out.mkdir(parents=True, exist_ok=True)
     written = write_outputs(analysis, result, opts, out)
     extra = {**{f.name: getattr(opts, f.name) for f in dataclasses.fields(opts)}, **analysis.record(result, opts),
-             "bootstrap": args.bootstrap, "seed": run.seed}
+             "bootstrap": args.bootstrap, "seed": run.seed,
+             "cache_warnings": list(run.store.warnings)}  # e.g. planted or damaged entries dropped and recomputed
     write_run_json(out, analysis.name, models + list(getattr(result, "extra_models", [])), args, run.info, t0,
                    list(getattr(result, "warnings", []))[:20], model_taps=getattr(result, "taps", None),
                    written=written, **extra)

@@ -344,7 +344,7 @@ def receptive_fields(loaded: LoadedModel, source: ImageSource, opts: ReceptiveOp
                 progress(b * len(layers) + li, steps, f"batch {b + 1}/{len(batches)}, {layers[li]}")
             key = make_key("receptive-field", VERSION, loaded.fingerprint, batch.key, module, where,
                            *loaded.layout_key)
-            hit = store.get(key)
+            hit = store.get(key, {"sum": None, "n": ()})  # a planted entry of other arrays is a miss
             if hit is None:
                 if not ran:
                     ran = True

@@ -94,7 +94,7 @@ def activations(loaded: LoadedModel, images, taps: Sequence[str], store: Store |
         raise VitlabError("no images selected")
     store = store or Store(None)
     keys = [source.item_key(i) for i in idx]
-    found = {(k, t): store.get(_key(loaded, k, t)) for k in keys for t in taps}
+    found = {(k, t): store.get(_key(loaded, k, t), {"a": None}) for k in keys for t in taps}
     todo = [j for j, k in enumerate(keys) if any(found[(k, t)] is None for t in taps)]
     for start in range(0, len(todo), batch_size):
         if progress:

@@ -62,6 +62,11 @@ class Statistic(ABC):
         """Streaming statistics: the per-batch value from ``{tap: reduce_tap(...)}`` of every tap."""
         raise NotImplementedError(f"{type(self).__name__} does not stream")
 
+    def layout(self, loaded: LoadedModel, batch: Batch) -> dict[str, tuple] | None:
+        """The names and shapes (``None``: a free axis) of the per-batch value, so that a cached entry of another
+        layout is a miss (vitlab.inputs.entries); ``None``: any arrays of plain dtypes."""
+        return None
+
     def cache_key(self, loaded: LoadedModel, batch: Batch, precision: str = "float32") -> str:
         """Name, version, weights, images, parameters and the forward pass's numerics (``precision``:
         :func:`forward_precision`); make_key adds the library versions."""
@@ -112,6 +117,9 @@ class GramStatistic(Statistic):
         import torch
 
         return {"grams": torch.stack([parts[t] for t in self.taps(loaded)]).cpu().numpy()}
+
+    def layout(self, loaded: LoadedModel, batch: Batch) -> dict[str, tuple]:
+        return {"grams": (len(self.taps(loaded)), None, None)}  # (L, n, n)
 
     def compute(self, acts: dict, loaded: LoadedModel, batch: Batch) -> dict[str, np.ndarray]:
         return self.finish({t: self.reduce_tap(t, acts[t], loaded) for t in self.taps(loaded)}, loaded, batch)
@@ -172,7 +180,7 @@ def stream(models: Sequence[LoadedModel], source: ImageSource, indices: Sequence
         """Cache lookups, ahead of the consumer; decoding is needed for any missing statistic or batch record."""
         # the label mapping is part of the key: a new class folder renumbers every label
         meta = store.get_json(make_key("batch-meta", batch.key, source.classes))
-        found = [{s.name: store.get(s.cache_key(m, batch, p)) for s in stats}
+        found = [{s.name: store.get(s.cache_key(m, batch, p), s.layout(m, batch)) for s in stats}
                  for m, stats, p in zip(models, statistics, precision)]
         need = [m for m, per_model in zip(models, found) if any(v is None for v in per_model.values())]
         return (meta, found, bool(need)), (need if need or not _meta_ok(meta) else None)
@@ -312,8 +320,16 @@ def _device_type(device) -> str:
 
 
 def _meta_ok(meta) -> bool:
-    """A batch's cached ids/labels/skips are usable (an entry from another version, or damaged, is a miss)."""
-    return isinstance(meta, dict) and all(isinstance(meta.get(k), list) for k in ("ids", "skipped", "notices"))
+    """A batch's cached ids/labels/skips are usable (an entry from another version, damaged or planted, is a miss:
+    the batch is decoded again and its record rewritten)."""
+    if not (isinstance(meta, dict) and all(isinstance(meta.get(k), list) for k in ("ids", "skipped", "notices"))):
+        return False
+    labels = meta.get("labels")
+    return (all(isinstance(i, str) for i in meta["ids"])
+            and all(isinstance(p, list) and len(p) == 2 and all(isinstance(x, str) for x in p)
+                    for k in ("skipped", "notices") for p in meta[k])
+            and (labels is None or isinstance(labels, list) and len(labels) == len(meta["ids"])
+                 and all(x is None or type(x) is int for x in labels)))
 
 
 @dataclass

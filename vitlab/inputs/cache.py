@@ -6,8 +6,13 @@ One diskcache store under ``VITLAB_CACHE_DIR`` (default ``~/.cache/vitlab``), LR
 
 The cache is an optimisation, so it heals instead of failing a run (docs/hardening.md):
 
-- an entry that cannot be read (truncated file, damaged zip, wrong layout) is a miss: it is dropped, recomputed,
-  and reported once per store;
+- every entry is untrusted input (anyone who can write the folder can plant one): a value file is opened without
+  following links and without blocking, and read only when it is a regular file of the size the index gives, no
+  larger than the store's budget; an array entry is read only when each member is a stored (never compressed) ``.npy``
+  whose header's shape × itemsize is its size, of a plain numeric dtype, and of the names and shapes the caller
+  expects (:class:`BadEntry` otherwise);
+- an entry that cannot be read (truncated file, damaged zip, wrong layout, a link, a FIFO, a device, an entry that
+  would inflate) is a miss: it is dropped, recomputed, and reported once per store;
 - a write that fails (disk full, file too large, read-only folder) is a warning: the results are still returned;
 - only a damaged database (sqlite's "malformed" or "not a database") is moved out of the way on open, into a
   ``damaged-N`` folder the cache records (the cache starts empty); a full disk, a read-only folder, a lock or a
@@ -30,13 +35,18 @@ import json
 import os
 import re
 import sqlite3
-import stat
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
 
 from ..errors import VitlabError
+from .entries import ARRAY_KINDS, MIN_FILE, BadEntry, ReadOnlyCache, _is_plain, _open_folder, fetch, unpack
+from .entries import _VALUE_PATH
+
+__all__ = ["ARRAY_KINDS", "BadEntry", "MIN_FILE", "Store", "ReadOnlyCache", "clear", "fetch", "make_key", "pack",
+           "unpack"]
 
 FORMAT = 2  # bump when the stored layout or image decoding changes (2: safe decoding, shrink at decode)
 DEFAULT_GB = 20.0
@@ -44,7 +54,6 @@ _DB_FILES = ("cache.db", "cache.db-wal", "cache.db-shm")
 RECORD = "vitlab-cache.json"  # what the cache made besides diskcache's own files (damaged databases moved aside)
 _SHARD = re.compile(r"[0-9a-f]{2}")  # diskcache's value files: ab/cd/<28 hex digits>.val (diskcache.Disk.filename)
 _VALUE = re.compile(r"[0-9a-f]{28}\.val")
-_VALUE_PATH = re.compile(r"[0-9a-f]{2}/[0-9a-f]{2}/[0-9a-f]{28}\.val")
 MAX_GB = 1_000_000.0  # a budget beyond a million GiB is a typo (and 1e10 GiB overflows sqlite's 64-bit integers)
 
 
@@ -96,11 +105,6 @@ def pack(arrays: dict[str, np.ndarray]) -> bytes:
     return buf.getvalue()
 
 
-def unpack(blob: bytes) -> dict[str, np.ndarray]:
-    with np.load(io.BytesIO(blob), allow_pickle=False) as z:
-        return {k: z[k] for k in z.files}
-
-
 # sqlite's primary result codes for damaged files; everything else (full, read-only, cannot open, locked, busy,
 # I/O) says nothing about the database itself and must never cost a good cache
 _CORRUPT_CODES = (11, 26)  # SQLITE_CORRUPT ("database disk image is malformed"), SQLITE_NOTADB ("not a database")
@@ -149,6 +153,7 @@ class Store:
         self.mode = "off"
         self.warnings: list[str] = []
         self._bad_reads = 0
+        self._bad_kinds: set[str] = set()
         if not self.enabled:
             return
         self.directory = Path(default_dir() if directory == "default" else directory).expanduser()
@@ -179,7 +184,7 @@ class Store:
         import diskcache
 
         return diskcache.Cache(str(self.directory), size_limit=int(self.size_gb * 2**30), disk=_safe_disk(),
-                               eviction_policy="least-recently-used", disk_min_file_size=1 << 16)
+                               eviction_policy="least-recently-used", disk_min_file_size=MIN_FILE)
 
     def _fall_back(self, e: Exception) -> None:
         """The cache cannot be opened for writing (full disk, read-only folder, lock, permissions): read it when its
@@ -199,20 +204,78 @@ class Store:
             self.warnings.append(text)
             print(f"vitlab: warning: {text}", file=sys.stderr)
 
+    def _query(self, sql: str, args: tuple = ()):
+        """One row from the index, on this thread's connection (diskcache's own ``_sql``, stable through diskcache
+        5.x, or the read-only one): vitlab reads entries itself, so that nothing is read before it is checked."""
+        if isinstance(self._cache, ReadOnlyCache):
+            return self._cache._query(sql, args)
+        return self._cache._sql(sql, args).fetchone()
+
     def _read(self, key: str, decode):
         if self._cache is None:
             return None
         try:
-            blob = self._cache.get(key)
-            return None if blob is None else decode(blob)
-        except Exception as e:  # noqa: BLE001 - any damage (zip, JSON, missing value file, sqlite) is a miss
-            self._bad_reads += 1
-            try:
-                self._cache.delete(key)
-            except Exception:  # noqa: BLE001, S110 - a damaged database may refuse the delete too; still a miss
-                pass
-            self._warn(f"unreadable cache entries are recomputed (first: {type(e).__name__}: {str(e)[:120]})")
+            found = fetch(self._query, self.directory, key, int(self.size_gb * 2**30))
+            if found is None:
+                return None
+            value = decode(found[1])
+        except sqlite3.OperationalError as e:  # a lock or a busy database says nothing about the entry: a plain miss
+            if not _corrupt_db(e):
+                return None
+            self.bad_entry("cache entries", e, key)
             return None
+        except Exception as e:  # noqa: BLE001 - any damage (zip, JSON, link, FIFO, shape, sqlite) is a miss
+            self.bad_entry("cache entries", e, key)
+            return None
+        if self.mode == "rw":  # least-recently-used eviction: a read is a use (as diskcache's own get records it)
+            try:
+                self._cache._sql("UPDATE Cache SET access_time = ? WHERE rowid = ?", (time.time(), found[0]))
+            except sqlite3.Error:
+                pass
+        return value
+
+    @property
+    def bad_reads(self) -> int:
+        """How many entries this store has found unreadable (and dropped) so far."""
+        return self._bad_reads
+
+    def bad_entry(self, what: str, e: Exception, key: str | None = None) -> None:
+        """An entry that is not what its reader expects: dropped (when the cache can be written) and said once per
+        kind (``what``: "cache entries", "saved results"), with the first reason; the caller recomputes it. ``key``:
+        the store's own key ("a:..." for arrays, "j:..." for JSON)."""
+        self._bad_reads += 1
+        if key is not None:
+            self._drop(key)
+        if what not in self._bad_kinds:
+            self._bad_kinds.add(what)
+            self._warn(f"unreadable {what} are recomputed (first: {type(e).__name__}: {str(e)[:160]})")
+
+    def _drop(self, key: str) -> None:
+        """Remove ``key``'s row and its value file, never following a link (a planted link, FIFO or device node is
+        itself removed, never what it points to)."""
+        if self._cache is None or self.mode != "rw":
+            return
+        try:
+            row = self._query("SELECT rowid, filename FROM Cache WHERE key = ? AND raw = 1", (key,))
+            if row is None:
+                return
+            self._cache._sql("DELETE FROM Cache WHERE rowid = ?", (row[0],))
+        except sqlite3.Error:  # a damaged database may refuse the delete too; still a miss
+            return
+        filename = str(row[1] or "").replace(os.sep, "/")
+        if not _VALUE_PATH.fullmatch(filename):
+            return
+        *folders, name = filename.split("/")
+        try:
+            fd = _open_folder(self.directory, folders)
+        except (OSError, BadEntry):
+            return  # a linked or missing folder: the row is gone, the file is never read again
+        try:
+            os.unlink(name, dir_fd=fd)
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
 
     def _write(self, key: str, value) -> None:
         if self._cache is None or self.mode != "rw":  # read-only: said once when it was opened
@@ -223,14 +286,27 @@ class Store:
             self._warn(f"cannot write to the cache in '{self.directory}' ({type(e).__name__}: {e}); results are "
                        "still written, but will be recomputed next time")
 
-    def get(self, key: str) -> dict[str, np.ndarray] | None:
-        return self._read("a:" + key, unpack)
+    def get(self, key: str, shapes: dict[str, tuple] | None = None,
+            kinds: str = ARRAY_KINDS) -> dict[str, np.ndarray] | None:
+        """The arrays under ``key``, or None (absent, or not what :func:`unpack` accepts: then dropped and said);
+        ``shapes``: the names and shapes the caller expects (``None`` for a free axis)."""
+        def decode(blob):
+            if not isinstance(blob, bytes):
+                raise BadEntry("text where arrays belong")
+            return unpack(blob, shapes, kinds)
+
+        return self._read("a:" + key, decode)
 
     def put(self, key: str, arrays: dict[str, np.ndarray]) -> None:
         self._write("a:" + key, pack(arrays))
 
     def get_json(self, key: str):
-        return self._read("j:" + key, json.loads)
+        def decode(text):
+            if not isinstance(text, str):
+                raise BadEntry("bytes where JSON belongs")
+            return json.loads(text)
+
+        return self._read("j:" + key, decode)
 
     def put_json(self, key: str, value) -> None:
         self._write("j:" + key, json.dumps(value))
@@ -294,15 +370,6 @@ def _move_aside(directory: Path) -> Path:
         if (directory / name).exists():
             (directory / name).rename(target / name)
     return target
-
-
-def _is_plain(path: Path, want_dir: bool) -> bool:
-    """A real file or folder (not a symbolic link)."""
-    try:
-        mode = os.lstat(path).st_mode
-    except OSError:
-        return False
-    return stat.S_ISDIR(mode) if want_dir else stat.S_ISREG(mode)
 
 
 def _remove_shards(directory: Path) -> int:
@@ -399,74 +466,3 @@ def clear(directory: str | Path | None = None) -> tuple[int, str]:
         raise VitlabError(f"cannot clear the cache in '{directory}' ({type(e).__name__}: "
                           f"{getattr(e, 'strerror', None) or e}); check that the folder is writable and the disk "
                           "has room") from e
-
-
-class ReadOnlyCache:
-    """A diskcache database read without writing anything (a read-only or full folder, a shared cache): ``get``,
-    ``len``, ``volume`` and ``size_limit`` of diskcache's ``Cache``. Only the raw kinds of entries vitlab writes
-    are read (bytes and text, in the database or in value files inside the folder), never a pickle."""
-
-    def __init__(self, directory: Path):
-        import threading
-        from urllib.parse import quote
-
-        self.directory = Path(directory)
-        db = self.directory / "cache.db"
-        if not _is_plain(db, False):
-            raise ValueError(f"no database in '{directory}'")
-        self._lock = threading.Lock()
-        err: Exception | None = None
-        # mode=ro needs the -shm file of a WAL database or the right to make it; immutable=1 reads a folder
-        # nobody can write (a shared read-only cache) without either
-        for flags in ("mode=ro", "immutable=1"):
-            try:
-                con = sqlite3.connect(f"file:{quote(str(db))}?{flags}", uri=True, check_same_thread=False)
-                con.execute("SELECT count(*) FROM Cache").fetchone()
-                self._con = con
-                break
-            except sqlite3.Error as e:
-                err = e
-        else:
-            raise err
-        row = self._query("SELECT value FROM Settings WHERE key = 'size_limit'")
-        self.size_limit = int(row[0]) if row and isinstance(row[0], int) else 0
-
-    def _query(self, sql: str, args: tuple = ()):
-        with self._lock:
-            return self._con.execute(sql, args).fetchone()
-
-    def get(self, key: str):
-        import time
-
-        row = self._query("SELECT mode, filename, value FROM Cache WHERE key = ? AND raw = 1 "
-                          "AND (expire_time IS NULL OR expire_time > ?)", (key, time.time()))
-        if row is None:
-            return None
-        mode, filename, value = row
-        if mode == 1:  # MODE_RAW
-            return bytes(value) if isinstance(value, (bytes, memoryview)) else value
-        if mode in (2, 3) and isinstance(filename, str) and _VALUE_PATH.fullmatch(filename.replace(os.sep, "/")):
-            data = (self.directory / filename).read_bytes()
-            return data if mode == 2 else data.decode("utf-8")
-        raise ValueError("a cache entry of a kind vitlab never writes: not read")
-
-    def set(self, key: str, value) -> None:
-        raise OSError(30, "read-only cache")
-
-    def delete(self, key: str) -> bool:
-        return False
-
-    def __len__(self) -> int:
-        return int(self._query("SELECT count(*) FROM Cache")[0])
-
-    def volume(self) -> int:
-        pages = self._query("PRAGMA page_count")[0] * self._query("PRAGMA page_size")[0]
-        return int(pages + (self._query("SELECT coalesce(sum(size), 0) FROM Cache")[0] or 0))
-
-    def iterkeys(self):
-        with self._lock:
-            rows = self._con.execute("SELECT key FROM Cache WHERE raw = 1").fetchall()
-        return (r[0] for r in rows)
-
-    def close(self) -> None:
-        self._con.close()

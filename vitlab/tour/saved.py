@@ -18,6 +18,19 @@ stored together as one ``.npz`` entry of :class:`vitlab.Store` (read with ``allo
 Anything else (a torch tensor, a loaded model, an accumulator object, an Altair chart elsewhere) raises
 :class:`Unsaveable`: such a result is simply not kept on disk (the app still memoises it per session).
 
+A saved result is untrusted input when it is read back (anyone who can write the cache folder can plant one), so
+:func:`load` returns it only when it is exactly what :func:`save` wrote and what its reader expects:
+
+- its SHA-256 over the canonical payload (every array's name, dtype, shape and bytes, the tree among them) matches
+  the one stored beside it (:data:`CHECKSUM`): an edited number is a miss, not an answer; an entry without one (an
+  older vitlab) is a miss;
+- every field of every vitlab dataclass in it has the type its annotation declares (a string where a float array
+  belongs, a list where a frame belongs: a miss), arrays are plain numeric dtypes, and the result draws its own
+  table (``to_frame()``) without an error (arrays of another shape than their labels);
+- its top-level type is the one the caller expects (``expect``), when the caller says.
+
+A miss is dropped, said once (``Store.bad_entry``) and recomputed; it never reaches a page or a run.
+
 Keys (:func:`result_key`) hold the store's format and library versions (:func:`vitlab.inputs.cache.make_key`),
 this module's :data:`FORMAT`, a fingerprint of vitlab's own source (a changed analysis never reuses an old result),
 and the caller's parts: model fingerprints, the data's key or listing, the options.
@@ -28,6 +41,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import hashlib
+import hmac
 import importlib
 import json
 import math
@@ -36,11 +50,12 @@ from typing import Any, Callable
 
 import numpy as np
 
-from ..inputs.cache import Store, make_key
+from ..inputs.cache import BadEntry, Store, make_key
+from .conform import PLAIN_KINDS, check_result, conforms, field_types, kind_of, type_name
 
-FORMAT = 1  # bump when the encoding below changes meaning
+FORMAT = 2  # bump when the encoding below changes meaning (2: a checksum of the content beside it)
 TREE = "__tree__"  # the npz member holding the JSON tree (utf-8 bytes as uint8)
-PLAIN_KINDS = "biufcmM"  # numpy dtype kinds stored bit-exact in the npz (no objects, no void)
+CHECKSUM = "__sha256__"  # the npz member holding the SHA-256 (hex, ascii as uint8) of every other member
 
 
 class Unsaveable(TypeError):
@@ -149,10 +164,24 @@ class _Encoder:
 
 
 def encode(value: Any) -> dict[str, np.ndarray]:
-    """``value`` as npz members (its arrays and the JSON tree); :class:`Unsaveable` when it holds anything else."""
+    """``value`` as npz members (its arrays, the JSON tree and their checksum); :class:`Unsaveable` when it holds
+    anything else."""
     enc = _Encoder()
     tree = json.dumps(enc(value), allow_nan=False, separators=(",", ":"))
-    return {**enc.arrays, TREE: np.frombuffer(tree.encode(), dtype=np.uint8)}
+    arrays = {**enc.arrays, TREE: np.frombuffer(tree.encode(), dtype=np.uint8)}
+    return {**arrays, CHECKSUM: np.frombuffer(checksum(arrays).encode(), dtype=np.uint8)}
+
+
+def checksum(arrays: dict[str, np.ndarray]) -> str:
+    """SHA-256 of the canonical payload: every member (but the checksum) by name, with its dtype, shape and bytes in
+    C order, so an edited number, a renamed member or a reshaped array gives another sum."""
+    h = hashlib.sha256()
+    for name in sorted(k for k in arrays if k != CHECKSUM):
+        a = np.ascontiguousarray(arrays[name])
+        head = json.dumps([name, a.dtype.str, list(a.shape)]).encode()
+        h.update(len(head).to_bytes(8, "little") + head + a.nbytes.to_bytes(8, "little"))
+        h.update(a.tobytes())
+    return h.hexdigest()
 
 
 # ------------------------------------------------------------------------------------------ decode
@@ -173,9 +202,12 @@ class _Decoder:
             raise ValueError(f"unexpected node {type(t).__name__}")
         kind = t["$"]
         if kind == "nd":
-            return self.arrays[t["k"]]
+            a = self.arrays[t["k"]]
+            if a.dtype.kind not in PLAIN_KINDS or t["k"] in (TREE, CHECKSUM):
+                raise ValueError(f"array {t['k']!r} of dtype {a.dtype}")
+            return a
         if kind == "np":
-            return self(t["v"])[()]
+            return np.asarray(self(t["v"]))[()]
         if kind == "f":
             if t["v"] not in ("nan", "inf", "-inf"):
                 raise ValueError(f"unexpected float {t['v']!r}")
@@ -234,6 +266,10 @@ class _Decoder:
         unknown = set(values) - set(fields)
         if unknown:
             raise ValueError(f"{t['cls']} has no field(s) {', '.join(sorted(unknown))}")
+        hints = field_types(cls)
+        for k, v in values.items():
+            if k not in skip and not conforms(v, hints.get(k, Any)):
+                raise BadEntry(f"{t['cls']}.{k} holds {kind_of(v)} where {type_name(hints[k])} belongs")
         obj = cls(**{k: v for k, v in values.items() if fields[k].init})
         for k, v in values.items():
             if not fields[k].init:
@@ -256,10 +292,19 @@ def _vitlab_dataclass(path: str) -> type:
     return obj
 
 
-def decode(arrays: dict[str, np.ndarray]) -> Any:
-    """The value :func:`encode` wrote (ValueError/KeyError/TypeError on anything malformed or foreign)."""
+def decode(arrays: dict[str, np.ndarray], expect: type | tuple | None = None) -> Any:
+    """The value :func:`encode` wrote, checked (the module's docstring): :class:`BadEntry`, ValueError, KeyError or
+    TypeError on anything edited, malformed, foreign, or not of the type ``expect`` (a class, or a tuple of classes
+    for a tuple result)."""
+    if CHECKSUM not in arrays or TREE not in arrays:
+        raise BadEntry("a saved result without its checksum (saved by an older vitlab, or not by vitlab)")
+    stored = bytes(np.asarray(arrays[CHECKSUM]).astype(np.uint8)).decode("ascii", errors="replace")
+    if not hmac.compare_digest(stored, checksum(arrays)):
+        raise BadEntry("a saved result whose content does not match its checksum (edited or damaged)")
     tree = json.loads(bytes(arrays[TREE].astype(np.uint8)).decode())
-    return _Decoder(arrays)(tree)
+    value = _Decoder(arrays)(tree)
+    check_result(value, expect)
+    return value
 
 
 # ------------------------------------------------------------------------------------------ the tour's charts
@@ -340,18 +385,19 @@ def save(store: Store, key: str, value: Any) -> bool:
     return True
 
 
-def load(store: Store, key: str) -> Any | None:
-    """The value saved under ``key``, or None: absent, unreadable, malformed, or naming anything but a vitlab
-    dataclass (a damaged or foreign entry is dropped and recomputed; nothing is unpickled)."""
+def load(store: Store, key: str, expect: type | tuple | None = None) -> Any | None:
+    """The value saved under ``key``, or None: absent, unreadable, edited (its checksum), malformed, of another type
+    than its fields declare or than ``expect``, or naming anything but a vitlab dataclass. Such an entry is dropped,
+    said once in the store's warnings, and recomputed by the caller; nothing is unpickled."""
     if store is None or not store.enabled:
         return None
     arrays = store.get(key)
     if arrays is None:
         return None
     try:
-        return decode(arrays)
+        return decode(arrays, expect)
     except Exception as e:  # noqa: BLE001 - anything malformed is a miss, recomputed and written again
-        store._warn(f"a saved result could not be read and is recomputed ({type(e).__name__}: {str(e)[:120]})")
+        store.bad_entry("saved results", e, "a:" + key)
         return None
 
 
