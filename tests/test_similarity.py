@@ -47,7 +47,7 @@ def batch_features(model, source, n=N, b=B, tokens="all"):
 
 @pytest.fixture(scope="module")
 def report_and_feats(tiny_vit, tiny_resnet, fmnist_source):
-    opts = SimilarityOptions(images=N, batch_size=B, knn_k=3, svd_dims=4, sketch_dims=64, pca_dims=256)
+    opts = SimilarityOptions(images=N, batch_size=B, knn_k=3, svd_dims=4, pca_dims=256)
     rep = similarity([tiny_vit, tiny_resnet], fmnist_source, opts, Run())
     return rep, batch_features(tiny_vit, fmnist_source), batch_features(tiny_resnet, fmnist_source)
 
@@ -68,19 +68,48 @@ def test_streamed_gram_measures_equal_per_batch_references(report_and_feats):
     assert np.allclose(np.diag(rep.maps[("cka", 0, 0)]), 1, atol=1e-5)
 
 
-def test_cca_measures_equal_reference_on_the_cached_sketches(report_and_feats, tiny_vit, tiny_resnet, fmnist_source):
-    """SVCCA / PWCCA are the published formulas on the sketched features of all images (the sketch is linear,
-    so sketching each batch equals sketching the stacked features)."""
-    import torch
-
+def test_cca_measures_equal_reference_on_the_layers_own_features(report_and_feats):
+    """SVCCA is the published formula on the layer's own features of all images, centred over all of them (they fit
+    the default budget, so no sketch is used); PWCCA over all neurons is 1 by construction on 24 images of layers
+    this wide, and the report says so."""
     rep, fa, fb = report_and_feats
     ta, tb = list(fa), list(fb)
+    assert rep.cca["sketch_dims"] == 0 and rep.cca["features"] == "own" and rep.cca["shift"] is None
     for i, j in ((1, 2), (len(ta) - 1, len(tb) - 1)):
-        x = ms.count_sketch(torch.from_numpy(np.concatenate(fa[ta[i]])).float(), 64).double().numpy()
-        y = ms.count_sketch(torch.from_numpy(np.concatenate(fb[tb[j]])).float(), 64).double().numpy()
-        sv, pw = ref_svcca_pwcca(x, y, 4)
+        sv, _ = ref_svcca_pwcca(np.concatenate(fa[ta[i]]), np.concatenate(fb[tb[j]]), 4)
         assert rep.maps[("svcca", 0, 1)][i, j] == pytest.approx(sv, rel=1e-4)
-        assert rep.maps[("pwcca", 0, 1)][i, j] == pytest.approx(pw, rel=1e-4)
+    assert np.allclose(rep.maps[("pwcca", 0, 1)], 1.0)
+    assert any(w.startswith("pwcca:") and "by construction" in w for w in rep.warnings)
+
+
+def test_a_forced_sketch_equals_reference_and_its_shift_is_measured(report_and_feats, tiny_vit, tiny_resnet,
+                                                                    fmnist_source):
+    """With --sketch-dims 64, SVCCA/PWCCA-SVD20 are the formulas on the sketched features (sketching each batch
+    equals sketching the stacked features), and report.cca holds |sketched − own| over every cell, as recomputed
+    here from the captured features."""
+    import torch
+
+    _, fa, fb = report_and_feats
+    opts = SimilarityOptions(measures=("svcca", "pwcca-svd20"), images=N, batch_size=B, svd_dims=4, sketch_dims=64)
+    rep = similarity([tiny_vit, tiny_resnet], fmnist_source, opts, Run())
+    own = [[np.concatenate(f[t]) for t in f] for f in (fa, fb)]
+    sk = lambda x: x if x.shape[1] <= 64 else ms.count_sketch(torch.from_numpy(x).float(), 64).double().numpy()  # noqa: E731
+    diffs = {"svcca": [], "pwcca-svd20": []}
+    for a in range(2):
+        for b in range(2):
+            for i, x in enumerate(own[a]):
+                for j, y in enumerate(own[b]):
+                    got = ref_svcca_pwcca(sk(x), sk(y), 4)
+                    assert rep.maps[("svcca", a, b)][i, j] == pytest.approx(got[0], rel=1e-4)
+                    assert rep.maps[("pwcca-svd20", a, b)][i, j] == pytest.approx(got[1], rel=1e-4)
+                    base = ref_svcca_pwcca(x, y, 4)
+                    diffs["svcca"].append(abs(got[0] - base[0]))
+                    diffs["pwcca-svd20"].append(abs(got[1] - base[1]))
+    assert rep.cca["sketch_dims"] == 64 and "CountSketch" in rep.cca["features"]
+    for m, v in diffs.items():
+        assert rep.cca["shift"][m]["images"] == N
+        assert rep.cca["shift"][m]["mean"] == pytest.approx(np.mean(v), abs=1e-4)
+        assert rep.cca["shift"][m]["max"] == pytest.approx(np.max(v), abs=1e-4)
 
 
 def test_rbf_cka_from_cached_linear_grams_equals_rbf_statistic(tiny_vit, fmnist_source):
@@ -110,7 +139,7 @@ def test_agreement_view_and_claims(report_and_feats):
     i, j = ag.measures.index("cka"), ag.measures.index("procrustes")
     assert rho[i, j] == pytest.approx(ms.rank_correlation(cka_, np.cos(proc)))
     claims = ag.claims_frame()
-    assert len(claims) == 12 and set(claims["measure"]) == set(ms.MEASURES)
+    assert len(claims) == 12 and set(claims["measure"]) == set(ms.DEFAULT_MEASURES)
     text = " ".join(ag.summary())
     assert "Fig 1" in text and "Fig 2" in text and ("agree" in text or "disagree" in text)
 
