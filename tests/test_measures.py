@@ -6,6 +6,8 @@ features from an SVD of X, CCA through covariance whitening, k-NN through sortin
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 import torch
@@ -70,10 +72,11 @@ def ref_cca(x, y):
 
 def ref_svcca_pwcca(x, y, d):
     """Raghu et al. 2017 (top-d SVD, then CCA, mean ρ); Morcos et al. 2018 (α_i = Σ_j |<h_i, x_j>|)."""
-    xd, yd = ref_pca(x, d), ref_pca(y, d)
+    xd, yd = (ref_pca(z, min(d, np.linalg.matrix_rank(z - z.mean(0)))) for z in (x, y))  # d capped at the rank
+    k = min(xd.shape[1], yd.shape[1])
     rho, a = ref_cca(xd, yd)
-    rho = rho[:d]
-    h = xd @ a[:, :d]
+    rho = rho[:k]
+    h = xd @ a[:, :k]
     h /= np.linalg.norm(h, axis=0)
     alpha = np.abs(h.T @ (x - x.mean(0))).sum(axis=1)
     return rho.mean(), (alpha * rho).sum() / alpha.sum()
@@ -82,6 +85,7 @@ def ref_svcca_pwcca(x, y, d):
 def ref_pwcca_all(x, y):
     """Morcos et al. 2018 as Google's svcca ``compute_pwcca``: CCA of all neurons; the side with fewer neurons gives
     the weights, α_i = Σ_j |⟨p_i, x_j⟩| with p_i its canonical variates orthonormalised by QR (centred features)."""
+    x, y = (z[:, z.var(0) > 1e-12 * z.var(0).max()] for z in (x, y))  # Google drops neurons without variance
     if x.shape[1] > y.shape[1]:
         x, y = y, x
     rho, a = ref_cca(x, y)
@@ -293,3 +297,48 @@ def test_agrees_with_the_repsim_package():
     assert repsim.pwcca([x, y])[0, 1] == pytest.approx((pw_ab + pw_ba) / 2, rel=1e-7)
     # Morcos et al.'s PWCCA over all neurons takes the side with fewer directions (x: rank 5 < 6), in either order
     assert ms.pwcca_all(a, b) == pytest.approx(pw_ab, rel=1e-12) and ms.pwcca_all(b, a) == pytest.approx(pw_ab, rel=1e-12)
+
+
+# ----------------------------------------------------------------------------------- the zoo pair, whole features
+
+ZOO = Path(__file__).resolve().parents[1] / "assets" / "zoo"
+ZOO_READY = all((ZOO / f"{n}.safetensors").is_file() for n in ("vit-cls", "resnet"))
+
+
+def zoo_features(model, source, n, tokens):
+    """{tap: (n, P) float64} of the first n images, captured directly (one forward), for the references."""
+    from vitlab import taps
+    from vitlab.inputs.data import to_tensor
+
+    names = taps.default_taps(model.model)
+    x = to_tensor([source.load(i) for i in range(n)], model)
+    with taps.capture(model.model, names) as acts, torch.inference_mode():
+        model.model(x)
+    return [taps.features(acts[t], model.model, tokens).double().numpy() for t in names]
+
+
+@pytest.mark.skipif(not ZOO_READY, reason="zoo checkpoints not in assets/zoo")
+@pytest.mark.parametrize("tokens,n", [("all", 128), ("gap", 512)])
+def test_svcca_pwcca_equal_full_feature_float64_on_the_zoo_pair(fmnist_source, tokens, n):
+    """Issue 40: zoo:vit-cls vs zoo:resnet on the Fashion-MNIST images, every cell of SVCCA, PWCCA-SVD20 (all tokens
+    and GAP) and PWCCA over all neurons (GAP: with all tokens the layers are wider than the images, and CCA over all
+    neurons is then 1 by construction) within 0.01 of a float64 numpy SVD + covariance-whitening CCA on the layers'
+    whole features, centred over all images. A 256-column sketch was off by up to 0.168 here."""
+    import vitlab
+    from vitlab.analyses.similarity import SimilarityOptions, similarity
+    from vitlab.engine.context import Run
+
+    vit, res = vitlab.load("zoo:vit-cls", "cpu"), vitlab.load("zoo:resnet", "cpu")
+    measures = ("svcca", "pwcca-svd20") + (("pwcca",) if tokens == "gap" else ())
+    opts = SimilarityOptions(measures=measures, images=n, batch_size=64, tokens=tokens)
+    rep = similarity([vit, res], fmnist_source, opts, Run())
+    assert rep.images == n and rep.cca["features"] == "own"
+    fa, fb = zoo_features(vit, fmnist_source, n, tokens), zoo_features(res, fmnist_source, n, tokens)
+    worst = {m: 0.0 for m in measures}
+    for i, x in enumerate(fa):
+        for j, y in enumerate(fb):
+            sv, pw = ref_svcca_pwcca(x, y, 20)
+            want = {"svcca": sv, "pwcca-svd20": pw} | ({"pwcca": ref_pwcca_all(x, y)} if "pwcca" in measures else {})
+            for m, v in want.items():
+                worst[m] = max(worst[m], abs(rep.maps[(m, 0, 1)][i, j] - v))
+    assert all(v <= 0.01 for v in worst.values()), worst

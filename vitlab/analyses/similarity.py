@@ -323,6 +323,8 @@ def _record_features(report: SimilarityReport, models, source, indices, widths, 
     """report.cca: the features SVCCA/PWCCA ran on, the budget, and with a sketch its shift measured on the first
     images whose own features fit (an extra pass over them, cached like every statistic)."""
     opts = report.opts
+    if sketch >= max(max(w) for w in widths):
+        sketch = 0  # every tap is narrower than the sketch: each is kept whole
     info: dict = {"features": "own" if not sketch else f"CountSketch to {sketch} columns (taps wider than that)",
                   "sketch_dims": sketch, "memory_mib": opts.cca_memory_mib,
                   "own_features_mib": round(cf.feature_bytes(report.images, widths) / 2**20, 1), "shift": None}
