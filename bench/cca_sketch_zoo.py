@@ -39,8 +39,8 @@ def main(images: int = 512) -> None:
         for m in MEASURES:
             d = np.concatenate([np.abs(reports[width].maps[(m, i, j)] - own.maps[(m, i, j)]).ravel()
                                 for i, j in ((0, 1), (0, 0), (1, 1))])
-            gap = [off_diagonal_mean(r.maps[(m, 0, 0)]) - off_diagonal_mean(r.maps[(m, 1, 1)]) for r in (own,
-                                                                                                         reports[width])]
+            gap = [off_diagonal_mean(r.maps[(m, 0, 0)]) - off_diagonal_mean(r.maps[(m, 1, 1)])
+                   for r in (own, reports[width])]
             print(f"{width} | {m} | {d.mean():.3f} | {d.max():.3f} | {np.mean(d > 0.05):.0%} | "
                   f"{gap[0]:.3f} → {gap[1]:.3f}")
 

@@ -93,7 +93,10 @@ def test_a_forced_sketch_equals_reference_and_its_shift_is_measured(report_and_f
     opts = SimilarityOptions(measures=("svcca", "pwcca-svd20"), images=N, batch_size=B, svd_dims=4, sketch_dims=64)
     rep = similarity([tiny_vit, tiny_resnet], fmnist_source, opts, Run())
     own = [[np.concatenate(f[t]) for t in f] for f in (fa, fb)]
-    sk = lambda x: x if x.shape[1] <= 64 else ms.count_sketch(torch.from_numpy(x).float(), 64).double().numpy()  # noqa: E731
+
+    def sk(x):
+        return x if x.shape[1] <= 64 else ms.count_sketch(torch.from_numpy(x).float(), 64).double().numpy()
+
     diffs = {"svcca": [], "pwcca-svd20": []}
     for a in range(2):
         for b in range(2):

@@ -28,9 +28,9 @@ baseline; **insertion** starts from the baseline and restores them. The baseline
 normalised input: the data set's mean pixel; the default) or ``black`` (pixel value 0). The curve is the softmax
 probability of the target class after each step (n + 1 points); its score is the area under it over the fraction
 of cells, by the trapezoid rule. Deletion: lower is better; insertion: higher is better. The control is the
-mean AUC over ``random_orders`` seeded random orders of the same cells. The random numbers of image batch b (random
-orders, ``random`` maps; a map's own scores use none) come from ``default_rng([seed, b])``, so the scores do not depend on how
-the batches are split: under torchrun each rank scores its share and the per-image AUCs are gathered in batch
+mean AUC over ``random_orders`` seeded random orders of the same cells. The random numbers of image batch b
+(random orders, ``random`` maps; a map's own scores use none) come from ``default_rng([seed, b])``, so the scores
+do not depend on how the batches are split: under torchrun each rank scores its share and the per-image AUCs are gathered in batch
 order (the bootstrap over images is then a single process's); the one image's maps are drawn by rank 0.
 """
 
