@@ -68,18 +68,23 @@ def test_streamed_gram_measures_equal_per_batch_references(report_and_feats):
     assert np.allclose(np.diag(rep.maps[("cka", 0, 0)]), 1, atol=1e-5)
 
 
-def test_cca_measures_equal_reference_on_the_layers_own_features(report_and_feats):
+def test_cca_measures_equal_reference_on_the_layers_own_features(report_and_feats, tiny_vit, tiny_resnet,
+                                                                 fmnist_source):
     """SVCCA is the published formula on the layer's own features of all images, centred over all of them (they fit
-    the default budget, so no sketch is used); PWCCA over all neurons is 1 by construction on 24 images of layers
-    this wide, and the report says so."""
+    the default budget, so no sketch is used); PWCCA over all neurons is undefined on 24 images of layers this wide
+    (NaN), and the report says why."""
     rep, fa, fb = report_and_feats
     ta, tb = list(fa), list(fb)
     assert rep.cca["sketch_dims"] == 0 and rep.cca["features"] == "own" and rep.cca["shift"] is None
     for i, j in ((1, 2), (len(ta) - 1, len(tb) - 1)):
-        sv, _ = ref_svcca_pwcca(np.concatenate(fa[ta[i]]), np.concatenate(fb[tb[j]]), 4)
+        sv, pw = ref_svcca_pwcca(np.concatenate(fa[ta[i]]), np.concatenate(fb[tb[j]]), 4)
         assert rep.maps[("svcca", 0, 1)][i, j] == pytest.approx(sv, rel=1e-4)
-    assert np.allclose(rep.maps[("pwcca", 0, 1)], 1.0)
-    assert any(w.startswith("pwcca:") and "by construction" in w for w in rep.warnings)
+        assert rep.maps[("pwcca-svd20", 0, 1)][i, j] == pytest.approx(pw, rel=1e-4)
+    rep = similarity([tiny_vit, tiny_resnet], fmnist_source,
+                     SimilarityOptions(measures=("pwcca",), images=N, batch_size=B), Run())
+    assert np.all(np.isnan(rep.maps[("pwcca", 0, 1)]))
+    assert any(w.startswith("pwcca:") and "undefined (NaN)" in w for w in rep.warnings)
+    assert not any("constant or rank-deficient" in w for w in rep.warnings)
 
 
 def test_a_forced_sketch_equals_reference_and_its_shift_is_measured(report_and_feats, tiny_vit, tiny_resnet,

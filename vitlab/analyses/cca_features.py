@@ -97,16 +97,15 @@ def cca_maps(feats_a: Sequence[np.ndarray], feats_b: Sequence[np.ndarray] | None
                     if m in out:
                         out[m][i, j] = v
             if "pwcca" in out:
-                out["pwcca"][i, j] = ms.pwcca_all(a.full, b.full)
+                out["pwcca"][i, j] = np.nan if undefined(a, b) else ms.pwcca_all(a.full, b.full)
     return out
 
 
-def spanning_cells(bases_a: list, bases_b: list) -> int:
-    """Cells where the two sides' ranks add up to more than the N − 1 centred image directions: their column spaces
-    must then share a subspace, on which every canonical correlation is 1 by construction (and the variates within
-    it are not unique), so CCA over all neurons says little there."""
-    return sum(a.full is not None and b.full is not None and a.full.rank + b.full.rank > a.images - 1
-               for a in bases_a for b in bases_b)
+def undefined(a: TapBases, b: TapBases) -> bool:
+    """PWCCA over all neurons is not determined by the data when the two ranks add up to more than N: the feature
+    spaces then share a subspace of 2 or more dimensions on which every canonical correlation is 1, any orthonormal
+    basis of it is a set of canonical variates, and the L1 weights α_i change with that arbitrary basis."""
+    return a.full is not None and b.full is not None and a.full.rank + b.full.rank > a.images
 
 
 # ---------------------------------------------------------------- which features CCA runs on, and what that costs

@@ -233,6 +233,7 @@ class SimilarityReport:
     batches: int
     warnings: list[str] = field(default_factory=list)
     cca: dict = field(default_factory=dict)  # SVCCA/PWCCA: which features, the budget, a sketch's measured shift
+    explained_nans: dict = field(default_factory=dict)  # (measure, i, j) -> NaN cells a specific warning explains
 
     @property
     def measures(self) -> list[str]:
@@ -265,8 +266,8 @@ class SimilarityReport:
 def _nan_warnings(report: SimilarityReport) -> list[str]:
     out = []
     for (m, i, j), v in report.maps.items():
-        bad = int(np.sum(~np.isfinite(v)))
-        if bad:
+        bad = int(np.sum(~np.isfinite(v))) - report.explained_nans.get((m, i, j), 0)
+        if bad > 0:
             out.append(f"{m}: {bad} of {v.size} values between {report.labels[i]} and {report.labels[j]} are NaN "
                        "(a tap with constant or rank-deficient features)")
     return out
@@ -380,13 +381,15 @@ def _collect(accs: dict, feats: list, measures: list[str], opts: SimilarityOptio
             for j in range(len(feats)):
                 for m, v in cf.cca_maps(feats[i], feats[j], opts.svd_dims, cca, bases[i], bases[j]).items():
                     maps[(m, i, j)] = v
-                span = cf.spanning_cells(bases[i], bases[j]) if "pwcca" in cca else 0
-                if span:
+                bad = sum(cf.undefined(a, b) for a in bases[i] for b in bases[j]) if "pwcca" in cca else 0
+                if bad:
+                    report.explained_nans[("pwcca", i, j)] = bad
                     report.warnings.append(
-                        f"pwcca: {span} of {len(bases[i]) * len(bases[j])} cells between {report.labels[i]} and "
-                        f"{report.labels[j]} have canonical correlations of 1 by construction (the two layers' "
-                        f"ranks add up to more than the {report.images} images allow): CCA over all neurons needs more "
-                        "images than the two widths together; use more images, --tokens cls / gap, or pwcca-svd20")
+                        f"pwcca: {bad} of {len(bases[i]) * len(bases[j])} cells between {report.labels[i]} and "
+                        f"{report.labels[j]} are undefined (NaN): the two layers' ranks add up to more than the "
+                        f"{report.images} images, so canonical correlations of 1 by construction make the weights "
+                        "arbitrary; CCA over all neurons needs more images than the two widths together: use more "
+                        "images, --tokens cls / gap, or pwcca-svd20")
     order = {m: n for n, m in enumerate(measures)}
     return dict(sorted(maps.items(), key=lambda kv: (order[kv[0][0]], kv[0][1], kv[0][2])))
 

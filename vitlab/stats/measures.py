@@ -83,8 +83,9 @@ MEASURES: dict[str, MeasureInfo] = {m.name: m for m in (
 )}
 
 
-# the measures a similarity run computes when none are named (pwcca-svd20 on request: it repeats pwcca's idea)
-DEFAULT_MEASURES = ("cka", "cka-rbf", "procrustes", "svcca", "pwcca", "mutual-knn")
+# the measures a similarity run computes when none are named. PWCCA over all neurons (``pwcca``) is on request: with
+# flattened tokens (the default) a layer is wider than the image set, and it is then undefined (see cca_features)
+DEFAULT_MEASURES = ("cka", "cka-rbf", "procrustes", "svcca", "pwcca-svd20", "mutual-knn")
 
 
 def check_measures(names) -> list[str]:
