@@ -248,3 +248,26 @@ def test_cli_similarity_and_compare_models(tmp_path, capsys):
     layers = ["--layer-a", "blocks.0.resid_post", "--layer-b", "layer1.0"]
     assert main(["cka-sensitivity", *pair, *layers, "-o", str(out3)]) == 0
     assert (out3 / "cka_sensitivity.csv").is_file()
+
+
+def test_features_are_the_layers_own_within_the_budget_and_the_widest_fitting_sketch_beyond():
+    """The byte budget: N x sum of widths x 12 per model + 24 x N x the widest tap; beyond it the widest power of
+    two that fits (taps narrower than it stay whole); a forced width is kept; nothing fits: a clear error."""
+    from vitlab.analyses import cca_features as cf
+    from vitlab.errors import VitlabError
+
+    widths = [[1088] * 12, [3136, 3136, 1568, 1568, 1024, 1024, 512, 512]]  # the zoo pair, all tokens
+    need = 12 * 512 * (13056 + 12480) + 24 * 512 * 3136
+    assert cf.feature_bytes(512, widths) == need
+    assert cf.plan_features(widths, 512, SimilarityOptions(cca_memory_mib=2048)) == 0
+    mib = need // 2**20  # just below what the own features need
+    w = cf.plan_features(widths, 512, SimilarityOptions(cca_memory_mib=mib))
+    assert w == 2048  # 161 MiB; at 4096 every tap stays whole: 186.4 MiB
+    assert cf.feature_bytes(512, [[min(x, w) for x in ws] for ws in widths]) <= mib * 2**20
+    assert cf.feature_bytes(512, [[min(x, 2 * w) for x in ws] for ws in widths]) > mib * 2**20
+    assert cf.shift_images(widths, 512, SimilarityOptions(cca_memory_mib=mib)) == mib * 2**20 // (need // 512)
+    assert cf.plan_features(widths, 512, SimilarityOptions(sketch_dims=300)) == 300
+    with pytest.raises(VitlabError, match="do not fit in --cca-memory-mib 1"):
+        cf.plan_features(widths, 100_000, SimilarityOptions(cca_memory_mib=1))
+    with pytest.raises(VitlabError, match="sketch-dims must be 0"):
+        SimilarityOptions(sketch_dims=-1)
