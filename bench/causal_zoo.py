@@ -48,7 +48,8 @@ def attribution(out: Path) -> None:
 
     src = vitlab.open_source("fashion-mnist:test")
     out.mkdir(parents=True, exist_ok=True)
-    for spec, methods in (("zoo:vit-cls", at.VIT_METHODS + ("random",)), ("zoo:resnet", ("gradcam", "random"))):
+    cnn = ("gradcam", "gradcam:layer3.1", "gradcam:layer2.1", "random")
+    for spec, methods in (("zoo:vit-cls", at.VIT_METHODS + ("random",)), ("zoo:resnet", cnn)):
         m = vitlab.load(spec, "cpu")
         t0 = time.perf_counter()
         opts = at.FaithfulnessOptions(images=256, methods=methods, cell_px=7, random_orders=8)

@@ -53,7 +53,7 @@ def test_agreement_view_says_agree_or_disagree_with_numbers():
     text = " ".join(m.value for m in at.markdown)
     assert ("agree" in text or "disagree" in text) and "ρ = " in text and "Fig 1" in text
     claims = next(d.value for d in at.dataframe if "claim" in d.value.columns)
-    assert set(claims["measure"]) == set(vitlab.measures.MEASURES)
+    assert set(claims["measure"]) == set(vitlab.measures.DEFAULT_MEASURES)
     assert_every_chart_exported(at, "similarity")
 
 

@@ -6,7 +6,10 @@ from __future__ import annotations
 
 import copy
 
+from pathlib import Path
+
 import numpy as np
+import pandas as pd
 import pytest
 import torch
 
@@ -111,10 +114,10 @@ def test_cells_curves_and_auc(tiny_vit, x):
     grid = np.arange(100, dtype=float).reshape(10, 10)
     np.testing.assert_array_equal(at.cell_scores(grid, (160, 160), 16, smooth=False), grid)
     assert at.cell_scores(grid, (160, 160), 32, smooth=False).shape == (5, 5)
-    order = at.cell_order(grid, np.random.default_rng(0))
-    assert order[0] == 99 and order[-1] == 0
-    flat = at.cell_order(np.zeros((10, 10)), np.random.default_rng(0))
-    assert sorted(flat) == list(range(100)) and list(flat) != list(range(100))  # ties in a random order
+    order, steps = at.cell_order(grid)
+    assert order[0] == 99 and order[-1] == 0 and list(steps) == list(range(101))  # no ties: every step measured
+    flat, steps = at.cell_order(np.zeros((10, 10)))
+    assert sorted(flat) == list(range(100)) and list(steps) == [0, 100]  # one tied group
     np.testing.assert_allclose(at.auc(np.full(11, 0.3)), 0.3)
     c = at.curves(tiny_vit, x[0], 4, [np.arange(100)], 16, "mean")[0]
     with torch.no_grad():
@@ -122,6 +125,50 @@ def test_cells_curves_and_auc(tiny_vit, x):
         p_base = tiny_vit.model(torch.zeros_like(x[:1])).softmax(-1)[0, 4].item()
     assert c.shape == (2, 101)
     np.testing.assert_allclose([c[0, 0], c[0, -1], c[1, 0], c[1, -1]], [p_img, p_base, p_base, p_img], rtol=1e-5)
+
+
+def test_tied_cells_leave_together_and_the_curve_is_linear_across_them(tiny_vit, x):
+    """Cells 0-4 score 3, cells 5-99 score 0 except cell 7 (2): groups {0..4}, {7}, the 94 zeros. The curve is
+    measured after each group (the same probabilities as removing the group's cells in any order, there), linear
+    within; any permutation inside a group gives the identical curve."""
+    grid = np.zeros((10, 10))
+    grid.flat[:5], grid.flat[7] = 3.0, 2.0
+    order, steps = at.cell_order(grid)
+    assert list(steps) == [0, 5, 6, 100] and set(order[:5]) == set(range(5)) and order[5] == 7
+    c = at.curves(tiny_vit, x[0], 4, [order], 16, "mean", steps=[steps])[0]
+    full = at.curves(tiny_vit, x[0], 4, [order], 16, "mean")[0]  # every step measured, same order
+    np.testing.assert_allclose(c[:, steps], full[:, steps], rtol=1e-6)
+    for k in range(2):
+        np.testing.assert_allclose(c[k, :6], np.interp(np.arange(6), [0, 5, 6], full[k, [0, 5, 6]]), rtol=1e-6)
+        np.testing.assert_allclose(c[k, 6:], np.interp(np.arange(6, 101), [6, 100], full[k, [6, 100]]), rtol=1e-6)
+    shuffled = np.concatenate([order[:5][::-1], order[5:6], np.random.default_rng(1).permutation(order[6:])])
+    np.testing.assert_array_equal(at.curves(tiny_vit, x[0], 4, [shuffled], 16, "mean", steps=[steps])[0], c)
+
+
+@pytest.mark.skipif(not (Path(__file__).resolve().parents[1] / "assets" / "zoo" / "vit-cls.safetensors").is_file(),
+                    reason="zoo checkpoint not in assets/zoo")
+def test_the_same_attribution_command_gives_identical_aucs_with_two_seeds(tmp_path):
+    """Issue 40: rollout:max:0.9 leaves exact zeros in several of the zoo ViT's 16 cells; the scores of every map
+    must not depend on --seed (only the random orders' control and the random map do)."""
+    from vitlab import cli
+
+    frames = []
+    for seed in (0, 1):
+        out = tmp_path / f"s{seed}"
+        assert cli.main(["attribution", "-m", "zoo:vit-cls", "-d", "fashion-mnist:test", "-n", "8", "--cell-px", "7",
+                         "--methods", "rollout,rollout:max:0.9,grad-rollout", "--random-orders", "2", "--seed",
+                         str(seed), "-o", str(out)]) == 0
+        frames.append(pd.read_csv(out / "faithfulness.csv"))
+    a, b = frames
+    for col in ("deletion_auc", "insertion_auc"):
+        np.testing.assert_array_equal(a[col].to_numpy(), b[col].to_numpy())
+    assert not np.array_equal(a["deletion_auc_random"].to_numpy(), b["deletion_auc_random"].to_numpy())
+    model = vitlab.load("zoo:vit-cls", "cpu")
+    src = vitlab.open_source("fashion-mnist:test")
+    _, maps = at.maps_for_batch(model, vitlab.inputs.data.to_tensor([src.load(i) for i in range(8)], model), None,
+                                ["rollout:max:0.9"])
+    tied = [len(at.cell_order(at.cell_scores(m["rollout:max:0.9"], (28, 28), 7, False))[1]) < 17 for m in maps]
+    assert any(tied), "no image with tied cells: the test would not exercise the tie rule"
 
 
 def test_a_random_map_scores_like_the_random_order():

@@ -6,6 +6,8 @@ features from an SVD of X, CCA through covariance whitening, k-NN through sortin
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 import torch
@@ -54,13 +56,15 @@ def ref_procrustes(x, y, k):
 
 
 def ref_cca(x, y):
-    """Canonical correlations and A's weights via Σxx^-1/2 Σxy Σyy^-1/2 (Hotelling 1936)."""
+    """Canonical correlations and A's weights via Σxx^-1/2 Σxy Σyy^-1/2 (Hotelling 1936); directions of zero
+    variance (eigenvalues below the rank tolerance) are left out of the pseudo-inverse square root."""
     x, y = x - x.mean(0), y - y.mean(0)
     sxx, syy, sxy = x.T @ x, y.T @ y, x.T @ y
 
     def inv_sqrt(s):
         w, v = np.linalg.eigh(s)
-        return v @ np.diag(w ** -0.5) @ v.T
+        keep = w > w.max() * len(w) * 1e-12
+        return v[:, keep] @ np.diag(w[keep] ** -0.5) @ v[:, keep].T
 
     u, rho, _ = np.linalg.svd(inv_sqrt(sxx) @ sxy @ inv_sqrt(syy))
     return rho, inv_sqrt(sxx) @ u
@@ -68,13 +72,28 @@ def ref_cca(x, y):
 
 def ref_svcca_pwcca(x, y, d):
     """Raghu et al. 2017 (top-d SVD, then CCA, mean ρ); Morcos et al. 2018 (α_i = Σ_j |<h_i, x_j>|)."""
-    xd, yd = ref_pca(x, d), ref_pca(y, d)
+    xd, yd = (ref_pca(z, min(d, np.linalg.matrix_rank(z - z.mean(0)))) for z in (x, y))  # d capped at the rank
+    k = min(xd.shape[1], yd.shape[1])
     rho, a = ref_cca(xd, yd)
-    rho = rho[:d]
-    h = xd @ a[:, :d]
+    rho = rho[:k]
+    h = xd @ a[:, :k]
     h /= np.linalg.norm(h, axis=0)
     alpha = np.abs(h.T @ (x - x.mean(0))).sum(axis=1)
     return rho.mean(), (alpha * rho).sum() / alpha.sum()
+
+
+def ref_pwcca_all(x, y):
+    """Morcos et al. 2018 as Google's svcca ``compute_pwcca``: CCA of all neurons; the side with fewer neurons gives
+    the weights, α_i = Σ_j |⟨p_i, x_j⟩| with p_i its canonical variates orthonormalised by QR (centred features)."""
+    x, y = (z[:, z.var(0) > 1e-12 * z.var(0).max()] for z in (x, y))  # Google drops neurons without variance
+    if x.shape[1] > y.shape[1]:
+        x, y = y, x
+    rho, a = ref_cca(x, y)
+    k = min(np.linalg.matrix_rank(x - x.mean(0)), np.linalg.matrix_rank(y - y.mean(0)))
+    xc = x - x.mean(0)
+    p, _ = np.linalg.qr(xc @ a[:, :k])
+    alpha = np.abs(p.T @ xc).sum(axis=1)
+    return (alpha * rho[:k]).sum() / alpha.sum()
 
 
 def ref_mutual_knn(x, y, k):
@@ -115,6 +134,8 @@ def via_vitlab(measure, x, y, k=20, d=8, knn=5):
     if measure == "mutual-knn":
         return float(ms.mutual_knn_counts(ms.knn_membership(gx, knn), ms.knn_membership(gy, knn))[0, 0]
                      / (len(x) * knn))
+    if measure == "pwcca":
+        return ms.pwcca_all(ms.svd_basis(x, None), ms.svd_basis(y, None))
     sv, pw = ms.cca_pair(ms.svd_basis(x, d), ms.svd_basis(y, d))
     return sv if measure == "svcca" else pw
 
@@ -124,14 +145,16 @@ def reference(measure, x, y, k=20, d=8, knn=5):
 
     return {"cka": lambda: cka64(x, y), "cka-rbf": lambda: ref_rbf_cka(x, y),
             "procrustes": lambda: ref_procrustes(x, y, k), "mutual-knn": lambda: ref_mutual_knn(x, y, knn),
-            "svcca": lambda: ref_svcca_pwcca(x, y, d)[0], "pwcca": lambda: ref_svcca_pwcca(x, y, d)[1]}[measure]()
+            "svcca": lambda: ref_svcca_pwcca(x, y, d)[0], "pwcca-svd20": lambda: ref_svcca_pwcca(x, y, d)[1],
+            "pwcca": lambda: ref_pwcca_all(x, y)}[measure]()
 
 
 @pytest.mark.parametrize("measure", list(ms.MEASURES))
 def test_measure_equals_published_formula(measure):
     rng = np.random.default_rng(1)
-    x = feats(40, 30, rng=rng)
-    y = x @ rng.normal(size=(30, 25)) * 0.5 + feats(40, 25, rng=rng)  # related, not identical
+    n = 200 if measure == "pwcca" else 40  # CCA of all neurons needs n > p + q, or ρ = 1 on a shared subspace
+    x = feats(n, 30, rng=rng)
+    y = x @ rng.normal(size=(30, 25)) * 0.5 + feats(n, 25, rng=rng)  # related, not identical
     got, want = via_vitlab(measure, x, y), reference(measure, x, y)
     assert np.isfinite(want)
     assert got == pytest.approx(want, rel=1e-9, abs=1e-12)
@@ -156,12 +179,14 @@ CASES = [(m, t) for m in ms.MEASURES for t in ms.INVARIANCES]
 @pytest.mark.parametrize("measure,transform", CASES, ids=[f"{m}-{t.replace(' ', '_')}" for m, t in CASES])
 def test_invariance_as_claimed(measure, transform):
     """A claimed invariance holds to round-off; an unclaimed transform changes the value. The transform acts on A,
-    the side PWCCA's weights come from (on B, PWCCA inherits CCA's invariances)."""
+    the side PWCCA's weights come from (on B, PWCCA inherits CCA's invariances): for ``pwcca`` (weights from the
+    side with fewer neurons) A is given 20 neurons to B's 25."""
     rng = np.random.default_rng(2)
-    y = feats(40, 25, rng=rng)
-    x = y @ rng.normal(size=(25, 30)) * 0.3 + feats(40, 30, rng=rng)
+    p, n = (20, 200) if measure == "pwcca" else (30, 40)
+    y = feats(n, 25, rng=rng)
+    x = y @ rng.normal(size=(25, p)) * 0.3 + feats(n, p, rng=rng)
     before = via_vitlab(measure, x, y)
-    after = via_vitlab(measure, transforms(rng, 30)[transform](x), y)
+    after = via_vitlab(measure, transforms(rng, p)[transform](x), y)
     if transform in ms.MEASURES[measure].invariant:
         assert after == pytest.approx(before, rel=1e-7, abs=1e-9)
     else:
@@ -270,3 +295,51 @@ def test_agrees_with_the_repsim_package():
     _, pw_ba = ms.cca_pair(b, a)
     assert repsim.svcca([x, y], "pillai")[0, 1] == pytest.approx(sv, rel=1e-7)
     assert repsim.pwcca([x, y])[0, 1] == pytest.approx((pw_ab + pw_ba) / 2, rel=1e-7)
+    # Morcos et al.'s PWCCA over all neurons takes the side with fewer directions (x: rank 5 < 6), in either order
+    assert ms.pwcca_all(a, b) == pytest.approx(pw_ab, rel=1e-12)
+    assert ms.pwcca_all(b, a) == pytest.approx(pw_ab, rel=1e-12)
+
+
+# ----------------------------------------------------------------------------------- the zoo pair, whole features
+
+ZOO = Path(__file__).resolve().parents[1] / "assets" / "zoo"
+ZOO_READY = all((ZOO / f"{n}.safetensors").is_file() for n in ("vit-cls", "resnet"))
+
+
+def zoo_features(model, source, n, tokens):
+    """{tap: (n, P) float64} of the first n images, captured directly (one forward), for the references."""
+    from vitlab import taps
+    from vitlab.inputs.data import to_tensor
+
+    names = taps.default_taps(model.model)
+    x = to_tensor([source.load(i) for i in range(n)], model)
+    with taps.capture(model.model, names) as acts, torch.inference_mode():
+        model.model(x)
+    return [taps.features(acts[t], model.model, tokens).double().numpy() for t in names]
+
+
+@pytest.mark.skipif(not ZOO_READY, reason="zoo checkpoints not in assets/zoo")
+@pytest.mark.parametrize("tokens,n", [("all", 128), ("gap", 512)])
+def test_svcca_pwcca_equal_full_feature_float64_on_the_zoo_pair(fmnist_source, tokens, n):
+    """Issue 40: zoo:vit-cls vs zoo:resnet on the Fashion-MNIST images, every cell of SVCCA, PWCCA-SVD20 (all tokens
+    and GAP) and PWCCA over all neurons (GAP: with all tokens the layers are wider than the images, and CCA over all
+    neurons is then 1 by construction) within 0.01 of a float64 numpy SVD + covariance-whitening CCA on the layers'
+    whole features, centred over all images. A 256-column sketch was off by up to 0.168 here."""
+    import vitlab
+    from vitlab.analyses.similarity import SimilarityOptions, similarity
+    from vitlab.engine.context import Run
+
+    vit, res = vitlab.load("zoo:vit-cls", "cpu"), vitlab.load("zoo:resnet", "cpu")
+    measures = ("svcca", "pwcca-svd20") + (("pwcca",) if tokens == "gap" else ())
+    opts = SimilarityOptions(measures=measures, images=n, batch_size=64, tokens=tokens)
+    rep = similarity([vit, res], fmnist_source, opts, Run())
+    assert rep.images == n and rep.cca["features"] == "own"
+    fa, fb = zoo_features(vit, fmnist_source, n, tokens), zoo_features(res, fmnist_source, n, tokens)
+    worst = {m: 0.0 for m in measures}
+    for i, x in enumerate(fa):
+        for j, y in enumerate(fb):
+            sv, pw = ref_svcca_pwcca(x, y, 20)
+            want = {"svcca": sv, "pwcca-svd20": pw} | ({"pwcca": ref_pwcca_all(x, y)} if "pwcca" in measures else {})
+            for m, v in want.items():
+                worst[m] = max(worst[m], abs(rep.maps[(m, 0, 1)][i, j] - v))
+    assert all(v <= 0.01 for v in worst.values()), worst

@@ -47,7 +47,7 @@ def batch_features(model, source, n=N, b=B, tokens="all"):
 
 @pytest.fixture(scope="module")
 def report_and_feats(tiny_vit, tiny_resnet, fmnist_source):
-    opts = SimilarityOptions(images=N, batch_size=B, knn_k=3, svd_dims=4, sketch_dims=64, pca_dims=256)
+    opts = SimilarityOptions(images=N, batch_size=B, knn_k=3, svd_dims=4, pca_dims=256)
     rep = similarity([tiny_vit, tiny_resnet], fmnist_source, opts, Run())
     return rep, batch_features(tiny_vit, fmnist_source), batch_features(tiny_resnet, fmnist_source)
 
@@ -68,19 +68,56 @@ def test_streamed_gram_measures_equal_per_batch_references(report_and_feats):
     assert np.allclose(np.diag(rep.maps[("cka", 0, 0)]), 1, atol=1e-5)
 
 
-def test_cca_measures_equal_reference_on_the_cached_sketches(report_and_feats, tiny_vit, tiny_resnet, fmnist_source):
-    """SVCCA / PWCCA are the published formulas on the sketched features of all images (the sketch is linear,
-    so sketching each batch equals sketching the stacked features)."""
-    import torch
-
+def test_cca_measures_equal_reference_on_the_layers_own_features(report_and_feats, tiny_vit, tiny_resnet,
+                                                                 fmnist_source):
+    """SVCCA is the published formula on the layer's own features of all images, centred over all of them (they fit
+    the default budget, so no sketch is used); PWCCA over all neurons is undefined on 24 images of layers this wide
+    (NaN), and the report says why."""
     rep, fa, fb = report_and_feats
     ta, tb = list(fa), list(fb)
+    assert rep.cca["sketch_dims"] == 0 and rep.cca["features"] == "own" and rep.cca["shift"] is None
     for i, j in ((1, 2), (len(ta) - 1, len(tb) - 1)):
-        x = ms.count_sketch(torch.from_numpy(np.concatenate(fa[ta[i]])).float(), 64).double().numpy()
-        y = ms.count_sketch(torch.from_numpy(np.concatenate(fb[tb[j]])).float(), 64).double().numpy()
-        sv, pw = ref_svcca_pwcca(x, y, 4)
+        sv, pw = ref_svcca_pwcca(np.concatenate(fa[ta[i]]), np.concatenate(fb[tb[j]]), 4)
         assert rep.maps[("svcca", 0, 1)][i, j] == pytest.approx(sv, rel=1e-4)
-        assert rep.maps[("pwcca", 0, 1)][i, j] == pytest.approx(pw, rel=1e-4)
+        assert rep.maps[("pwcca-svd20", 0, 1)][i, j] == pytest.approx(pw, rel=1e-4)
+    rep = similarity([tiny_vit, tiny_resnet], fmnist_source,
+                     SimilarityOptions(measures=("pwcca",), images=N, batch_size=B), Run())
+    assert np.all(np.isnan(rep.maps[("pwcca", 0, 1)]))
+    assert any(w.startswith("pwcca:") and "undefined (NaN)" in w for w in rep.warnings)
+    assert not any("constant or rank-deficient" in w for w in rep.warnings)
+
+
+def test_a_forced_sketch_equals_reference_and_its_shift_is_measured(report_and_feats, tiny_vit, tiny_resnet,
+                                                                    fmnist_source):
+    """With --sketch-dims 64, SVCCA/PWCCA-SVD20 are the formulas on the sketched features (sketching each batch
+    equals sketching the stacked features), and report.cca holds |sketched − own| over every cell, as recomputed
+    here from the captured features."""
+    import torch
+
+    _, fa, fb = report_and_feats
+    opts = SimilarityOptions(measures=("svcca", "pwcca-svd20"), images=N, batch_size=B, svd_dims=4, sketch_dims=64)
+    rep = similarity([tiny_vit, tiny_resnet], fmnist_source, opts, Run())
+    own = [[np.concatenate(f[t]) for t in f] for f in (fa, fb)]
+
+    def sk(x):
+        return x if x.shape[1] <= 64 else ms.count_sketch(torch.from_numpy(x).float(), 64).double().numpy()
+
+    diffs = {"svcca": [], "pwcca-svd20": []}
+    for a in range(2):
+        for b in range(2):
+            for i, x in enumerate(own[a]):
+                for j, y in enumerate(own[b]):
+                    got = ref_svcca_pwcca(sk(x), sk(y), 4)
+                    assert rep.maps[("svcca", a, b)][i, j] == pytest.approx(got[0], rel=1e-4)
+                    assert rep.maps[("pwcca-svd20", a, b)][i, j] == pytest.approx(got[1], rel=1e-4)
+                    base = ref_svcca_pwcca(x, y, 4)
+                    diffs["svcca"].append(abs(got[0] - base[0]))
+                    diffs["pwcca-svd20"].append(abs(got[1] - base[1]))
+    assert rep.cca["sketch_dims"] == 64 and "CountSketch" in rep.cca["features"]
+    for m, v in diffs.items():
+        assert rep.cca["shift"][m]["images"] == N
+        assert rep.cca["shift"][m]["mean"] == pytest.approx(np.mean(v), abs=1e-4)
+        assert rep.cca["shift"][m]["max"] == pytest.approx(np.max(v), abs=1e-4)
 
 
 def test_rbf_cka_from_cached_linear_grams_equals_rbf_statistic(tiny_vit, fmnist_source):
@@ -110,7 +147,7 @@ def test_agreement_view_and_claims(report_and_feats):
     i, j = ag.measures.index("cka"), ag.measures.index("procrustes")
     assert rho[i, j] == pytest.approx(ms.rank_correlation(cka_, np.cos(proc)))
     claims = ag.claims_frame()
-    assert len(claims) == 12 and set(claims["measure"]) == set(ms.MEASURES)
+    assert len(claims) == 12 and set(claims["measure"]) == set(ms.DEFAULT_MEASURES)
     text = " ".join(ag.summary())
     assert "Fig 1" in text and "Fig 2" in text and ("agree" in text or "disagree" in text)
 
@@ -211,3 +248,26 @@ def test_cli_similarity_and_compare_models(tmp_path, capsys):
     layers = ["--layer-a", "blocks.0.resid_post", "--layer-b", "layer1.0"]
     assert main(["cka-sensitivity", *pair, *layers, "-o", str(out3)]) == 0
     assert (out3 / "cka_sensitivity.csv").is_file()
+
+
+def test_features_are_the_layers_own_within_the_budget_and_the_widest_fitting_sketch_beyond():
+    """The byte budget: N x sum of widths x 12 per model + 24 x N x the widest tap; beyond it the widest power of
+    two that fits (taps narrower than it stay whole); a forced width is kept; nothing fits: a clear error."""
+    from vitlab.analyses import cca_features as cf
+    from vitlab.errors import VitlabError
+
+    widths = [[1088] * 12, [3136, 3136, 1568, 1568, 1024, 1024, 512, 512]]  # the zoo pair, all tokens
+    need = 12 * 512 * (13056 + 12480) + 24 * 512 * 3136
+    assert cf.feature_bytes(512, widths) == need
+    assert cf.plan_features(widths, 512, SimilarityOptions(cca_memory_mib=2048)) == 0
+    mib = need // 2**20  # just below what the own features need
+    w = cf.plan_features(widths, 512, SimilarityOptions(cca_memory_mib=mib))
+    assert w == 2048  # 161 MiB; at 4096 every tap stays whole: 186.4 MiB
+    assert cf.feature_bytes(512, [[min(x, w) for x in ws] for ws in widths]) <= mib * 2**20
+    assert cf.feature_bytes(512, [[min(x, 2 * w) for x in ws] for ws in widths]) > mib * 2**20
+    assert cf.shift_images(widths, 512, SimilarityOptions(cca_memory_mib=mib)) == mib * 2**20 // (need // 512)
+    assert cf.plan_features(widths, 512, SimilarityOptions(sketch_dims=300)) == 300
+    with pytest.raises(VitlabError, match="do not fit in --cca-memory-mib 1"):
+        cf.plan_features(widths, 100_000, SimilarityOptions(cca_memory_mib=1))
+    with pytest.raises(VitlabError, match="sketch-dims must be 0"):
+        SimilarityOptions(sketch_dims=-1)

@@ -307,7 +307,7 @@ def _similarity_charts(report, opts) -> dict:
     from .charts import similarity as ch
 
     out = {f"{m}_{report.labels[i]}__vs__{report.labels[j]}": ch.measure_heatmap(report.pair_frame(m, i, j))
-           for (m, i, j) in report.maps if i <= j or m == "pwcca"}
+           for (m, i, j) in report.maps if i <= j or m.startswith("pwcca")}
     if len(report.labels) >= 2 and len(report.measures) >= 2:
         ag = agreement(report, 0, 1)
         out["agreement_rank_correlation"] = ch.correlation_heatmap(ag.correlation_frame("ab"))
@@ -334,7 +334,7 @@ MEASURE_ROWS = [
         "and whether they agree",
         tables=_similarity_tables, charts=_similarity_charts, data="fashion-mnist:test",
         record=lambda r, o: {"images": r.images, "taps": r.layers,
-                             "measures": {m: similarity.describe(o, m) for m in r.measures}},
+                             "measures": {m: similarity.describe(o, m) for m in r.measures}, "cca": r.cca},
         page="similarity", docs="measures"),
     Analysis(
         "compare-models", "Many models", "Figs 1-2", "many", manymodels.CompareOptions, manymodels.compare_models,

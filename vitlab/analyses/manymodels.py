@@ -29,13 +29,13 @@ from ..inputs import taps as taps_mod
 from ..inputs.data import ImageSource, select
 from ..options import option
 from ..stats import measures as ms
+from . import cca_features as cf
 from .similarity import (
     MeasureParams,
     PairAccumulator,
     SimilarityOptions,
     _Derived,
     _min_batch,
-    cca_maps,
     check_params,
     statistics_for,
 )
@@ -155,9 +155,14 @@ def compare_models(models: Sequence, source: ImageSource, opts: CompareOptions =
     depths = parse_depths(opts.depths)
     all_taps = [taps_mod.default_taps(m.model) for m in models]
     idx = [[all_taps[i].index(tap_at(all_taps[i], d)) for d in depths] for i in range(len(models))]
-    stats = [statistics_for([measure], sim) for _ in models]
+    n_images = len(select(source, sim.images, sim.shuffle))
+    cca = ms.MEASURES[measure].source == "features"
+    widths = [[w[j] for j in idx[i]] for i, w in enumerate(cf.feature_widths(m, sim.tokens) for m in models)] \
+        if cca else []
+    stats = [statistics_for([measure], sim, sketch=cf.plan_features(widths, n_images, sim) if cca else 0)
+             for _ in models]
     accs = [PairAccumulator([measure], len(models), len(models)) for _ in depths]
-    kept: list = []  # per batch: (batch number, (images, per depth: the models' stacked sketches, or None))
+    kept: list = []  # per batch: (batch number, (images, per depth: each model's features there, or None))
     for batch, found in stream(models, source, select(source, sim.images, sim.shuffle), sim.batch_size, stats,
                                run, min_batch=_min_batch(sim)):
         per_depth = []
@@ -169,7 +174,7 @@ def compare_models(models: Sequence, source: ImageSource, opts: CompareOptions =
                     accs[k].update(d, d, batch.index)
                     per_depth.append(None)
                 else:
-                    per_depth.append(np.stack([f["sketch"]["sketch"][idx[i][k]] for i, f in enumerate(found)]))
+                    per_depth.append([cf.stacked(f["cca-features"])[idx[i][k]] for i, f in enumerate(found)])
         kept.append((batch.index, (len(batch.ids), per_depth)))
     # torchrun: every rank's per-batch increments and sketches, in batch order (as in one process)
     run.reduce_accumulators(accs)
@@ -210,8 +215,8 @@ def _leave_one_out(acc: PairAccumulator, measure: str) -> np.ndarray:
 def _matrix(acc: PairAccumulator, sketches: list, measure: str, sim: SimilarityOptions) -> np.ndarray:
     if ms.MEASURES[measure].source == "gram":
         return acc.compute()[measure]
-    sv, pw = cca_maps(np.concatenate(sketches, axis=1), None, sim.svd_dims)
-    return sv if measure == "svcca" else pw
+    feats = [np.concatenate([b[i] for b in sketches]) for i in range(len(sketches[0]))]  # per model (N, P)
+    return cf.cca_maps(feats, None, sim.svd_dims, (measure,))[measure]
 
 
 def _embed(mats: np.ndarray, measure: str) -> tuple[np.ndarray, np.ndarray]:

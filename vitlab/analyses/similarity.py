@@ -9,9 +9,13 @@ Where the numbers come from (each model's statistics are computed once per batch
   the same cache entries as ``vitlab cka``). RBF kernels come from the linear Gram (``cka.rbf_from_linear``);
   PCA to k and k-NN sets from its eigenvectors and cosines (``vitlab.stats.measures``). Per batch, each model's derived
   arrays (``_Derived``) are formed once and shared by every pair.
-- SVCCA, PWCCA: a cached per-batch ``SketchStatistic`` (each tap's features through a fixed CountSketch to
-  ``sketch_dims`` columns); the sketches of all images are kept (N x sketch_dims per tap, float32) and CCA runs
-  once over all images, each tap's SVD once per model.
+- SVCCA, PWCCA: a cached per-batch ``FeatureStatistic``; the features of all images are kept (float32) and CCA
+  runs once over all images, centred over all of them, each tap's SVD once per model. They are the layer's own
+  features when every model's fit the byte budget ``cca_memory_mib`` (``plan_features``: N x sum of tap widths x
+  12 bytes per model, for the float32 features and the float64 SVD bases of each tap, plus the float64 working set
+  of the widest tap's SVD, 24 x N x width); beyond it, each tap wider than w goes through a fixed CountSketch to
+  w columns, w the widest power of two that fits, and the shift this causes is measured on the images whose whole
+  features do fit (``measure_shift``) and recorded with the report.
 
 Minibatch conventions, stated: CKA sums per-batch HSIC (Nguyen et al. 2021); Procrustes is the mean of per-batch
 distances (a mean of metrics is a metric); mutual k-NN looks for neighbours within the batch. With
@@ -39,6 +43,7 @@ from ..inputs.data import ImageSource, select
 from ..options import DataOptions, option
 from ..stats import cka as cka_mod
 from ..stats import measures as ms
+from . import cca_features as cf
 
 
 @dataclass(frozen=True)
@@ -49,9 +54,11 @@ class MeasureParams(DataOptions):
                          choices=("all", "cls", "gap"))
     rbf_threshold: float = option(1.0, "RBF CKA width as a fraction of the median distance")
     pca_dims: int = option(256, "Procrustes: PCA to k = min(batch - 1, this) dimensions per batch")
-    svd_dims: int = option(20, "SVCCA/PWCCA: number of top SVD directions kept per side")
-    sketch_dims: int = option(256, "SVCCA/PWCCA: CountSketch width of the cached features")
+    svd_dims: int = option(20, "SVCCA/PWCCA-SVD20: number of top SVD directions kept per side")
+    sketch_dims: int = option(0, "SVCCA/PWCCA: 0 = the layer's own features when they fit in --cca-memory-mib, "
+                                 "else the widest CountSketch that fits; a positive width forces that sketch")
     sketch_seed: int = option(0, "SVCCA/PWCCA: seed of the CountSketch")
+    cca_memory_mib: int = option(2048, "SVCCA/PWCCA: memory budget (MiB) for the features of all images")
     knn_k: int = option(10, "mutual k-NN: neighbours per image, within its batch")
 
 
@@ -59,7 +66,7 @@ class MeasureParams(DataOptions):
 class SimilarityOptions(MeasureParams):
     """Options of ``vitlab similarity``."""
 
-    measures: tuple[str, ...] = option(tuple(ms.MEASURES), f"measures, comma-separated, of {', '.join(ms.MEASURES)}",
+    measures: tuple[str, ...] = option(ms.DEFAULT_MEASURES, f"measures, comma-separated, of {', '.join(ms.MEASURES)}",
                                        kind="strs", flag="--measure")
 
     def __post_init__(self):
@@ -71,10 +78,12 @@ class SimilarityOptions(MeasureParams):
 
 
 def check_params(p: MeasureParams) -> None:
-    for name in ("pca_dims", "svd_dims", "sketch_dims", "knn_k", "batch_size"):
+    for name in ("pca_dims", "svd_dims", "knn_k", "batch_size", "cca_memory_mib"):
         if getattr(p, name) < 1:
             raise VitlabError(f"{name.replace('_', '-')} must be positive, not {getattr(p, name)}")
-    if p.svd_dims > p.sketch_dims:
+    if p.sketch_dims < 0:
+        raise VitlabError(f"sketch-dims must be 0 (automatic) or a positive width, not {p.sketch_dims}")
+    if 0 < p.sketch_dims < p.svd_dims:
         raise VitlabError(f"svd-dims ({p.svd_dims}) cannot exceed sketch-dims ({p.sketch_dims})")
 
 
@@ -83,34 +92,16 @@ def describe(p: MeasureParams, measure: str) -> str:
     return {"cka": "unbiased HSIC_1, summed over batches",
             "cka-rbf": f"RBF threshold {p.rbf_threshold} x median distance, unbiased HSIC_1",
             "procrustes": f"PCA to k = min(batch - 1, {p.pca_dims}) per batch, mean over batches",
-            "svcca": f"top {p.svd_dims} SVD directions of a {p.sketch_dims}-column CountSketch",
-            "pwcca": f"top {p.svd_dims} SVD directions of a {p.sketch_dims}-column CountSketch",
+            "svcca": f"top {p.svd_dims} SVD directions of {_feature_words(p)}, centred over all images",
+            "pwcca": f"CCA over all neurons (Morcos et al.) of {_feature_words(p)}, centred over all images",
+            "pwcca-svd20": f"top {p.svd_dims} SVD directions of {_feature_words(p)}, weights from A",
             "mutual-knn": f"k = {p.knn_k} within each batch of {p.batch_size}"}[measure]
 
 
-@dataclass(frozen=True)
-class SketchStatistic(Statistic):
-    """Per-batch CountSketch of every tap's features, (L, n, dims) float32: what CCA needs, O(n dims) per tap."""
-
-    taps_: tuple[str, ...] | None = None
-    tokens: str = "all"
-    dims: int = 256
-    seed: int = 0
-    name: str = "sketch"
-    version: int = 1
-
-    def taps(self, loaded) -> list[str]:
-        return list(self.taps_) if self.taps_ else taps_mod.default_taps(loaded.model)
-
-    def params(self, loaded) -> dict:
-        return {"taps": self.taps(loaded), "tokens": self.tokens, "dims": self.dims, "seed": self.seed}
-
-    def compute(self, acts: dict, loaded, batch) -> dict[str, np.ndarray]:
-        import torch
-
-        out = [ms.count_sketch(taps_mod.features(acts[t], loaded.model, self.tokens).float(), self.dims, self.seed)
-               for t in self.taps(loaded)]
-        return {"sketch": torch.stack(out).cpu().numpy()}
+def _feature_words(p: MeasureParams) -> str:
+    if p.sketch_dims:
+        return f"a {p.sketch_dims}-column CountSketch (forced)"
+    return f"the layer's own features (a CountSketch only beyond {p.cca_memory_mib} MiB)"
 
 
 class _Derived:
@@ -217,27 +208,15 @@ class PairAccumulator:
         return out
 
 
-def cca_maps(sketch_a: np.ndarray, sketch_b: np.ndarray | None, d: int,
-             bases_a: list | None = None, bases_b: list | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """(La, N, P), (Lb, N, P) sketched features of all images -> (La, Lb) SVCCA and PWCCA maps (PWCCA weighted by
-    A's features). ``sketch_b=None`` compares A with itself; bases can be passed in to reuse each tap's SVD."""
-    bases_a = bases_a or [ms.svd_basis(x, d) for x in sketch_a]
-    bases_b = bases_a if sketch_b is None and bases_b is None else (bases_b or [ms.svd_basis(x, d) for x in sketch_b])
-    sv, pw = np.empty((len(bases_a), len(bases_b))), np.empty((len(bases_a), len(bases_b)))
-    for i, a in enumerate(bases_a):
-        for j, b in enumerate(bases_b):
-            sv[i, j], pw[i, j] = ms.cca_pair(a, b)
-    return sv, pw
-
-
-def statistics_for(measures: Sequence[str], opts: SimilarityOptions, taps_: tuple[str, ...] | None = None
-                   ) -> list[Statistic]:
-    """The per-batch statistics the measures need: the shared Gram, and the sketch only for SVCCA/PWCCA."""
+def statistics_for(measures: Sequence[str], opts: SimilarityOptions, taps_: tuple[str, ...] | None = None,
+                   sketch: int = 0) -> list[Statistic]:
+    """The per-batch statistics the measures need: the shared Gram, and the features only for SVCCA/PWCCA
+    (``sketch``: 0 for the layer's own features, else the CountSketch width of ``plan_features``)."""
     stats: list[Statistic] = []
     if any(ms.MEASURES[m].source == "gram" for m in measures):
         stats.append(GramStatistic(taps_, opts.tokens))
     if any(ms.MEASURES[m].source == "features" for m in measures):
-        stats.append(SketchStatistic(taps_, opts.tokens, opts.sketch_dims, opts.sketch_seed))
+        stats.append(cf.FeatureStatistic(taps_, opts.tokens, sketch, opts.sketch_seed))
     return stats
 
 
@@ -253,6 +232,8 @@ class SimilarityReport:
     images: int
     batches: int
     warnings: list[str] = field(default_factory=list)
+    cca: dict = field(default_factory=dict)  # SVCCA/PWCCA: which features, the budget, a sketch's measured shift
+    explained_nans: dict = field(default_factory=dict)  # (measure, i, j) -> NaN cells a specific warning explains
 
     @property
     def measures(self) -> list[str]:
@@ -285,8 +266,8 @@ class SimilarityReport:
 def _nan_warnings(report: SimilarityReport) -> list[str]:
     out = []
     for (m, i, j), v in report.maps.items():
-        bad = int(np.sum(~np.isfinite(v)))
-        if bad:
+        bad = int(np.sum(~np.isfinite(v))) - report.explained_nans.get((m, i, j), 0)
+        if bad > 0:
             out.append(f"{m}: {bad} of {v.size} values between {report.labels[i]} and {report.labels[j]} are NaN "
                        "(a tap with constant or rank-deficient features)")
     return out
@@ -299,32 +280,76 @@ def similarity(models: Sequence, source: ImageSource, opts: SimilarityOptions = 
     if not models:
         raise VitlabError("give at least one model")
     measures = list(opts.measures)
-    stats = [statistics_for(measures, opts) for _ in models]
+    indices = select(source, opts.images, opts.shuffle)
+    cca = [m for m in measures if m in cf.CCA_MEASURES]
+    widths = [cf.feature_widths(m, opts.tokens) for m in models] if cca else []
+    sketch = cf.plan_features(widths, len(indices), opts) if cca else 0
+    stats = [statistics_for(measures, opts, sketch=sketch) for _ in models]
     layers = [taps_mod.default_taps(m.model) for m in models]
     k = len(models)
     pairs = [(i, j) for i in range(k) for j in range(i, k)]
     accs = {p: PairAccumulator(measures, len(layers[p[0]]), len(layers[p[1]])) for p in pairs}
-    kept: list = []  # per batch: (batch number, (images, [per model: its sketch or None]))
-    indices = select(source, opts.images, opts.shuffle)
+    kept: list = []  # per batch: (batch number, (images, [per model: its per-tap features or None]))
     for batch, found in stream(models, source, indices, opts.batch_size, stats, run,
                                min_batch=_min_batch(opts)):
         with ms.blas_single_thread():
             _fold(accs, found, opts, batch.index)
-        kept.append((batch.index, (len(batch.ids), [f["sketch"]["sketch"] if "sketch" in f else None
+        kept.append((batch.index, (len(batch.ids), [cf.stacked(f["cca-features"]) if "cca-features" in f else None
                                                      for f in found])))
     run.reduce_accumulators(list(accs.values()))
     kept = run.gather_ordered(kept, "similarity batches")  # every rank's, in batch order
     images, batches = sum(n for n, _ in kept), len(kept)
-    sketches = [[per[i] for _, per in kept if per[i] is not None] for i in range(k)]
     if batches == 0:
         raise VitlabError("no batch was usable: the measures need at least one batch of "
                           f"{_min_batch(opts)} or more readable images")
-    with ms.blas_single_thread():
-        maps = _collect(accs, sketches, measures, opts)
-    report = SimilarityReport([m.label for m in models], [taps_mod.family(m.model) for m in models], layers, maps,
+    feats = _all_images(kept, k) if cca else []
+    kept = []
+    report = SimilarityReport([m.label for m in models], [taps_mod.family(m.model) for m in models], layers, {},
                               opts, images, batches)
-    report.warnings = _nan_warnings(report)
+    with ms.blas_single_thread():
+        report.maps = _collect(accs, feats, measures, opts, report)
+    report.warnings = _nan_warnings(report) + report.warnings
+    if cca:
+        _record_features(report, models, source, indices, widths, sketch, run)
     return report
+
+
+def _all_images(kept: list, k: int) -> list[list[np.ndarray]]:
+    """Per model, per tap: the (N, P) features of all images, batches stacked in order."""
+    per_model = [[per[i] for _, per in kept if per[i] is not None] for i in range(k)]
+    return [[np.concatenate([b[t] for b in bs]) for t in range(len(bs[0]))] if bs else [] for bs in per_model]
+
+
+def _record_features(report: SimilarityReport, models, source, indices, widths, sketch: int, run: Run) -> None:
+    """report.cca: the features SVCCA/PWCCA ran on, the budget, and with a sketch its shift measured on the first
+    images whose own features fit (an extra pass over them, cached like every statistic)."""
+    opts = report.opts
+    if sketch >= max(max(w) for w in widths):
+        sketch = 0  # every tap is narrower than the sketch: each is kept whole
+    info: dict = {"features": "own" if not sketch else f"CountSketch to {sketch} columns (taps wider than that)",
+                  "sketch_dims": sketch, "memory_mib": opts.cca_memory_mib,
+                  "own_features_mib": round(cf.feature_bytes(report.images, widths) / 2**20, 1), "shift": None}
+    if sketch:
+        m = cf.shift_images(widths, report.images, opts)
+        if m < max(2 * opts.svd_dims, cka_mod.MIN_UNBIASED_BATCH):
+            info["shift_note"] = (f"not measured: only {m} images' own features fit in {opts.cca_memory_mib} MiB; "
+                                  "raise --cca-memory-mib")
+        else:
+            own_stats = [[cf.FeatureStatistic(None, opts.tokens, 0, opts.sketch_seed)] for _ in models]
+            got = [(b.index, [cf.stacked(f["cca-features"]) for f in found]) for b, found in
+                   stream(models, source, indices[:m], opts.batch_size, own_stats, run, min_batch=1)]
+            got = run.gather_ordered(got, "similarity shift batches")
+            own = [[np.concatenate([per[i][t] for per in got]) for t in range(len(got[0][i]))]
+                   for i in range(len(models))]
+            with ms.blas_single_thread():
+                info["shift"] = cf.measure_shift(own, sketch, opts.sketch_seed, opts.measures, opts.svd_dims)
+            worst = {k: v["max"] for k, v in info["shift"].items() if v["max"] is not None and v["max"] > 0.01}
+            if worst:
+                report.warnings.append(
+                    f"SVCCA/PWCCA ran on a {sketch}-column CountSketch; on the first {m} images it moves "
+                    + ", ".join(f"{k} by up to {v:.3f}" for k, v in worst.items())
+                    + " from the layer's own features: raise --cca-memory-mib, use --tokens cls / gap or fewer images")
+    report.cca = info
 
 
 def _fold(accs: dict, found: list[dict], opts: SimilarityOptions, key: int) -> None:
@@ -342,22 +367,29 @@ def _min_batch(opts: SimilarityOptions) -> int:
     return need
 
 
-def _collect(accs: dict, sketches: list, measures: list[str], opts: SimilarityOptions) -> dict:
+def _collect(accs: dict, feats: list, measures: list[str], opts: SimilarityOptions, report: SimilarityReport) -> dict:
     maps: dict[tuple[str, int, int], np.ndarray] = {}
     for (i, j), acc in accs.items():
         for m, v in acc.compute().items() if acc.measures else ():
             maps[(m, i, j)] = v
             if i != j:
                 maps[(m, j, i)] = v.T
-    if any(ms.MEASURES[m].source == "features" for m in measures):
-        feats = [np.concatenate(s, axis=1) for s in sketches]  # (L, N, P) per model
-        bases = [[ms.svd_basis(x, opts.svd_dims) for x in f] for f in feats]
+    cca = [m for m in measures if m in cf.CCA_MEASURES]
+    if cca:
+        bases = [[cf.tap_bases(x, opts.svd_dims, "pwcca" in cca) for x in f] for f in feats]
         for i in range(len(feats)):
             for j in range(len(feats)):
-                sv, pw = cca_maps(feats[i], feats[j], opts.svd_dims, bases[i], bases[j])
-                for m, v in (("svcca", sv), ("pwcca", pw)):
-                    if m in measures:
-                        maps[(m, i, j)] = v
+                for m, v in cf.cca_maps(feats[i], feats[j], opts.svd_dims, cca, bases[i], bases[j]).items():
+                    maps[(m, i, j)] = v
+                bad = sum(cf.undefined(a, b) for a in bases[i] for b in bases[j]) if "pwcca" in cca else 0
+                if bad:
+                    report.explained_nans[("pwcca", i, j)] = bad
+                    report.warnings.append(
+                        f"pwcca: {bad} of {len(bases[i]) * len(bases[j])} cells between {report.labels[i]} and "
+                        f"{report.labels[j]} are undefined (NaN): the two layers' ranks add up to more than the "
+                        f"{report.images} images, so canonical correlations of 1 by construction make the weights "
+                        "arbitrary; CCA over all neurons needs more images than the two widths together: use more "
+                        "images, --tokens cls / gap, or pwcca-svd20")
     order = {m: n for n, m in enumerate(measures)}
     return dict(sorted(maps.items(), key=lambda kv: (order[kv[0][0]], kv[0][1], kv[0][2])))
 

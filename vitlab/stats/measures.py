@@ -11,7 +11,11 @@ Why the kernels look the way they do:
   (scores Z = U_k Λ_k^½, Z Zᵀ the best rank-k approximation of K), so "PCA to a common dimension" costs one
   (n, n) eigendecomposition per tap and batch, shared by every pair that tap is in.
 - CCA needs the features of all images at once (its whitening is not a sum over batches of anything small), so
-  SVCCA / PWCCA run on features a statistic caches per batch after a fixed random projection (``count_sketch``).
+  SVCCA / PWCCA run on the features of all images, centred over all images (not per batch), which a statistic
+  caches per batch. They are the layer's own features whenever they fit in the byte budget
+  (``vitlab.analyses.similarity``); beyond it, a fixed random projection (``count_sketch``) whose shift is measured.
+- The SVD of the centred features is cut at its numerical rank (singular values above s_1 max(N, P) eps), so the
+  number of directions d is min(d, rank): directions of zero variance would give arbitrary canonical correlations.
 - Rounding can push a PSD Gram's smallest eigenvalues slightly below zero and a cosine slightly above one; those
   are set to their mathematical bound (0, 1) where a square root or arccos would otherwise give NaN. Nothing else
   is clamped.
@@ -44,7 +48,7 @@ class MeasureInfo:
     reference: str
     invariant: tuple[str, ...]  # a subset of INVARIANCES
     metric: bool
-    source: str  # 'gram': from the cached per-batch Grams; 'features': from the cached sketched features
+    source: str  # 'gram': from the cached per-batch Grams; 'features': from the cached features of all images
 
 
 MEASURES: dict[str, MeasureInfo] = {m.name: m for m in (
@@ -63,14 +67,25 @@ MEASURES: dict[str, MeasureInfo] = {m.name: m for m in (
                 "mean canonical correlation between the top-d SVD directions of each side's centred features",
                 "Raghu et al. 2017", INVARIANCES[:2] + ("translation",), False, "features"),
     MeasureInfo("pwcca", "PWCCA", "similarity",
-                "Σ α_i ρ_i / Σ α_i, ρ_i the canonical correlations of the top-d SVD directions, α_i = Σ_j |⟨h_i, x_j⟩| "
-                "over A's feature columns x_j (not symmetric in A and B)",
+                "Σ α_i ρ_i / Σ α_i over the CCA of all neurons (every direction up to the numerical rank), α_i = "
+                "Σ_j |⟨h_i, x_j⟩| over the feature columns x_j of the side with fewer directions (A on a tie), h_i its "
+                "canonical variates; as Google's svcca compute_pwcca",
                 "Morcos et al. 2018, Sec. 2.2", ("isotropic scale", "translation"), False, "features"),
+    MeasureInfo("pwcca-svd20", "PWCCA over the top-d SVD directions", "similarity",
+                "Σ α_i ρ_i / Σ α_i, ρ_i the canonical correlations of the top-d (--svd-dims, 20) SVD directions "
+                "(SVCCA's), α_i = Σ_j |⟨h_i, x_j⟩| over A's feature columns x_j (not symmetric in A and B)",
+                "Morcos et al. 2018's weights on Raghu et al. 2017's SVD step", ("isotropic scale", "translation"),
+                False, "features"),
     MeasureInfo("mutual-knn", "mutual k-NN alignment", "similarity",
                 "mean over images of |N_A(i) ∩ N_B(i)| / k, N(i) the k nearest other images of the batch by cosine "
                 "of the batch-centred features",
                 "Huh et al. 2024, Sec. 2", INVARIANCES[:2] + ("translation",), False, "gram"),
 )}
+
+
+# the measures a similarity run computes when none are named. PWCCA over all neurons (``pwcca``) is on request: with
+# flattened tokens (the default) a layer is wider than the image set, and it is then undefined (see cca_features)
+DEFAULT_MEASURES = ("cka", "cka-rbf", "procrustes", "svcca", "pwcca-svd20", "mutual-knn")
 
 
 def check_measures(names) -> list[str]:
@@ -232,20 +247,25 @@ class SVDBasis:
     m: np.ndarray
     rank: int  # numerical rank of the centred features (d is min(d, rank))
 
+    def top(self, d: int) -> SVDBasis:
+        """The first d directions (an SVD basis is ordered by singular value)."""
+        return SVDBasis(self.u[:, :d], self.m[:d], self.rank)
 
-def svd_basis(x: np.ndarray, d: int) -> SVDBasis:
-    """(N, P) features -> the top-d SVD directions of the centred features (Raghu et al. 2017, step 1)."""
+
+def svd_basis(x: np.ndarray, d: int | None) -> SVDBasis:
+    """(N, P) features -> the top-d SVD directions of the features centred over all N images (Raghu et al. 2017,
+    step 1); ``d=None`` keeps every direction up to the numerical rank (CCA over all neurons)."""
     x = np.asarray(x, dtype=np.float64)
     x = x - x.mean(axis=0)
     u, s, vt = np.linalg.svd(x, full_matrices=False)
     tol = s[0] * max(x.shape) * np.finfo(np.float64).eps if s.size and s[0] > 0 else 0.0
     rank = int(np.sum(s > tol)) if s.size and s[0] > 0 else 0
-    d = min(d, rank)
+    d = rank if d is None else min(d, rank)
     return SVDBasis(u[:, :d], s[:d, None] * vt[:d], rank)
 
 
 def cca_pair(a: SVDBasis, b: SVDBasis) -> tuple[float, float]:
-    """SVCCA and PWCCA of two reduced representations.
+    """SVCCA and PWCCA weighted by A (``pwcca-svd20`` on top-d bases) of two reduced representations.
 
     With orthonormal bases U_A, U_B of the two subspaces, the canonical correlations are the singular values of
     U_Aᵀ U_B (Björck & Golub 1973) and A's canonical variates are h = U_A L (L its left singular vectors).
@@ -258,6 +278,22 @@ def cca_pair(a: SVDBasis, b: SVDBasis) -> tuple[float, float]:
     left, rho = left[:, :d], np.minimum(rho[:d], 1.0)  # cosines of principal angles; rounding can exceed 1
     alpha = np.abs(left.T @ a.m).sum(axis=1)
     return float(rho.mean()), float(alpha @ rho / alpha.sum())
+
+
+def pwcca_all(a: SVDBasis, b: SVDBasis) -> float:
+    """PWCCA over all neurons (Morcos et al. 2018, Sec. 2.2; Google's svcca ``compute_pwcca``) of two bases that keep
+    every direction up to their rank: the weights come from the side with fewer directions (A on a tie), which
+    is Google's "fewer neurons" when the features have full column rank. B's variates are U_B R (R the right
+    singular vectors of U_Aᵀ U_B), so their weights are Σ_j |(Rᵀ M_B)_ij|. Google's code weights by the raw
+    activations; here they are centred, as CCA's are (the same for centred inputs)."""
+    d = min(a.u.shape[1], b.u.shape[1])
+    if d == 0:
+        return float("nan")
+    left, rho, right_t = np.linalg.svd(a.u.T @ b.u, full_matrices=False)
+    rho = np.minimum(rho[:d], 1.0)
+    side = left[:, :d].T @ a.m if a.u.shape[1] <= b.u.shape[1] else right_t[:d] @ b.m
+    alpha = np.abs(side).sum(axis=1)
+    return float(alpha @ rho / alpha.sum())
 
 
 # ------------------------------------------------------------------------------------ comparing measures, models
