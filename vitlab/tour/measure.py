@@ -453,8 +453,10 @@ def _localization(models: list[LoadedModel], source, opts, run):
         low = float(ev.chance_corrected(0.0, positions))  # every token misplaced
         # a rate counts tokens: it moves in steps of 1/positions (1/(positions − 1) once chance-corrected)
         step = 1.0 / max(1, positions - 1)
+        cells = point[prefix:]  # (G, G) spatial tokens by positions: (defined cells, all cells) for the words
         out.append((_jack(ev.chance_corrected(rate, positions), corr_loo, bounds=(low, 1.0), resolution=step),
-                    _jack(rate, loo, bounds=(0.0, 1.0), resolution=1.0 / positions), positions, corr_loo))
+                    _jack(rate, loo, bounds=(0.0, 1.0), resolution=1.0 / positions), positions, corr_loo,
+                    (int(np.isfinite(cells).sum()), int(cells.size))))
         maps.append(_token_maps(m, s.layers[0], point, prefix, positions))
     return out, pd.concat(maps, ignore_index=True)
 
@@ -474,6 +476,11 @@ def _token_maps(m: LoadedModel, layer: str, cka: np.ndarray, prefix: int, positi
 
 def _loc_text(m: LoadedModel, r) -> str:
     corr, raw, g = r[:3]
+    if not np.isfinite(raw.value):  # no token has a defined cell: the rate is undefined, not chance (issue 39)
+        defined, cells = r[4]
+        return (f"{m.label} last layer: no token has a best-matching patch, {cells - defined} of its {cells} "
+                f"token-by-position CKA cells are undefined (features constant over the images, e.g. identical "
+                f"images)")
     return (f"{m.label} last layer: {raw.value:.0%} of tokens best matched at their own patch (chance "
             f"{ev.chance_level(g):.0%} on {g} positions), chance-corrected {corr.text('.2f')}")
 
