@@ -98,6 +98,9 @@ def _self_cka(models: list[LoadedModel], source, opts, run: Run) -> list[ev.Boot
 
 def _jk(acc: ev.BootstrapCKA) -> np.ndarray:
     """Leave-one-batch-out indices of an accumulator's batches (below 4 batches the intervals say "too few")."""
+    if not acc.terms_xy:  # every batch had fewer than 4 readable images (one image: one batch of 1)
+        raise VitlabError(f"no batch of {cka_mod.MIN_UNBIASED_BATCH} or more readable images: CKA's unbiased "
+                          f"estimator needs at least {cka_mod.MIN_UNBIASED_BATCH} images in a batch")
     return ev.jackknife_indices(len(acc.terms_xy))
 
 
