@@ -172,7 +172,8 @@ if report is not None:
             if view.note:
                 st.info(lab.md_plain(view.note))
             info = view.summary()
-            name = Path(names.item_id(pick)).name
+            # an upload's name as given (it may hold a '/'); a folder's image by its file name
+            name = names.item_id(pick) if isinstance(images, list) else Path(names.item_id(pick)).name
             where = f"token (row {row}, col {col}) at {block}"  # subtitles in short lines: a long one is cut
             cols = st.columns(3)
             with cols[0]:
