@@ -170,7 +170,7 @@ if report is not None:
         st.caption(f"**What the model sees** ({m.label}'s transform): {seen.text}.")
         if view is not None:
             if view.note:
-                st.info(lab.md_plain(view.note))
+                st.info(view.note)
             info = view.summary()
             # an upload's name as given (it may hold a '/'); a folder's image by its file name
             name = names.item_id(pick) if isinstance(images, list) else Path(names.item_id(pick)).name
