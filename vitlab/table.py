@@ -19,7 +19,6 @@ from __future__ import annotations
 import io
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 
 from .row import ARITIES, Analysis, Lazy, Ref
 
