@@ -21,6 +21,7 @@ the count a command prints is the count of files it wrote.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import os
 import stat
@@ -74,7 +75,9 @@ class OutputNames:
 
         base = slug(stem)
         digest = hashlib.sha1(stem.encode("utf-8", "surrogatepass")).hexdigest()
-        candidates = [base] + [f"{base}_{digest[:8]}"] + [f"{base}_{digest[:8]}_{k}" for k in range(2, 10_000)]
+        # the same stem given twice (or a hash shared by chance) gets a counter after the hash
+        short = f"{base}_{digest[:8]}"
+        candidates = itertools.chain([base, short], (f"{short}_{k}" for k in itertools.count(2)))
         for cand in candidates:
             if not any(f"{cand}.{e}".casefold() in self._owner for e in exts):
                 break
