@@ -13,6 +13,7 @@ import dataclasses
 import hashlib
 import functools
 import os
+import re
 import sys
 import threading
 import time
@@ -201,6 +202,23 @@ def source_picker() -> str:
     return source
 
 
+# What makes Markdown of a name mid-sentence (CommonMark escapes any ASCII punctuation with a backslash): emphasis,
+# code, links and images, HTML, maths ('$'), Streamlit's emoji, icons and colour directives (':red[x]'), tables, and
+# GFM's bare links ('http://e.com' through ':', 'www.e.com', 'a@e.com'); '.', '-' and '+' only matter at the start
+# of a line (a list), so 'vit-cls.png' stays as it is
+_MARKDOWN = re.compile(r"([\\`*_{}\[\]()#!|<>~$:&^@=\"])")
+_LINE_START = re.compile(r"^(\s*\d*)([-+.)])")
+
+
+def md_plain(text: str) -> str:
+    """``text`` (an uploaded file's name, a folder path) escaped for Streamlit Markdown, as the HTML report escapes
+    HTML, so that it shows as typed: never a link, bold, code, maths or an icon. Line breaks become spaces (a name
+    never starts a new paragraph)."""
+    out = _MARKDOWN.sub(r"\\\1", " ".join(str(text).splitlines()))
+    out = re.sub(r"(?i)\b(www)\.", r"\1\\.", out)
+    return _LINE_START.sub(r"\1\\\2", out)
+
+
 def upload_problems_ui(uploads: tuple) -> None:
     """Name every upload that cannot be used, with its reason, as soon as it is uploaded (checked once per content)."""
     if not uploads:
@@ -208,15 +226,16 @@ def upload_problems_ui(uploads: tuple) -> None:
     digest = hashlib.sha256(b"".join(hashlib.sha256(b).digest() for _, b in uploads)).hexdigest()
     memo = st.session_state.setdefault("lab.upload_checks", {})
     if digest not in memo:
-        memo.clear()
+        while len(memo) >= 4:  # the sidebar's uploads and a page's own (Localization): both stay checked
+            memo.pop(next(iter(memo)))
         with st.spinner(f"Checking {len(uploads)} uploads…"):  # a full decode each, one at a time (memory-bounded)
             memo[digest] = vitlab.data.check_uploads(uploads)
     skipped, notices = memo[digest]
     if skipped:
         st.warning(f"{len(skipped)} of {len(uploads)} uploads cannot be used and are skipped:\n\n"
-                   + "\n".join(f"- {why}" for _, why in skipped))
+                   + "\n".join(f"- {md_plain(why)}" for _, why in skipped))
     for name, what in notices:
-        st.caption(f"`{name}`: {what}")
+        st.caption(f"{md_plain(name)}: {md_plain(what)}")
 
 
 def sidebar() -> None:
@@ -615,12 +634,12 @@ def run_caption(info, images: int) -> str:
         text = (f"{images} images; 0 batches computed: {ORIGINS[origin[0]]}, page ready in {origin[1]:.1f} s "
                 f"(first computed with {counts}, {info.seconds:.1f} s in the engine)")
     if info.skipped_images:
-        named = "; ".join(why for _, why in info.skipped_images[:5])
+        named = "; ".join(md_plain(why) for _, why in info.skipped_images[:5])
         more = f"; and {len(info.skipped_images) - 5} more" if len(info.skipped_images) > 5 else ""
         text += f"; {len(info.skipped_images)} unreadable image(s) skipped: {named}{more}"
     notices = getattr(info, "notices", [])
     if notices:
-        text += "; " + "; ".join(f"{name.split('/')[-1]}: {what}" for name, what in notices[:5])
+        text += "; " + "; ".join(f"{md_plain(name.split('/')[-1])}: {md_plain(what)}" for name, what in notices[:5])
     return text
 
 

@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 
-def tables_only(analysis, result, opts, out: Path) -> list:
+def tables_only(analysis, result, opts, out: Path, names=None) -> list:
     """``cli.write_outputs`` without charts or extra files: the CSV tables the tests compare."""
     written = []
     for stem, frame in analysis.tables(result).items():

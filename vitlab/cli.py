@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 from .errors import VitlabError
-from .inputs.outdir import check_out, write_file
+from .inputs.outdir import OutputNames, check_out, write_file
 from .options import parse_ints, parse_strs
 from .table import ANALYSES, Analysis
 
@@ -147,11 +147,11 @@ def load_models(analysis: Analysis, args) -> tuple[object, list]:
 
     if analysis.arity == "pairs":
         loaded: dict[str, object] = {}
-        for spec in (s for pair in args.pair for s in pair):
+        for spec in (s.strip() for pair in args.pair for s in pair):
             if spec not in loaded:
                 loaded[spec] = load(spec, args.device)
                 loaded[spec].display = spec
-        return [(loaded[a], loaded[b]) for a, b in args.pair], list(loaded.values())
+        return [(loaded[a.strip()], loaded[b.strip()]) for a, b in args.pair], list(loaded.values())
     given = args.model if isinstance(args.model, list) else [args.model]
     given = given + ([args.other] if analysis.arity == "pair" else [])
     models = [load(s, args.device) for s in given]
@@ -160,9 +160,11 @@ def load_models(analysis: Analysis, args) -> tuple[object, list]:
 
 
 def relabel(loaded: list, given: list[str]) -> None:
-    """Name models in outputs exactly as the user wrote them on the command line (deduplicated)."""
+    """Name models in outputs as the user wrote them on the command line, less the spaces around them that the spec
+    ignores (``"zoo:vit-cls "`` is ``zoo:vit-cls``), deduplicated (``zoo:vit-cls#2``)."""
     seen: dict[str, int] = {}
     for m, text in zip(loaded, given):
+        text = text.strip()
         k = seen.get(text, 0)
         seen[text] = k + 1
         m.display = text if k == 0 else f"{text}#{k + 1}"
@@ -200,12 +202,13 @@ def run_analysis(analysis: Analysis, args) -> int:
     if not ctx.is_main:
         return 0
     out.mkdir(parents=True, exist_ok=True)
-    written = write_outputs(analysis, result, opts, out)
+    names = OutputNames(out)
+    written = write_outputs(analysis, result, opts, out, names=names)
     extra = {**{f.name: getattr(opts, f.name) for f in dataclasses.fields(opts)}, **analysis.record(result, opts),
              "bootstrap": args.bootstrap, "seed": run.seed,
              "cache_warnings": list(run.store.warnings)}  # e.g. planted or damaged entries dropped and recomputed
     write_run_json(out, analysis.name, models + list(getattr(result, "extra_models", [])), args, run.info, t0,
-                   list(getattr(result, "warnings", []))[:20], model_taps=getattr(result, "taps", None),
+                   list(getattr(result, "warnings", []))[:20] + names.notes, model_taps=getattr(result, "taps", None),
                    written=written, **extra)
     for line in analysis.headline(result):
         print(line)
@@ -213,18 +216,22 @@ def run_analysis(analysis: Analysis, args) -> int:
     return analysis.status(result) if analysis.status else 0
 
 
-def write_outputs(analysis: Analysis, result, opts, out: Path) -> list:
-    """CSV tables, PNG/SVG charts and any other files of one result; the paths written."""
-    from .charts.common import slug, to_bytes
+def write_outputs(analysis: Analysis, result, opts, out: Path, names: OutputNames | None = None) -> list:
+    """CSV tables, PNG/SVG charts and any other files of one result; the paths written, each once. Names come from
+    ``names`` (unique by construction: a collision is renamed and said in ``names.notes``)."""
+    from .charts.common import to_bytes
 
+    names = names or OutputNames(out)
     # every file through write_file (atomic, never through a symbolic link: vitlab.inputs.outdir)
     written = []
     for stem, frame in analysis.tables(result).items():
-        written.append(write_file(out / f"{stem}.csv", frame.to_csv(index=False)))
+        written.append(write_file(names.path(stem, "csv"), frame.to_csv(index=False)))
     for stem, chart in analysis.charts(result, opts).items():
-        written += [write_file(out / f"{slug(stem)}.{fmt}", to_bytes(chart, fmt)) for fmt in ("png", "svg")]
+        written += [write_file(p, to_bytes(chart, p.suffix[1:])) for p in names.paths(stem, "png", "svg")]
     if analysis.files:
-        written += analysis.files(result, out)
+        written += analysis.files(result, names)
+    if len({os.path.normcase(os.path.abspath(p)) for p in written}) != len(written):
+        raise VitlabError(f"vitlab {analysis.name} wrote one file twice in {out}: a bug; please report it")
     return written
 
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 import importlib
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -71,7 +70,9 @@ class Analysis:
     charts: Callable[[Any, Any], dict] = lambda result, opts: {}  # (result, opts) -> {file stem: alt.Chart}
     headline: Callable[[Any], list[str]] = _headline  # result -> the lines the CLI prints
     record: Callable[[Any, Any], dict] = _no_extra  # (result, opts) -> extra run.json fields
-    files: Callable[[Any, Path], list] | None = None  # (result, out) -> other files written (npz, images)
+    # (result, names: vitlab.inputs.outdir.OutputNames) -> other files written (npz, images), each at a path from
+    # names.path / names.paths, so that no two outputs share a file
+    files: Callable[[Any, Any], list] | None = None
     status: Callable[[Any], int] | None = None  # result -> exit status (default 0)
     # runs under torchrun: batches split across ranks, results combined; False: one image (or a check) that rank 0
     # runs alone under torchrun, saying so (docs/scale-out.md)

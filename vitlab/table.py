@@ -19,7 +19,6 @@ from __future__ import annotations
 import io
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 
 from .row import ARITIES, Analysis, Lazy, Ref
 
@@ -136,12 +135,13 @@ def _distance_record(report, opts) -> dict:
             "definition": "mean over spatial queries of sum_k A[q,k] * pixel distance(q,k), prefix tokens dropped"}
 
 
-def _map_overlay(view, out: Path) -> list:
+def _map_overlay(view, names) -> list:
     from .charts import attention as ch
     from .charts.common import image_png
     from .inputs.outdir import write_file
 
-    return [write_file(out / "attention_overlay.png", image_png(ch.overlay(view.view, view.grid, min_side=224)))]
+    return [write_file(names.path("attention_overlay", "png"),
+                       image_png(ch.overlay(view.view, view.grid, min_side=224)))]
 
 
 def _map_record(view, opts) -> dict:
@@ -157,7 +157,7 @@ def _receptive_charts(report, opts) -> dict:
     return out
 
 
-def _receptive_files(report, out: Path) -> list:
+def _receptive_files(report, names) -> list:
     import numpy as np
 
     from .inputs.outdir import write_file
@@ -166,7 +166,7 @@ def _receptive_files(report, out: Path) -> list:
     for r in report.results:
         buf = io.BytesIO()
         np.savez_compressed(buf, maps=r.maps, layers=np.array(r.layers))
-        paths.append(write_file(out / f"receptive_field_{r.residual}.npz", buf.getvalue()))
+        paths.append(write_file(names.path(f"receptive_field_{r.residual}", "npz"), buf.getvalue()))
     return paths
 
 
@@ -405,16 +405,16 @@ def _attribution_charts(rep, opts) -> dict:
             "curves": ch.faithfulness_curves(rep.one.to_frame())}
 
 
-def _attribution_files(rep, out: Path) -> list:
+def _attribution_files(rep, names) -> list:
     from .charts.attention import overlay
     from .charts.common import image_png
     from .inputs.outdir import write_file
 
     paths = []
     for method, grid in rep.one.maps.items():
-        stem = out / f"map_{method.replace(':', '_')}"
-        paths += [write_file(stem.with_suffix(".png"), image_png(overlay(rep.view, grid, min_side=224))),
-                  write_file(stem.with_suffix(".csv"), rep.one.map_frame(method).to_csv(index=False))]
+        png, csv = names.paths(f"map_{method}", "png", "csv")  # 'rollout:max:0.9' -> map_rollout_max_0.9.png
+        paths += [write_file(png, image_png(overlay(rep.view, grid, min_side=224))),
+                  write_file(csv, rep.one.map_frame(method).to_csv(index=False))]
     return paths
 
 

@@ -33,7 +33,9 @@ def your_images_ui(s, src):
     ups = st.file_uploader("Your images (or the sidebar's images)", key="loc.upload", accept_multiple_files=True,
                            type=[x.lstrip(".") for x in vitlab.data.IMAGE_SUFFIXES])
     if ups:
-        return [(u.name, u.getvalue()) for u in ups], len(ups), "your uploads"
+        given = tuple((u.name, u.getvalue()) for u in ups)
+        lab.upload_problems_ui(given)  # skipped uploads and decode notes (first frame used, ...) of this view's own
+        return list(given), len(ups), "your uploads"
     return src, min(s.images, len(src)), src.name
 
 
@@ -170,7 +172,8 @@ if report is not None:
             if view.note:
                 st.info(view.note)
             info = view.summary()
-            name = Path(names.item_id(pick)).name
+            # an upload's name as given (it may hold a '/'); a folder's image by its file name
+            name = names.item_id(pick) if isinstance(images, list) else Path(names.item_id(pick)).name
             where = f"token (row {row}, col {col}) at {block}"  # subtitles in short lines: a long one is cut
             cols = st.columns(3)
             with cols[0]:
@@ -180,7 +183,8 @@ if report is not None:
                     subtitle=[where, f"vs each patch, {view.reference.images} images"])
                 lab.chart(ref_chart, key="loc.refcka")
                 st.caption(f"CKA with each patch over {view.reference.images} images of the reference set "
-                           f"{ref.source if view.note else given_name} ({view.reference.batches} batches): own patch "
+                           f"{lab.md_plain(ref.source if view.note else given_name)} ({view.reference.batches} "
+                           f"batch{'es' * (view.reference.batches != 1)}): own patch "
                            f"{info['own_cka']:.2f} [{info['own_cka_lo']:.2f}, {info['own_cka_hi']:.2f}] (95 % "
                            "jackknife Fieller over the batches)")
                 holes = tl.undefined_note(tl.undefined_positions(view.reference.cka, view.reference.grid),
@@ -194,7 +198,7 @@ if report is not None:
                     view.gradient.map, (gh, gw), (row, col), legend="|∂h/∂x| / max", picture=picture,
                     domain=(0, 1), relative=True, title="Gradient on this image", subtitle=[where, name])
                 lab.chart(grad_chart, key="loc.grad")
-                st.caption(f"gradient |∂h/∂x| of token ({row},{col}) at {block} on {name}: "
+                st.caption(f"gradient |∂h/∂x| of token ({row},{col}) at {block} on {lab.md_plain(name)}: "
                            f"{info['own_share']:.0%} in its own patch (uniform {info['own_chance']:.0%}), "
                            f"{info['neighbourhood_share']:.0%} in its 3×3 neighbourhood (uniform "
                            f"{info['neighbourhood_chance']:.0%})")
@@ -208,7 +212,8 @@ if report is not None:
                         view.attention.grid, (gh, gw), (row, col), legend="attention weight", picture=picture,
                         title="Attention on this image", subtitle=[where, "mean over heads"])
                     lab.chart(attn_chart, key="loc.attn")
-                    st.caption(f"attention of token ({row},{col}) at {block}, mean over heads, on {name}")
+                    st.caption(f"attention of token ({row},{col}) at {block}, mean over heads, on "
+                               f"{lab.md_plain(name)}")
                     lab.export(attn_chart, view.attention.to_frame(), f"attention_{m.label}_{block}_token{row}_{col}",
                                "loc.attn")
             for w in view.gradient.warnings:

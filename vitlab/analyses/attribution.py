@@ -160,7 +160,7 @@ def maps_for_batch(loaded: LoadedModel, x, targets: Sequence[int] | None, method
         taps += probs_taps(loaded)
     taps += sorted({p[1][0] for p in parsed.values() if p[0] == "gradcam"})
     if targets is None:
-        with torch.no_grad():
+        with torch.no_grad(), taps_mod.model_lock(model):  # never under another run's surgery or capture
             targets = model(x).argmax(-1).tolist()
     logits, acts, grads = _grad_pass(loaded, x, list(targets), taps)
     rng = np.random.default_rng(seed)
@@ -261,7 +261,7 @@ def curves(loaded: LoadedModel, x, target: int, orders: Sequence[np.ndarray], ce
         insertion = base[None] * (1 - m) + x[None] * m
         batch = torch.cat([deletion, insertion])
         probs = []
-        with torch.no_grad():
+        with torch.no_grad(), taps_mod.model_lock(loaded.model):  # never under another run's surgery or capture
             for s in range(0, len(batch), batch_size):
                 probs.append(loaded.model(batch[s:s + batch_size]).double().softmax(-1)[:, target].cpu())
         measured = torch.cat(probs).numpy().reshape(2, -1)

@@ -177,7 +177,8 @@ class LocalizationResult:
                          "own_cka": np.nan if own is None else float(row[own]),
                          "max_cka": float(np.nanmax(row)) if best >= 0 else np.nan,
                          "own_rank": np.nan if own is None else int((row > row[own]).sum() + 1),
-                         "localized": kinds[t] == "spatial" and best == own})
+                         # no defined cell (constant features): no best position, so neither hit nor miss
+                         "localized": (kinds[t] == "spatial" and best == own) if best >= 0 else np.nan})
         return pd.DataFrame(rows)
 
     def rate(self) -> float:
@@ -240,8 +241,10 @@ class LocalizationReport:
             return (f"95 % {r.rate_lo:.0%}-{r.rate_hi:.0%}" if np.isfinite(r.rate_lo) and np.isfinite(r.rate_hi)
                     else r.interval_method)
 
-        lines = [f"{r.model} {r.layer}: {r.localized:.0%} of spatial tokens best match their own input patch "
-                 f"({interval(r)}; chance {r.chance:.0%}, chance-corrected {r.corrected:.2f})"
+        lines = [(f"{r.model} {r.layer}: {r.localized:.0%} of spatial tokens best match their own input patch "
+                  f"({interval(r)}; chance {r.chance:.0%}, chance-corrected {r.corrected:.2f})" if np.isfinite(r.rate)
+                  else f"{r.model} {r.layer}: can't tell, no spatial token left with a defined CKA cell (features "
+                       f"constant over the images, e.g. identical images, or every position left out)")
                  + (f"; {r.left_out} flagged token positions left out" if r.left_out else "")
                  for r in self.rates().itertuples()]
         return lines + [f"localization over {self.images} images"]

@@ -30,6 +30,7 @@ from ..errors import VitlabError
 from ..inputs import taps as taps_mod
 from ..inputs.cache import make_key
 from ..inputs.data import to_tensor
+from ..inputs.images import NOTES
 from ..inputs.models import LoadedModel
 from .receptive import block_names, input_gradient, layer_point
 
@@ -175,8 +176,13 @@ def token_gradient(loaded: LoadedModel, images, opts: TokenGradientOptions, run:
     key = make_key("token-gradient", VERSION, loaded.fingerprint, source.item_key(opts.index), module, where, pos,
                    *loaded.layout_key)
     hit = run.store.get(key, {"map": None, "grid": (2,)})  # a planted entry of other arrays is a miss
+    # decoded on a cache hit too: what the decoder did to the image (first frame of an animation, the central part
+    # of a strip) is said with every answer, as the batched path says it (run.info.notices)
+    image = source.load(opts.index)
+    name = source.item_id(opts.index)
+    run.info.notices += [(name, n) for n in image.info.get(NOTES, ()) if (name, n) not in run.info.notices]
     if hit is None:
-        x = to_tensor([source.load(opts.index)], loaded)
+        x = to_tensor([image], loaded)
         prefix, grid = taps_mod.num_prefix_tokens(loaded.model), taps_mod.grid_size(loaded.model)
         gmap, g = position_gradient(loaded.model, module, x, where, pos, prefix, grid)
         hit = {"map": gmap[0].cpu().numpy(), "grid": np.array(g)}

@@ -13,10 +13,15 @@ those of them it did not write again. The folder may be one the user also keeps 
   notice: nothing is removed on its word;
 - every file is written to a temporary file in the folder and renamed over its name (:func:`write_file`): a symbolic
   link named like an output (``run.json`` -> ``~/.bashrc``) is replaced by the file, its target is never written.
+
+The names of one run's files are unique by construction (:class:`OutputNames`): two outputs never share a file, and
+the count a command prints is the count of files it wrote.
 """
 
 from __future__ import annotations
 
+import hashlib
+import itertools
 import json
 import os
 import stat
@@ -43,6 +48,50 @@ def check_out(out: str | Path) -> Path:
         if probe.parent == probe:
             return out
         probe = probe.parent
+
+
+class OutputNames:
+    """File names for one run's outputs in ``out``, unique by construction.
+
+    A name is the slug of what the file shows (a chart's stem, a method, a model's label) with the extension added
+    after it, never by ``Path.with_suffix`` on a user string (which cuts at the last dot: ``rollout:max:0.9`` and
+    ``rollout:max:0.5`` would both become ``rollout_max_0``). A slug keeps only letters, digits, ``.``, ``_``, ``-``,
+    so stems that differ only in punctuation share one (models ``zoo:vit-cls`` and ``zoo:vit-cls␣``, checkpoints
+    ``run 1.pth`` and ``run_1.pth``); the second such stem gets a short hash of its own text (the same in every run,
+    so a rerun replaces its files) and :attr:`notes` says so. Names are compared case-folded, as macOS and Windows
+    folders compare them; ``run.json`` and the record of written files are never given out.
+    """
+
+    RESERVED = ("run.json", MANIFEST)
+
+    def __init__(self, out: str | Path):
+        self.out = Path(out)
+        self.notes: list[str] = []
+        self._owner: dict[str, str] = {n.casefold(): "vitlab's own record" for n in self.RESERVED}
+
+    def paths(self, stem: str, *exts: str) -> list[Path]:
+        """One path per extension for ``stem``, all with one base name that no earlier call was given."""
+        from ..charts.common import slug
+
+        base = slug(stem)
+        digest = hashlib.sha1(stem.encode("utf-8", "surrogatepass")).hexdigest()
+        # the same stem given twice (or a hash shared by chance) gets a counter after the hash
+        short = f"{base}_{digest[:8]}"
+        candidates = itertools.chain([base, short], (f"{short}_{k}" for k in itertools.count(2)))
+        for cand in candidates:
+            if not any(f"{cand}.{e}".casefold() in self._owner for e in exts):
+                break
+        if cand != base:
+            taken = next(self._owner[f"{base}.{e}".casefold()] for e in exts if f"{base}.{e}".casefold() in self._owner)
+            self.notes.append(f"output {stem!r} would share the file name '{base}' with {taken!r}: written as "
+                              f"'{cand}'")
+        for e in exts:
+            self._owner[f"{cand}.{e}".casefold()] = stem
+        return [self.out / f"{cand}.{e}" for e in exts]
+
+    def path(self, stem: str, ext: str) -> Path:
+        """The path for ``stem`` with extension ``ext`` (see :meth:`paths`)."""
+        return self.paths(stem, ext)[0]
 
 
 def write_file(path: str | Path, data: bytes | str) -> Path:

@@ -208,7 +208,9 @@ def holding(model, progress=None, what: str = "the model") -> Iterator[None]:
 @contextmanager
 def capture(model, taps: Sequence[str], detach: bool = True,
             reduce: Mapping[str, Callable] | None = None) -> Iterator[dict]:
-    """Hook ``taps`` of ``model``; inside the block every forward fills the yielded dict ``{tap: tensor}``.
+    """Hook ``taps`` of ``model``; inside the block every forward on this thread fills the yielded dict
+    ``{tap: tensor}``. The model's lock is held throughout, so no other run captures, or changes the model, at the
+    same time; a forward another thread makes meanwhile without a capture leaves the dict alone (issue 39).
 
     Hooks (and the switch-off of fused attention for ``attn_probs``) are undone in ``finally``, even when the
     forward raises. ``detach=False`` keeps the graph (for gradients, e.g. receptive fields).
@@ -224,8 +226,13 @@ def capture(model, taps: Sequence[str], detach: bool = True,
     fused_restore = []
 
     reduce = reduce or {}
+    owner = threading.get_ident()
 
     def keep(name, tensor, transpose, clone):
+        # hooks are on the shared module: a forward on another thread (a run that needs no taps, or calls a block's
+        # submodules outside its own capture) fires them too; only this run's thread writes this run's taps
+        if threading.get_ident() != owner:
+            return
         t = tensor.transpose(1, 2) if transpose else tensor
         t = t.detach() if detach else t
         if name in reduce:

@@ -518,16 +518,20 @@ def chance_corrected(rate, positions: int):
 
 def localized_rate(cka: np.ndarray, prefix: int, keep: np.ndarray | None = None) -> np.ndarray:
     """(..., T, G) token-by-position CKA -> (...) fraction of spatial tokens whose best position is their own;
-    ``keep`` (G,) bool: only those spatial tokens count (flagged high-norm tokens left out)."""
+    ``keep`` (G,) bool: only those spatial tokens count (flagged high-norm tokens left out). A token with no defined
+    cell (every CKA of its row NaN: constant features, e.g. identical images) has no best position and is not
+    counted; with no token left the rate is NaN (undefined), never chance."""
     c = np.asarray(cka, dtype=np.float64)[..., prefix:, :]
     if c.shape[-2] != c.shape[-1]:
         raise VitlabError(f"{c.shape[-2]} spatial tokens do not match a grid of {c.shape[-1]} positions")
-    best = np.nanargmax(np.where(np.isfinite(c), c, -np.inf), axis=-1)
-    hit = best == np.arange(c.shape[-1])
-    if keep is None:
-        return hit.mean(-1)
-    keep = np.asarray(keep, dtype=bool)
-    return hit[..., keep].mean(-1) if keep.any() else np.full(hit.shape[:-1], np.nan)  # nothing left to count
+    finite = np.isfinite(c)
+    best = np.argmax(np.where(finite, c, -np.inf), axis=-1)
+    counted = finite.any(-1)  # (..., G)
+    if keep is not None:
+        counted = counted & np.asarray(keep, dtype=bool)
+    hits, count = ((best == np.arange(c.shape[-1])) & counted).sum(-1), counted.sum(-1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(count > 0, hits / np.maximum(count, 1), np.nan)  # nothing left to count: NaN
 
 
 def radius_fraction(maps: np.ndarray, mass: float = 0.5) -> np.ndarray:

@@ -203,7 +203,8 @@ class Check:
         """"256 images in 8 batches of 32" (the tour's images; some checks use fewer, said in their interval)."""
         if not self.images:
             return "images not recorded"
-        return f"{self.images} images in {self.batches} batches of {self.batch_size}"
+        return (f"{self.images} image{'s' * (self.images != 1)} in {self.batches} batch{'es' * (self.batches != 1)} "
+                f"of {self.batch_size}")
 
     def lines(self) -> dict[str, str]:
         """The row in words for the app, the slides and the report: paper (the paper's claim only), statistic (its

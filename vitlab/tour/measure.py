@@ -98,6 +98,9 @@ def _self_cka(models: list[LoadedModel], source, opts, run: Run) -> list[ev.Boot
 
 def _jk(acc: ev.BootstrapCKA) -> np.ndarray:
     """Leave-one-batch-out indices of an accumulator's batches (below 4 batches the intervals say "too few")."""
+    if not acc.terms_xy:  # every batch had fewer than 4 readable images (one image: one batch of 1)
+        raise VitlabError(f"no batch of {cka_mod.MIN_UNBIASED_BATCH} or more readable images: CKA's unbiased "
+                          f"estimator needs at least {cka_mod.MIN_UNBIASED_BATCH} images in a batch")
     return ev.jackknife_indices(len(acc.terms_xy))
 
 
@@ -453,8 +456,10 @@ def _localization(models: list[LoadedModel], source, opts, run):
         low = float(ev.chance_corrected(0.0, positions))  # every token misplaced
         # a rate counts tokens: it moves in steps of 1/positions (1/(positions − 1) once chance-corrected)
         step = 1.0 / max(1, positions - 1)
+        cells = point[prefix:]  # (G, G) spatial tokens by positions: (defined cells, all cells) for the words
         out.append((_jack(ev.chance_corrected(rate, positions), corr_loo, bounds=(low, 1.0), resolution=step),
-                    _jack(rate, loo, bounds=(0.0, 1.0), resolution=1.0 / positions), positions, corr_loo))
+                    _jack(rate, loo, bounds=(0.0, 1.0), resolution=1.0 / positions), positions, corr_loo,
+                    (int(np.isfinite(cells).sum()), int(cells.size))))
         maps.append(_token_maps(m, s.layers[0], point, prefix, positions))
     return out, pd.concat(maps, ignore_index=True)
 
@@ -474,6 +479,11 @@ def _token_maps(m: LoadedModel, layer: str, cka: np.ndarray, prefix: int, positi
 
 def _loc_text(m: LoadedModel, r) -> str:
     corr, raw, g = r[:3]
+    if not np.isfinite(raw.value):  # no token has a defined cell: the rate is undefined, not chance (issue 39)
+        defined, cells = r[4]
+        return (f"{m.label} last layer: no token has a best-matching patch, {cells - defined} of its {cells} "
+                f"token-by-position CKA cells are undefined (features constant over the images, e.g. identical "
+                f"images)")
     return (f"{m.label} last layer: {raw.value:.0%} of tokens best matched at their own patch (chance "
             f"{ev.chance_level(g):.0%} on {g} positions), chance-corrected {corr.text('.2f')}")
 

@@ -140,7 +140,8 @@ def images_in_words(name: str, count: int, order: str = "first N") -> str:
         what = "vitlab's sample photographs"
     else:
         what = f"images in the folder '{Path(name).name or name}'"
-    how = f"first {count} images" if order == "first N" else f"{count} images ({order})"
+    images = f"{count} image{'s' * (int(count) != 1)}"
+    how = f"first {images}" if order == "first N" else f"{images} ({order})"
     return f"{what}, {how}"
 
 
@@ -248,8 +249,9 @@ def render_html(tour: TourReport, prov: dict, title: str) -> str:
     img = prov["images"]
     data = images_in_words(img["source"], img["count"], img.get("order", "first N"))
     batches = -(-int(img["count"]) // max(1, int(img.get("batch size", 1) or 1)))
-    counts_html = (f'<p class="n">n = {img["count"]} images · {batches} batches <small>{e(data)}, batches of '
-                   f'{img.get("batch size")}</small></p>')
+    n = int(img["count"])
+    counts_html = (f'<p class="n">n = {n} image{"s" * (n != 1)} · {batches} batch{"es" * (batches != 1)} '
+                   f'<small>{e(data)}, batches of {img.get("batch size")}</small></p>')
     slides, toc = [], []
     for k, row in enumerate(tour.rows):
         frame = tour.frames.get(row.figure) if tour.frames else None
