@@ -183,6 +183,8 @@ class Check:
     batch_size: int = 0
     effect_note: str = ""  # how the learned answer's intervals were kept in range (Estimate.note of the effect)
     data_note: str = ""  # what the counts are when not the tour's images (Fig 6's first images, Fig 11's probe pool)
+    control_lo: float = float("nan")  # the control's 95 % interval when it is measured (the CNN's, the other model's)
+    control_hi: float = float("nan")
 
     @property
     def verdict(self) -> str:
@@ -221,7 +223,11 @@ class Check:
             learned = self.learned_label.removeprefix("n.a.: ")
         else:
             stat = format_estimate(self.statistic, self.lo, self.hi, self.interval_unit, self.interval_units)
-            control = "0" if self.control == 0 else f"{self.control:.3f}"
+            if self.control == 0 or not (self.control_lo == self.control_lo and self.control_lo < self.control_hi):
+                control = "0" if self.control == 0 else f"{self.control:.3f}"  # a fixed reference: no interval
+            else:
+                control = format_estimate(self.control, self.control_lo, self.control_hi, self.interval_unit,
+                                          self.interval_units)
             pattern = f"{stat} against {self.control_label}, {control}"
             if self.learned == "n.a.":
                 learned = self.learned_label.removeprefix("n.a.: ")
@@ -269,7 +275,8 @@ def make_check(key: str, stat: Estimate, control: Estimate, control_label: str, 
                  "can't tell" if few and learned.applies else learned.answer(direction), *_triple(learned.effect), *_triple(learned.twin), learned.label,
                  units["interval_unit"], units["interval_units"], units["interval_method"], evidence,
                  STATISTICS[key], CONTROL_NOTES[key] if note is None else note, stat.note,
-                 effect_note=learned.effect.note if learned.effect is not None else "")
+                 effect_note=learned.effect.note if learned.effect is not None else "", control_lo=control.lo,
+                 control_hi=control.hi)
 
 
 def too_few(stat: Estimate) -> str:
@@ -544,6 +551,14 @@ class TourReport:
                          "models": r.models or "none", "data": w["data"]})
         return pd.DataFrame(rows, columns=["figure", "pattern", "statistic", "on these models", "learned",
                                            "trained vs untrained", "interval", "models", "data"])
+
+    def markdown(self) -> str:
+        """:meth:`table` as a Markdown table (docs/evidence.md and the README's tour table are made by it), with the
+        evidence in words; ``|`` in a cell escaped."""
+        frame = self.table().assign(evidence=[r.evidence for r in self.rows])
+        cells = [list(frame.columns)] + frame.astype(str).values.tolist()
+        lines = ["| " + " | ".join(c.replace("|", "\\|") for c in row) + " |" for row in cells]
+        return "\n".join(lines[:1] + ["|" + "---|" * len(frame.columns)] + lines[1:])
 
     def summary(self) -> dict[str, int]:
         """Counts of the pattern answers."""
