@@ -163,6 +163,8 @@ def test_every_claim_page_leads_with_the_tours_row_on_its_own_settings(page, set
     controls = tuple(r.control_note for r in rows)
     assert not check_words(page, at, controls), check_words(page, at, controls)
     assert not lead_problems(page, at, rows), lead_problems(page, at, rows)
+    if page == "checkpoints":  # the other-seed control is drawn beside the data-scale curves (issue 37)
+        assert any("zoo:vit-cls-seed1" in str(c.proto) for c in at.get("vega_lite_chart"))
     if settings == "32/16" and page != "localization":  # 2 batches: below 4 units no check answers
         assert all(r.pattern == "can't tell" and r.learned in ("can't tell", "n.a.") for r in rows
                    if r.interval_unit == "batches"), [(r.figure, r.pattern, r.learned) for r in rows]
