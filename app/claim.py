@@ -50,7 +50,7 @@ def words(row: tour.Check) -> dict[str, str]:
     return {"paper": f"**{PAPER_LEAD}** ({row.figure}) {w['paper']}",
             "statistic": f"**{OURS_LEAD}** {w['statistic']}.",
             "pattern": f"**Pattern: {row.pattern}.** {w['pattern_numbers']}",
-            "learned": f"**Learned: {row.learned}.** {w['learned_numbers']}",
+            "learned": f"**Learned: {row.learned.rstrip('.')}.** {w['learned_numbers']}",
             "control": w["control_note"],
             "basis": f"{w['interval_text']}. Models: {w['models'] or 'none'}. Data: {w['data']}."}
 
