@@ -402,8 +402,8 @@ def _evidence_doc() -> tuple[dict[str, dict[str, str]], dict[str, str]]:
         assert len(cells) == len(columns), line[:120]
         rows[cells[0]] = dict(zip(columns, cells))
     bullets = {}
-    for m in re.finditer(r"^- \*\*(Figs? [\d-]+), pattern ([^,]+), learned (n\.a\.|[^.*]+)\.?\*\*(.*?)(?=^- \*\*|^\S|\Z)",
-                         text, re.M | re.S):
+    bullet = r"^- \*\*(Figs? [\d-]+), pattern ([^,]+), learned (n\.a\.|[^.*]+)\.?\*\*(.*?)(?=^- \*\*|^\S|\Z)"
+    for m in re.finditer(bullet, text, re.M | re.S):
         bullets[m.group(1)] = (m.group(2), m.group(3), " ".join(m.group(4).split()))
     return rows, bullets
 

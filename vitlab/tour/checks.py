@@ -272,7 +272,8 @@ def make_check(key: str, stat: Estimate, control: Estimate, control_label: str, 
     units = interval_columns(stat.unit, stat.units, stat.method) if stat.unit else \
         {"interval_unit": "", "interval_units": 0, "interval_method": ""}
     return Check(c.figure, c.title, c.claim, v, stat.value, stat.lo, stat.hi, control.value, control_label,
-                 "can't tell" if few and learned.applies else learned.answer(direction), *_triple(learned.effect), *_triple(learned.twin), learned.label,
+                 "can't tell" if few and learned.applies else learned.answer(direction),
+                 *_triple(learned.effect), *_triple(learned.twin), learned.label,
                  units["interval_unit"], units["interval_units"], units["interval_method"], evidence,
                  STATISTICS[key], CONTROL_NOTES[key] if note is None else note, stat.note,
                  effect_note=learned.effect.note if learned.effect is not None else "", control_lo=control.lo,

@@ -349,7 +349,8 @@ def _growth_pair(vit: LoadedModel, cnn: LoadedModel, source, opts, run):
     cg, cb, ca, cr = _growth(cmaps, idx)
     step = 1.0 / np.sqrt(vmaps[0].shape[-2] * vmaps[0].shape[-1])
     effect = T.difference(vg, cg, vr, cr).widened(step)
-    frame = pd.concat([_map_frame(vit, "block 0 input", vmaps[0]), _map_frame(vit, "attention sublayer + residual", vmaps[1]),
+    frame = pd.concat([_map_frame(vit, "block 0 input", vmaps[0]),
+                       _map_frame(vit, "attention sublayer + residual", vmaps[1]),
                        _map_frame(cnn, f"{first} input", cmaps[0]), _map_frame(cnn, f"{first} output", cmaps[1])],
                       ignore_index=True)
     return (vg, vb, va, cg, cb, ca, effect, first), frame
@@ -363,9 +364,9 @@ def measure_growth(ms: Models, source, opts, run):
         t, tframe = _growth_pair(ms.twin(ms.vit), ms.twin(ms.cnn), source, opts, run)
         twin = t[6]
         frames.append(tframe)
-    detail = (f"50 % radius as a fraction of the input side: {ms.vit.label} block 0 input {vb.text()}, after its attention "
-              f"sublayer and residual {va.text()}; {ms.cnn.label} {first} input {cb.text()}, output after its "
-              f"residual {ca.text()}; both after their residual, as the paper's Fig 6"
+    detail = (f"50 % radius as a fraction of the input side: {ms.vit.label} block 0 input {vb.text()}, after its "
+              f"attention sublayer and residual {va.text()}; {ms.cnn.label} {first} input {cb.text()}, output after "
+              f"its residual {ca.text()}; both after their residual, as the paper's Fig 6"
               + (f"; ViT − CNN growth {effect.text()}, untrained twins {twin.text()}" if twin else ""))
     rows = _rows(("ViT: attention growth", "statistic", vg), ("CNN: first block growth", "control", cg),
                  ("ViT block 0 input", "detail", vb), ("ViT attention sublayer + residual", "detail", va),
