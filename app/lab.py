@@ -562,6 +562,7 @@ def compute(key: tuple, fn: Callable[[vitlab.Run], Any], label: str, persist: bo
 
 
 PAPER_LEAD, OURS_LEAD = "The paper reports", "On these models:"
+TOUR_SETTINGS = "lab.tour_settings"  # the Paper tour page's images, batch size, twins and resamples (plain values)
 
 
 def finding(paper: str, ours: str | None = None, why: str | None = None) -> None:

@@ -235,7 +235,7 @@ def test_cancelled_run_offers_to_start_again():
     assert any("cancelled" in i.value for i in at.info)
     assert not charts(at)
     at.button(key="lab.again.CKA").click().run()
-    assert charts(at) and not at.info
+    assert charts(at) and not any("cancelled" in i.value for i in at.info)  # a "can't tell" answer is an info box
 
 
 def test_uploaded_images_are_a_source():

@@ -56,3 +56,28 @@ def test_presentation_walks_every_figure_with_claim_verdict_numbers_and_offers_t
     assert claims[-1].title in html_text(at)
     assert "Download report (HTML)" in [d.label for d in at.get("download_button")]
     assert len(seen) == len(claims)
+
+
+def test_presentation_runs_the_paper_tour_pages_settings_and_says_so():
+    """Issue 37: the slides measure what the Paper tour page is set to (its images, batches, twins, resamples), not
+    always the handout default; each slide's counts are those its statistic used."""
+    import lab
+
+    at = AppTest.from_file(str(APP / "Home.py"), default_timeout=600)
+    for k, v in SETTINGS.items():
+        at.session_state[k] = v
+    at.session_state[lab.TOUR_SETTINGS] = {"tour.images": 32, "tour.batch_size": 8, "tour.twins": False,
+                                           "tour.bootstrap": 50}
+    at.run()
+    at.switch_page("views/present.py").run()
+    assert not at.exception and not at.error, [e.value for e in at.error]
+    text = html_text(at)
+    assert 'data-images="32" data-batches="4"' in text, text[:400]
+    assert "The Paper tour page&#x27;s settings: 32 images in batches of 8" in text
+    at.session_state["present.step"] = "receptive"
+    at.run()
+    text = html_text(at)  # Fig 6: its own first 32 images, in batches of 8 (a backward pass each)
+    assert 'data-images="32" data-batches="4"' in text and "backward pass" in text
+    at.session_state["present.step"] = "probes"
+    at.run()
+    assert 'data-images="500"' in html_text(at)  # Fig 11: the probe pool of its few-shot draws

@@ -7,7 +7,7 @@ import torch
 
 import vitlab
 from tests.reference import fieller_jackknife, hsic1_song, linear_gram64
-from vitlab import attention, evidence as ev
+from vitlab import attention, evidence as ev, tour
 from vitlab.stats.cka import centred
 from vitlab.errors import VitlabError
 from vitlab.stats.evidence import Estimate, verdict
@@ -397,3 +397,67 @@ def test_cka_tooltip_leaves_out_a_null_that_was_not_run():
     cells["p_null"], cells["null_hi"] = [0.01, 0.2], [0.1, 0.1]
     tips = {t["field"] for t in cka_heatmap(cells).to_dict()["encoding"]["tooltip"]}
     assert {"cka_lo", "p_null", "null_hi"} <= tips
+
+
+# ------------------------------------------------------------------------------- docs/evidence.md: text = table
+
+
+def _evidence_doc() -> tuple[dict[str, dict[str, str]], dict[str, str]]:
+    """(figure -> the tour table's row as {column: cell}, figure -> its figure-by-figure bullet) of docs/evidence.md."""
+    import re
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parent.parent / "docs" / "evidence.md").read_text()
+    head = "| figure | pattern | statistic | on these models | learned |"
+    start = text.index(head)
+    lines = text[start:].split("\n\n", 1)[0].splitlines()
+    columns = [c.strip() for c in lines[0].strip("|").split(" | ")]
+    rows = {}
+    for line in lines[2:]:
+        cells = [c.strip() for c in re.split(r"(?<!\\) \| ", line.strip().strip("|").strip())]
+        assert len(cells) == len(columns), line[:120]
+        rows[cells[0]] = dict(zip(columns, cells))
+    bullets = {}
+    bullet = r"^- \*\*(Figs? [\d-]+), pattern ([^,]+), learned (n\.a\.|[^.*]+)\.?\*\*(.*?)(?=^- \*\*|^\S|\Z)"
+    for m in re.finditer(bullet, text, re.M | re.S):
+        bullets[m.group(1)] = (m.group(2), m.group(3), " ".join(m.group(4).split()))
+    return rows, bullets
+
+
+def text_problems(rows: dict, bullets: dict) -> list[str]:
+    """Where the figure-by-figure text disagrees with its table: a figure without its bullet, other answers, a
+    decimal number the row does not hold, an empty / None / nan cell."""
+    import re
+
+    problems = [f"{f}: no bullet" for f in rows if f not in bullets]
+    problems += [f"{f}: a bullet without a table row" for f in bullets if f not in rows]
+    for figure, (pattern, learned, body) in bullets.items():
+        row = rows.get(figure)
+        if row is None:
+            continue
+        if (pattern, learned) != (row["pattern"], row["learned"]):
+            problems.append(f"{figure}: the text says pattern {pattern}, learned {learned}; the table "
+                            f"{row['pattern']}, {row['learned']}")
+        cells = " ".join(row.values())
+        problems += [f"{figure}: the text quotes {n}, which its table row does not hold"
+                     for n in re.findall(r"-?\d+\.\d+", body) if n not in cells]
+    problems += [f"{f}: an empty, None or nan cell" for f, row in rows.items()
+                 if not all(c and c not in ("None", "nan") for c in row.values())]
+    return problems
+
+
+def test_evidence_text_quotes_its_table():
+    """Every figure of the tour table has one bullet whose answers are the row's, and every decimal number the
+    bullet quotes appears in that row (issue 37: the text said 'Fig 12, shown' while the table said not shown)."""
+    rows, bullets = _evidence_doc()
+    assert list(rows) == [c.figure for c in tour.CLAIMS.values()]
+    assert not text_problems(rows, bullets), text_problems(rows, bullets)
+
+
+def test_the_evidence_check_catches_a_text_that_disagrees_with_its_table():
+    rows, bullets = _evidence_doc()
+    pattern, learned, body = bullets["Fig 12"]
+    assert text_problems(rows, {**bullets, "Fig 12": ("shown", learned, body)})  # the old "Fig 12, shown"
+    assert text_problems(rows, {**bullets, "Fig 12": (pattern, learned, body + " 0.0861 [0.078, 0.094]")})
+    assert text_problems(rows, {k: v for k, v in bullets.items() if k != "Fig 6"})
+    assert text_problems({**rows, "Fig 8": {**rows["Fig 8"], "learned": "None"}}, bullets)

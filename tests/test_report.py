@@ -145,9 +145,15 @@ def test_each_section_prints_on_its_own_a4_page_and_names_the_data_for_people():
     vit = vitlab.load("zoo:vit-cls", "cpu")
     src = vitlab.open_source("fashion-mnist:test")
     prov = R.provenance([vit], src, T.TourOptions(images=40, batch_size=8), 1.5, Run(bootstrap=7, seed=3))
-    text = R.render_html(fake_tour(), prov, R.ReportOptions().title)
+    rep = fake_tour()
+    # each section's counts are what its own statistic used (issue 37): Fig 6's 32 images, the tour's 40 elsewhere
+    rep.rows[0] = dataclasses.replace(rep.rows[0], images=40, batches=5, batch_size=8)
+    rep.rows[1] = dataclasses.replace(rep.rows[1], images=32, batches=4, batch_size=8,
+                                      data_note="the first images: a backward pass each")
+    text = R.render_html(rep, prov, R.ReportOptions().title)
     assert "@page{size:A4" in text and "break-inside:avoid" in text and "break-before:page" in text
     assert text.count('<section class="slide"') == len(fake_tour().rows) + 2  # cover, figures, provenance
     assert "Fashion-MNIST test set, first 40 images" in text
-    assert "n = 40 images · 5 batches" in text
+    assert "n = 40 images · 5 batches" in text and "n = 32 images · 4 batches" in text
+    assert "the first images: a backward pass each, batches of 8" in text and "n not recorded" in text
     assert "CNNs?, checked on these models" not in text

@@ -169,18 +169,3 @@ def test_a_token_change_with_the_measured_reference_runs_no_batch(tiny_vit):
     direct = TL.token_view(tiny_vit, ups, 0, "blocks.1", 2, 7, opts, Run(bootstrap=50), 1, "uploads")
     np.testing.assert_allclose(view.cka_grid(), direct.cka_grid(), atol=1e-6)
     np.testing.assert_array_equal(view.gradient.map, direct.gradient.map)
-
-
-def test_rate_finding_says_rate_interval_chance_and_count():
-    import pandas as pd
-
-    rates = pd.DataFrame([
-        {"model": "a", "layer": "blocks.0", "rate": 0.5, "rate_lo": 0.2, "rate_hi": 0.7, "positions": 16,
-         "chance": 1 / 16, "corrected": (0.5 - 1 / 16) / (1 - 1 / 16), "interval_unit": "batches",
-         "interval_units": 4},
-        {"model": "a", "layer": "blocks.5", "rate": 0.8125, "rate_lo": 0.6, "rate_hi": 1.0, "positions": 16,
-         "chance": 1 / 16, "corrected": 0.8, "interval_unit": "batches", "interval_units": 4}])
-    text = TL.rate_finding(rates, 64)
-    assert text.startswith("a blocks.5: 81% of its 16 tokens") and "95 % interval 60%-100% over 4 batches" in text
-    assert "chance 6.2%" in text and "chance-corrected 0.80" in text and "64 images" in text
-    assert "blocks.0" not in text  # the last layer measured speaks for the model

@@ -265,3 +265,25 @@ def test_cli_tour_writes_the_table_and_run_json(tmp_path):
     assert run["command"] == "tour" and run["bootstrap"] == 20 and run["control"] == "random"
     assert (out / "tour_intervals.csv").exists() and (out / "tour_figs1_2.png").exists()
     assert main(["tour", "-m", "zoo:resnet", "--only", "nope", "-n", "8", "--no-cache", "-o", str(out)]) == 2
+
+
+def test_below_four_units_a_check_states_no_direction_either_way():
+    """Issue 37: 2 batches give no interval, so neither answer goes either way, whatever the point estimates say;
+    the evidence and the words say why."""
+    few = lambda v: Estimate(v, float("nan"), float("nan"), "batches", 2, "jackknife t")  # noqa: E731
+    for vit, cnn in ((3.0, 5.0), (5.0, 3.0)):  # the wrong way and the claimed way
+        c = tour.check_skips(few(vit), few(cnn), "d", effect=few(vit - cnn), twin=few(0.0))
+        assert (c.pattern, c.learned) == ("can't tell", "can't tell"), (vit, cnn)
+        assert c.evidence.startswith("too few batches for an interval: 2 < 4")
+        words = c.lines()
+        assert "too few batches for an interval" in words["pattern_numbers"] and "[" not in words["pattern_numbers"]
+    n_a = tour.check_scale(few(-0.2), "d")
+    assert (n_a.pattern, n_a.learned) == ("can't tell", "n.a.")
+
+
+def test_a_measured_control_is_shown_with_its_interval_and_a_fixed_one_without():
+    est = lambda v, lo, hi: Estimate(v, lo, hi, "batches", 8, "jackknife t")  # noqa: E731
+    c = tour.check_skips(est(4.16, 3.98, 4.35), est(4.838, 4.761, 4.917), "d")
+    assert "against CNN median ratio, 4.838 [4.761, 4.917]" in c.lines()["pattern_numbers"]
+    z = tour.check_probes(est(-0.112, -0.156, -0.068), None, "d")
+    assert z.lines()["pattern_numbers"].endswith("against no margin, 0")

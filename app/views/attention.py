@@ -1,6 +1,7 @@
 """Attention (Raghu et al. 2021, Sec. 4, Figs 3-4): mean attention distance per head per block; click a head to
 see its maps on a chosen image for a chosen query token, every head and their mean, and the attention rollout."""
 
+import claim
 import lab
 import streamlit as st
 
@@ -8,10 +9,6 @@ import vitlab
 from vitlab import attention
 from vitlab.analyses import findings
 from vitlab.charts import attention as charts
-
-PAPER = ("the lower layers of ViTs trained on enough data mix local heads (small mean attention distance) with "
-         "global ones, the higher layers' heads are all global, and with less data the local heads do not form "
-         "(Figs 3-4).")
 
 st.title("Attention")
 lead = st.container()
@@ -27,8 +24,12 @@ with lab.guard():
     dist = lab.compute(("attn-dist", s.key, spec), lambda run: attention.attention_distance(m, src, opts, run),
                        "Attention distance")
 
+row = None
+with lead, lab.guard():
+    # the check on this page's model first (its ViT), the sidebar's pair after it
+    row = claim.check("distance", [lab.model(spec, s.device), *lab.models(s)], lab.source(s), s)
 with lead:
-    lab.answer(PAPER, None if dist is None else dist.finding(), "no attention distances for this model (see below).")
+    claim.lead(row, "Figs 3-4")
 
 if dist is not None:
     frame = dist.to_frame()

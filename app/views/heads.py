@@ -1,6 +1,7 @@
 """Head subsets vs the other model (Raghu et al. 2021, Sec. 4.1, Fig 5): sort the heads of a lower ViT block by
 mean attention distance, and compare windows of heads (local to global) with the other model's lower layers."""
 
+import claim
 import lab
 import streamlit as st
 
@@ -9,9 +10,6 @@ from vitlab import heads
 from vitlab.analyses import findings
 from vitlab.analyses.attention import require_vit
 from vitlab.charts import attention as charts
-
-PAPER = ("the ViT's local heads (small mean attention distance) are the most similar to the ResNet's lower layers "
-         "and its global heads the least: local attention learns what convolutions hard-code (Fig 5).")
 
 st.title("Head subsets vs the other model")
 lead = st.container()
@@ -43,9 +41,11 @@ with lab.guard():
     result = lab.compute(("heads", s.key, tuple(blocks), size, tokens), lambda run: heads.head_subsets(
         a, b, src, opts, run), "Head subsets")
 
+row = None
+with lead, lab.guard():
+    row = claim.check("heads", list(lab.models(s)), lab.source(s), s)
 with lead:
-    lab.answer(PAPER, None if result is None else result.finding(s.batch_size),
-               "no head subsets were compared (see below).")
+    claim.lead(row, "Fig 5")
 
 if result is not None:
     for w in result.warnings:

@@ -6,6 +6,7 @@ attends, beside its CKA map from a reference set (vitlab.token_localization)."""
 import hashlib
 from pathlib import Path
 
+import claim
 import lab
 import streamlit as st
 
@@ -65,7 +66,7 @@ c2.button("Compare CLS vs GAP: zoo:vit-cls-14 and zoo:vit-gap-14 (196 tokens, po
 st.caption(f"CLS vs GAP in the zoo: for vit-cls / vit-gap, {vitlab.tour.GAP_CAVEAT}; vit-cls-14 / vit-gap-14 differ "
            "in pooling alone. Chance level of a token's best match is 1/positions, so the chart shows the "
            "chance-corrected rate: grids of different sizes on one scale (Paper tour, Figs 9-10).")
-report = None
+report = data = None
 with lab.guard():
     a, b = lab.models(s)
     src = lab.source(s)
@@ -77,14 +78,14 @@ with lab.guard():
     report = lab.compute(("loc", s.key, data_name, data_images),
                          lambda run: localization.localization([a, b], data, opts, run), "Localization")
 
+rows = {}
+with lead, lab.guard():
+    # the tour's Figs 9 and 10 on this page's models and images (the reference set when the sidebar has too few)
+    for key in ("localization", "gap") if data is not None else ():
+        rows[key] = claim.check(key, list(lab.models(s)), data, s, images=data_images)
 with lead:
-    paper = ("ViT tokens, even in higher layers, keep much more of their own input patch than ResNet positions do; "
-             "a ViT trained with global average pooling (GAP) localizes worse in its last layers than one with a CLS "
-             "token (Sec. 5, Figs 9-10).")
-    if report is None:
-        lab.finding(paper, why="the localization run did not finish; its answer shows here when it does.")
-    else:
-        lab.finding(paper, tl.rate_finding(report.rates(), report.images))
+    for key, figure in (("localization", "Fig 9"), ("gap", "Fig 10")):
+        claim.lead(rows.get(key), figure)
 
 if report is not None:
     summary = report.summary()

@@ -16,7 +16,6 @@ from vitlab import tour
 from vitlab.engine.context import Run
 
 STEPS = list(tour.CLAIMS)
-BOOTSTRAP = tour.TOUR_BOOTSTRAP  # the Paper tour page's default: the two pages share one computed tour
 # Projector layout, this page only (the <style> goes when the page does): Streamlit's header shrunk to its buttons,
 # the padding compressed, type sized by the viewport (clamp of vw and vh: the smaller screen side rules), and each
 # figure an SVG scaled to its column and to the height left under the title (2.8rem and the title's lines in
@@ -103,22 +102,39 @@ def draw(chart, key: str, width: str = "stretch") -> None:
     st.altair_chart(chart.properties(usermeta=SVG), key=key, width=width, theme=None)
 
 
-def counts_html(images: int, batches: int, batch_size: int, units: str) -> str:
-    return (f'<p class="present-n" data-images="{images}" data-batches="{batches}">n = {images} images · {batches} '
-            f'batches<br><small>{escape(units)}, batches of {batch_size}</small></p>')
+def tour_settings() -> tuple[tour.TourOptions, int, str]:
+    """The Paper tour page's images, batch size, twins and resamples (issue 37: the slides and the page show the same
+    rows), or, when that page has not been opened, the tour default; and a line that says which."""
+    kept = st.session_state.get(lab.TOUR_SETTINGS)
+    if not kept:
+        opts = tour.TourOptions(control="random")
+        return opts, tour.TOUR_BOOTSTRAP, (f"The tour default ({opts.images} images in batches of {opts.batch_size}, "
+                                           f"untrained twins, {tour.TOUR_BOOTSTRAP} resamples), as the handout: the "
+                                           "Paper tour page has not been opened.")
+    opts = tour.TourOptions(images=int(kept["tour.images"]), batch_size=int(kept["tour.batch_size"]),
+                            control="random" if kept["tour.twins"] else "none")
+    boot = int(kept["tour.bootstrap"])
+    return opts, boot, (f"The Paper tour page's settings: {opts.images} images in batches of {opts.batch_size}, "
+                        f"{'untrained twins' if kept['tour.twins'] else 'no untrained twins'}, {boot} resamples.")
+
+
+def counts_html(row, units: str) -> str:
+    """The counts this slide's statistic used (Check.images: Fig 6 its first images, Fig 11 its probe pool)."""
+    what = row.data_note or units
+    return (f'<p class="present-n" data-images="{row.images}" data-batches="{row.batches}">n = {row.images} images · '
+            f'{row.batches} batches<br><small>{escape(what)}, batches of {row.batch_size}</small></p>')
 
 
 st.html(STYLE)
 s = lab.settings()
-# the tour's own default (vitlab.tour.TOUR_IMAGES in batches of TOUR_BATCH), the one the Paper tour page starts on and
-# `vitlab report` uses: the slides, the page and the handout show the same rows (issue 33)
-opts = tour.TourOptions(control="random")
+# the Paper tour page's settings (or the tour default the page and `vitlab report` start on): one computed tour
+opts, BOOTSTRAP, which = tour_settings()
 done = None
 with lab.guard():
     a, b = lab.models(s)
     src = lab.source(s)
     done = lab.compute(("tour", s.key, opts, BOOTSTRAP), lambda run: tour.run_tour(
-        [a, b], src, opts, replace(run, bootstrap=BOOTSTRAP, seed=0)), "Paper tour")
+        [a, b], src, opts, replace(run, bootstrap=BOOTSTRAP, seed=tour.TOUR_SEED)), "Paper tour")
 if done is not None:
     step = st.session_state.setdefault("present.step", STEPS[0])
     k = STEPS.index(step)
@@ -147,14 +163,14 @@ if done is not None:
             lab.export(done.charts[row.figure], frame, f"tour_{step}", f"present.{step}")
     left, right = st.columns([3, 2], gap="medium")
     with right.container(key="present-text"):
-        st.html(counts_html(images, batches, opts.batch_size, report_mod.images_in_words(src.name, images)))
+        st.html(counts_html(row, report_mod.images_in_words(src.name, images)))
         st.html(slide_text(row))
         if frame is not None and len(frame):
             with st.container(key="present-intervals"):
                 draw(done.charts[row.figure].properties(width=420, height=alt.Step(alt_step(frame)))
                      .configure_legend(orient="bottom"), f"present.{step}.chart", width="content")
         st.html(f'<details class="present-more"><summary>Evidence</summary><p class="present-evidence">'
-                f'{escape(row.evidence)}</p></details>')
+                f'{escape(which)} {escape(row.evidence)}</p></details>')
     with left.container(key="present-figure"):
         if paper is not None:
             st.html(f'<p class="present-paper" data-figure="{escape(row.figure)}">{escape(row.figure)} as the paper '

@@ -1,16 +1,13 @@
 """Receptive fields (Raghu et al. 2021, Sec. 4.2, Fig 6): the effective receptive field of the centre position of
 every block, the mean |gradient| of its output with respect to the input image."""
 
+import claim
 import lab
 import streamlit as st
 
 from vitlab import receptive
 from vitlab.analyses import findings
 from vitlab.charts import attention as charts
-
-PAPER = ("ViT receptive fields are more global than ResNet ones from the lowest layers on, yet still centred on "
-         "the position, while ResNet fields grow gradually; before the residual they show how much each block "
-         "relies on its skip connection (Fig 6).")
 
 st.title("Receptive fields")
 lead = st.container()
@@ -31,9 +28,12 @@ with lab.guard():
     result = lab.compute(("rf", s.key, spec, residual), lambda run: receptive.receptive_fields(m, src, opts, run),
                          "Receptive fields")
 
+row = None
+with lead, lab.guard():
+    # the tour's Fig 6: the first tour.rf_images images in batches of 8, after the residual in both models
+    row = claim.check("receptive", [lab.model(spec, s.device), *lab.models(s)], lab.source(s), s)
 with lead:
-    lab.answer(PAPER, None if result is None else result.finding(opts.batch_size),
-               "no receptive fields were computed (see below).")
+    claim.lead(row, "Fig 6")
 
 if result is not None:
     for w in result.warnings:

@@ -5,6 +5,7 @@ sensitivity checks. Another measure (Procrustes, SVCCA, PWCCA, mutual k-NN) can 
 view puts every measure side by side.
 """
 
+import claim
 import lab
 import streamlit as st
 
@@ -13,9 +14,6 @@ from vitlab import charts
 from vitlab.charts import similarity as sim_charts
 from vitlab.analyses import findings
 from vitlab.charts.cka import cka_profile
-
-PAPER = ("ViTs have more uniform representations across layers than ResNets (higher CKA between different layers "
-         "of one model), and the ViT's lower half resembles a much larger part of the ResNet (Figs 1-2).")
 
 VIEWS = {"A vs B": (0, 1), "within A": (0, 0), "within B": (1, 1)}
 VIEW_IDS = {"A vs B": "ab", "within A": "aa", "within B": "bb"}
@@ -155,7 +153,7 @@ st.caption("Centered kernel alignment (Kornblith et al. 2019) between every pair
            "(Nguyen et al. 2021), as in Figs 1-2 of Raghu et al. 2021.")
 s = lab.settings()
 tokens, kernel, measure = options_ui()
-report = None
+report = row = None
 with lab.guard():
     a, b = lab.models(s)
     src = lab.source(s)
@@ -167,12 +165,10 @@ with lab.guard():
         report = lab.compute(("cka", s.key, tokens, kernel), lambda run: vitlab.run.cka([a, b], src, opts, run),
                              "CKA")
 
+with lead, lab.guard():
+    row = claim.check("cka", list(lab.models(s)), lab.source(s), s)
 with lead:
-    if report is not None:
-        lab.finding(PAPER, vitlab.similarity.uniformity_finding(report, s.batch_size).ours)
-    else:
-        lab.finding(PAPER, why="the CKA maps answer this claim; the measure chosen below is not CKA, or no CKA "
-                               "was computed (see below).")
+    claim.lead(row, "Figs 1-2")
 
 if report is not None:
     st.caption(lab.run_caption(report.info, report.images))

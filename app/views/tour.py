@@ -35,9 +35,10 @@ def move(delta: int) -> None:
 def options_ui() -> tuple[tour.TourOptions, int]:
     """The tour's own images and batches, seeded from the tour default (vitlab.tour.TOUR_IMAGES in batches of
     TOUR_BATCH), not the sidebar's: the page, the slides and `vitlab report` then measure the same rows."""
+    kept = st.session_state.get(lab.TOUR_SETTINGS, {})  # this page's last choices (its widget keys do not survive)
     for key, default in (("tour.images", tour.TOUR_IMAGES), ("tour.batch_size", tour.TOUR_BATCH),
                          ("tour.twins", True), ("tour.bootstrap", tour.TOUR_BOOTSTRAP)):
-        st.session_state.setdefault(key, default)
+        st.session_state.setdefault(key, kept.get(key, default))
     c1, c2, c3, c4 = st.columns(4)
     images = c1.number_input("Tour images", min_value=8, max_value=10000, step=32, key="tour.images",
                              help=f"default {tour.TOUR_IMAGES}, as `vitlab tour` and `vitlab report`")
@@ -46,6 +47,9 @@ def options_ui() -> tuple[tour.TourOptions, int]:
     twins = c3.toggle("Untrained twins as controls", key="tour.twins",
                       help="NAME@random: the same architecture untrained, for claims that depend on training")
     boot = c4.select_slider("Bootstrap resamples", [50, 100, 200, 500], key="tour.bootstrap")
+    # "Present the tour" runs what this page runs (plain keys: they outlive this page's widgets)
+    st.session_state[lab.TOUR_SETTINGS] = {"tour.images": int(images), "tour.batch_size": int(batch),
+                                           "tour.twins": bool(twins), "tour.bootstrap": boot}
     return tour.TourOptions(images=int(images), batch_size=int(batch), control="random" if twins else "none"), boot
 
 
@@ -61,10 +65,10 @@ with lab.guard():
         [vit, cnn], src, opts, replace(run, bootstrap=boot, seed=tour.TOUR_SEED)), "Paper tour")
 if report is not None:
     frame = report.to_frame()
-    st.dataframe(frame[["figure", "pattern", "statistic_label", "statistic", "lo", "hi", "control", "learned",
-                        "effect", "twin", "models", "interval_unit", "interval_units", "interval_method",
-                        "interval_note", "evidence"]], hide_index=True,
-                 key="tour.table", column_config={"evidence": st.column_config.TextColumn(width="large")})
+    # every number in words with its interval, no "None" cell (issue 37); tour.csv keeps the numbers' columns
+    st.dataframe(report.table(), hide_index=True, key="tour.table",
+                 column_config={k: st.column_config.TextColumn(width="large")
+                                for k in ("on these models", "trained vs untrained")})
     st.download_button("tour.csv", frame.to_csv(index=False).encode(), "tour.csv", "text/csv", key="tour.csv",
                        on_click="ignore")
     st.caption(lab.run_caption(report.info, opts.images) + f"; intervals: jackknife t over batches (images, draws), "

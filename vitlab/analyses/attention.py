@@ -135,7 +135,6 @@ def capture_parity(loaded: LoadedModel, images: list) -> ParityResult:
                         float((logits - fused_logits).abs().max()), len(images))
 
 
-
 # ---------------------------------------------------------------- mean attention distance
 
 
@@ -250,40 +249,6 @@ class AttentionDistanceResult:
     def lower_layers(self) -> list[int]:
         """Indices (into ``layers``) of the lower half of the measured blocks (at least one)."""
         return list(range(max(1, len(self.layers) // 2)))
-
-    def finding(self, margin: float = LOCAL_MARGIN):
-        """Figs 3-4 on this model: the most local and the most global head of the lower half of the blocks, each
-        with its 95 % interval over images, against uniform attention over all keys (same convention). A head
-        counts as local when its whole interval lies at least ``margin`` (a fraction) below uniform attention's
-        distance; with no local head the chart cannot show the claim, and the Finding says why."""
-        from .findings import Finding, interval_basis, say
-
-        lower = self.lower_layers()
-        part = self.distance_px[lower]
-        lo_i, lo_h = np.unravel_index(int(np.nanargmin(part)), part.shape)
-        hi_i, hi_h = np.unravel_index(int(np.nanargmax(part)), part.shape)
-        near, far = self.head_estimate(lower[lo_i], lo_h), self.head_estimate(lower[hi_i], hi_h)
-        u = self.uniform_px
-        blocks = f"block {self.layers[lower[0]]}" if len(lower) == 1 else \
-            f"blocks {self.layers[lower[0]]}-{self.layers[lower[-1]]}"
-        name = lambda i, h: f"block {self.layers[lower[i]]} head {h}"  # noqa: E731
-        basis = interval_basis("images", self.images)
-        highs = np.array([[self.head_estimate(li, h).hi for h in range(part.shape[1])] for li in lower])
-        local = int(np.sum(highs < (1 - margin) * u)) if np.isfinite(u) else 0
-        if not np.isfinite(u):
-            return Finding(why=f"{self.model}: no uniform-attention reference for this model, so local and global "
-                               "heads cannot be told apart here.")
-        spread = float(np.nanmax(np.abs(part - u)))
-        if local == 0:
-            return Finding(why=f"{self.model} has no local heads in its lower half ({blocks}) to compare: every head "
-                               f"lies within {spread:.1f} px of uniform attention's {u:.1f} px (most local: "
-                               f"{name(lo_i, lo_h)}, {say(near, '.1f', ' px')}; most global: {name(hi_i, hi_h)}, "
-                               f"{say(far, '.1f', ' px')}); a head counts as local when it attends at least "
-                               f"{margin:.0%} closer than uniform; {basis}.")
-        return Finding(ours=f"{self.model}, lower half ({blocks}): {local} of {part.size} heads attend at least "
-                            f"{margin:.0%} closer than uniform attention ({u:.1f} px); most local {name(lo_i, lo_h)} "
-                            f"{say(near, '.1f', ' px')}, most global {name(hi_i, hi_h)} {say(far, '.1f', ' px')}; "
-                            f"{basis}.")
 
 
 class AttentionDistanceAccumulator:
@@ -535,4 +500,3 @@ def head_maps(loaded: LoadedModel, images, index: int = 0, layer: int = 0, query
     heads = list(range(loaded.heads)) + ["mean"]
     return pd.concat([attention_map(loaded, images, index, layer, h, query, acts=acts, leave_out=leave_out)
                       .to_frame() for h in heads], ignore_index=True)
-

@@ -81,18 +81,6 @@ class CheckpointComparison:
             out.append(jackknife(value, loo, "batches"))
         return tuple(out)
 
-    def finding(self, batch_size: int | None = None):
-        """Fig 12 on these pairs: the CKA of matching layers, averaged over the lower and the upper half, each with
-        its 95 % jackknife-t interval over batches."""
-        from .findings import Finding, interval_basis, say
-
-        parts, units = [], 0
-        for k, (a, b) in enumerate(self.pairs):
-            lower, upper = self.curve_estimates(k)
-            units = lower.units
-            parts.append(f"{a} vs {b}: lower half {say(lower)}, upper half {say(upper)}")
-        return Finding(ours=f"mean CKA of matching layers: {'; '.join(parts)}; "
-                            f"{interval_basis('batches', units, batch_size=batch_size)}.")
 
     def headline(self) -> list[str]:
         lines = [f"{a} vs {b}: CKA {curve[0]:.3f} (first layer) ... {curve[-1]:.3f} (last layer)"

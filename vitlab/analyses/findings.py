@@ -1,5 +1,7 @@
-"""The words of an analysis page's lead (issue 33): a :class:`Finding` says what *these* models show for the paper's
-claim, from the page's own result, with every number's 95 % interval, its unit and count, in one convention.
+"""Number formatting for the analysis pages, in one convention (issue 33). A page that speaks of a claim of the
+paper shows the tour's own check for it (``vitlab.tour``, via app/claim.py; issue 37): nothing here words a claim.
+A :class:`Finding` says what a page measured that no claim of the tour covers (a skip removed at inference, token
+norms), with every number's 95 % interval, its unit and count.
 
 One helper, :func:`interval_caption`, formats that convention ("bars: 95 % jackknife t over 4 batches of 16 images")
 for every headline number and every error bar; :func:`say` writes an :class:`~vitlab.stats.evidence.Estimate` as
@@ -82,14 +84,3 @@ def rate_over_images(rate: float, n: int) -> Estimate:
     """A share of ``n`` images (0/1 outcomes, e.g. top-1 accuracy): the t interval of their mean, cut to [0, 1]."""
     rate = float(rate)
     return mean_from_moments(rate, math.sqrt(max(rate * (1 - rate), 0.0)), n).clipped(0.0, 1.0)
-
-
-def compare(diff: Estimate, higher: str, lower: str) -> str:
-    """Words for the sign of a difference a − b with its interval: "higher", "lower" or "intervals overlap"."""
-    if not (math.isfinite(diff.lo) and math.isfinite(diff.hi)):
-        return f"{higher if diff.value > 0 else lower} (difference {say(diff)})"
-    if diff.lo > 0:
-        return f"{higher} (difference {say(diff)})"
-    if diff.hi < 0:
-        return f"{lower} (difference {say(diff)})"
-    return f"no clear difference (difference {say(diff)} includes 0)"

@@ -156,34 +156,6 @@ class HeadSubsetResult:
             return Estimate(value, np.nan, np.nan, "batches", 0, "")
         return jackknife(value, np.nanmean(self.loo[:, s], axis=-1), "batches")
 
-    def finding(self, batch_size: int | None = None, margin: float = 0.25):
-        """Fig 5 on these models: the most local and the most global subset's CKA with the other model's layers
-        (mean over those layers), and local minus global, each with a 95 % jackknife-t interval over batches."""
-        from .findings import Finding, compare, interval_basis, jackknife, say
-
-        windows = len(self.subsets) - 1
-        if windows < 2:
-            return Finding(why=f"one subset holds all {len(self.heads)} heads: choose fewer heads per subset to "
-                                "compare local heads with global ones.")
-        g = windows - 1
-        near, far = self.subset_estimate(0), self.subset_estimate(g)
-        if self.loo is not None:
-            diff = jackknife(near.value - far.value, np.nanmean(self.loo[:, 0], -1) - np.nanmean(self.loo[:, g], -1),
-                             "batches")
-        else:
-            diff = near.__class__(near.value - far.value, np.nan, np.nan, "batches", 0, "")
-        d = lambda s: float(np.mean(self.distance_px[self.subsets[s]]))  # noqa: E731
-        heads = lambda s: "+".join(self.heads[i] for i in self.subsets[s])  # noqa: E731
-        words = compare(diff, "the most local heads are more similar, the paper's order",
-                        "the most local heads are less similar, the opposite of the paper's order")
-        text = (f"mean CKA with {self.model_b}'s {len(self.layers_b)} lower layers: most local subset ({heads(0)}, "
-                f"{d(0):.1f} px) {say(near)}, most global ({heads(g)}, {d(g):.1f} px) {say(far)}; {words}; "
-                f"{interval_basis('batches', near.units, batch_size=batch_size)}.")
-        if np.isfinite(self.uniform_px) and d(0) > (1 - margin) * self.uniform_px:
-            spread = float(np.max(np.abs(self.distance_px - self.uniform_px)))
-            text += (f" None of these heads is local (all within {spread:.1f} px of uniform attention's "
-                     f"{self.uniform_px:.1f} px), so the subsets differ little in how local they are.")
-        return Finding(ours=text)
 
     def headline(self) -> list[str]:
         return [f"{len(self.subsets) - 1} subsets of {self.size} head(s) vs {len(self.layers_b)} layers of "

@@ -265,29 +265,6 @@ class ProbeReport:
         return lines + [f"{shots}-shot probes on {len(self.split.test)} test images{chance}"]
 
 
-    def finding(self):
-        """Fig 11 on these models: each model's probe accuracy per representation at its middle and its last
-        layer, each the mean over the few-shot draws with its 95 % jackknife-t interval over the draws."""
-        from ..stats.evidence import Estimate
-        from .findings import Finding, interval_basis, say
-
-        frame = self.to_frame()
-        if frame.empty:
-            return Finding(why="no probe was fitted.")
-        parts = []
-        for (model, rep), part in frame.groupby(["model", "representation"], sort=False):
-            part = part.sort_values("layer_index")
-            rows = [part.iloc[(len(part) - 1) // 2], part.iloc[-1]]
-            es = [Estimate(float(r["accuracy"]), float(r["accuracy_lo"]), float(r["accuracy_hi"]), "draws",
-                           int(r["draws"]), str(r["interval_method"])) for r in rows]
-            parts.append(f"{model} {REP_WORDS.get(rep, rep)} {say(es[0])} at {rows[0]['layer']}, {say(es[1])} at "
-                         f"{rows[1]['layer']}")
-        draws = int(frame["draws"].iloc[0])
-        shots = int(frame["shots"].iloc[0])
-        return Finding(ours=f"{shots}-shot linear-probe accuracy, middle and last layer: {'; '.join(parts)}; "
-                            f"chance {frame['chance'].max():.2f}; {interval_basis('few-shot draws', draws)}.")
-
-
 REP_WORDS = {"cls": "CLS token", "gap": "mean of tokens (GAP)", "gap_cls": "GAP incl. CLS", "first": "first token",
              "token": "single tokens"}
 

@@ -267,19 +267,6 @@ class ReceptiveFieldResult:
         lo, hi = percentile_interval(self.radius_samples[:, k, layer])
         return Estimate(value, float(lo) / side, float(hi) / side, "batches", self.radius_units, PERCENTILE)
 
-    def finding(self, batch_size: int | None = None):
-        """Fig 6 on this model: the radius holding 50 % of the gradient at the first and the last layer, as a
-        fraction of the input side, with 95 % percentile-bootstrap intervals over batches."""
-        from ..stats.evidence import PERCENTILE
-        from .findings import Finding, interval_basis, say
-
-        first, last = self.radius_estimates(0), self.radius_estimates(len(self.layers) - 1)
-        return Finding(ours=f"{self.model} ({RESIDUAL_LABELS.get(self.residual, self.residual)}), radius of the disc around the centre holding 50 % of the "
-                            f"gradient, as a share of the input side: first layer ({self.layers[0]}) {say(first)}, "
-                            f"last layer ({self.layers[-1]}) {say(last)}; "
-                            f"{interval_basis('batches', first.units, PERCENTILE, batch_size)}. This page shows one "
-                            "model at a time: switch Model to compare with the other.")
-
 
 class GradientSums:
     """Float64 sums of per-image |gradient| maps (L, H, W) and the image count (torch.distributed: states add)."""

@@ -429,23 +429,3 @@ def uniformity(result: cka_mod.CKAResult):
     if result.loo is None:
         return Estimate(float(value), np.nan, np.nan, "batches", 0, "")
     return jackknife(value, off_diagonal_mean(result.loo), "batches")
-
-
-def uniformity_finding(report, batch_size: int):
-    """Figs 1-2 on these models: mean CKA between different layers of model A and of model B (each with itself),
-    their difference, each with a 95 % jackknife-t interval over the same batches (``report``: ``run.cka``'s
-    CKAReport of two models)."""
-    from .findings import Finding, compare, interval_basis, jackknife, say
-
-    a, b = report.pair(0, 0), report.pair(1, 1)
-    ea, eb = uniformity(a), uniformity(b)
-    if a.loo is not None and b.loo is not None and len(a.loo) == len(b.loo):
-        diff = jackknife(ea.value - eb.value, off_diagonal_mean(a.loo) - off_diagonal_mean(b.loo), "batches")
-    else:
-        from ..stats.evidence import Estimate
-
-        diff = Estimate(ea.value - eb.value, np.nan, np.nan, "batches", 0, "")
-    words = compare(diff, f"{a.model_a} is more uniform across its layers", f"{b.model_a} is more uniform across "
-                    "its layers")
-    return Finding(ours=f"mean CKA between different layers of each model with itself: {a.model_a} {say(ea)}, "
-                        f"{b.model_a} {say(eb)}; {words}; {interval_basis('batches', ea.units, batch_size=batch_size)}.")

@@ -277,32 +277,6 @@ class SkipReport:
     def headline(self) -> list[str]:
         return [f"skip ratios over {self.images} images"]
 
-    def finding(self, batch_size: int | None = None):
-        """Fig 7 on these models: each model's mean ‖z‖/‖f(z)‖ over spatial tokens, per kind of sublayer, each with
-        its 95 % jackknife-t interval over batches, and which is largest."""
-        from .findings import Finding, interval_basis, say
-
-        parts, ests, cls = [], [], []
-        for r in self.results:
-            for group, rows in r.sublayer_groups().items():
-                e = r.group_estimate(rows)
-                ests.append((f"{r.model} {group}", e))
-                parts.append(f"{r.model} {group} {say(e)}")
-                if "cls" in r.kinds():
-                    cls.append(f"{r.model} {group} {say(r.group_estimate(rows, 'cls'))}")
-        ranked = sorted((x for x in ests if np.isfinite(x[1].value)), key=lambda x: -x[1].value)
-        if not ranked:
-            return Finding(why="every ratio is undefined (zero branches): nothing to compare.")
-        top, second = ranked[0], ranked[1] if len(ranked) > 1 else None
-        words = f"largest: {top[0]}"
-        if second is not None:
-            apart = np.isfinite(top[1].lo) and np.isfinite(second[1].hi) and top[1].lo > second[1].hi
-            words += (f", its interval above the next ({second[0]})" if apart
-                      else f", its interval overlapping the next ({second[0]})")
-        units = self.results[0].interval_units
-        cls_text = f"; for the CLS token: {'; '.join(cls)}" if cls else ""
-        return Finding(ours=f"mean skip/branch norm ratio ‖z‖/‖f(z)‖ over spatial tokens: {'; '.join(parts)}; {words}"
-                            f"{cls_text}; {interval_basis('batches', units, batch_size=batch_size)}.")
 
     def identity_errors(self) -> dict[str, float]:
         """Per token model (ViT, Mixer): the largest relative error of sum = z + f(z) over its sublayers."""

@@ -279,17 +279,3 @@ def images_for_dataset(given: int, given_name: str, reference: ReferenceOptions)
     return reference.source, reference.images, (
         f"{given} image(s) given: too few for a data-set statistic (at least {MIN_IMAGES}); the localization maps "
         f"below are measured on the reference set {reference.source} ({reference.images} images)")
-
-
-def rate_finding(rates, images: int) -> str:
-    """The localization answer in words, per model at its last measured layer, from ``LocalizationReport.rates()``:
-    the rate with its 95 % interval (unit and count), the chance level 1/positions and the chance-corrected rate."""
-    parts = []
-    for _, r in rates.groupby("model", sort=False).tail(1).iterrows():
-        interval = (f"95 % interval {r['rate_lo']:.0%}-{r['rate_hi']:.0%} over {int(r['interval_units'])} "
-                    f"{r['interval_unit']}" if np.isfinite(r["rate_lo"]) and np.isfinite(r["rate_hi"])
-                    else "no interval")
-        parts.append(f"{r['model']} {r['layer']}: {r['rate']:.0%} of its {int(r['positions'])} tokens best match "
-                     f"their own input patch ({interval}; chance {r['chance']:.1%}, chance-corrected "
-                     f"{r['corrected']:.2f})")
-    return "; ".join(parts) + f". Linear CKA over {images} images."

@@ -192,7 +192,9 @@ def _paper_chart(key: str, data: dict, title: str):
     if key == "heads":
         return head_scatter(data["heads"], title)
     if key == "receptive":
-        return image_grid(data["fields"], title + ": mean |gradient| of the centre token, normalised",
+        # the ViT's attention sublayer and the CNN's first block, both after their residual (issue 37)
+        return image_grid(data["fields"], title + ": mean |gradient| of the centre token, normalised; both after "
+                          "their residual",
                           value_title="|gradient|")
     if key == "skips":
         return skip_figure(data["skips"], title)

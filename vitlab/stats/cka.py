@@ -255,9 +255,9 @@ class MinibatchCKA:
         for name, side, vals in (("A", self.layers_a, self.xx), ("B", self.layers_b, self.yy)):
             for layer, v in zip(side, vals):
                 if not np.isfinite(v) or v <= 0:
-                    what = "NaN" if not np.isfinite(v) else f"{v:.3g}"
+                    what = "undefined" if not np.isfinite(v) else f"{v:.3g}"
                     warnings.append(f"{model_a if name == 'A' else model_b} {layer}: self-HSIC is {what} "
-                                    "(constant or degenerate features); its CKA is undefined (NaN)")
+                                    "(constant or degenerate features); its CKA is undefined")
         with np.errstate(invalid="ignore", divide="ignore"):
             denom = np.sqrt(np.outer(self.xx, self.yy))
             cka = np.where((self.xx[:, None] > 0) & (self.yy[None, :] > 0), self.xy / denom, np.nan)

@@ -94,10 +94,7 @@ def run_tour(models: list[LoadedModel], source: ImageSource, opts: TourOptions, 
         raise VitlabError(f"unknown tour check(s) {', '.join(bad)}: choose from {', '.join(CLAIMS)}")
     from . import measure as M
 
-    from ..inputs.data import select
-
     ms, measure = M.Models(models, opts.control), measures()
-    images = len(select(source, opts.images, opts.shuffle))
     rows, charts, frames, figures, papers = [], {}, {}, {}, {}
     for k, key in enumerate(keys):
         claim = CLAIMS[key]
@@ -112,9 +109,11 @@ def run_tour(models: list[LoadedModel], source: ImageSource, opts: TourOptions, 
         error = _first_error(run, key, error)
         if error is not None:
             check, data, figure = cant_tell(key, error), [], {}
-        # every row names its models and the tour's images, so a slide or a handout says what it rests on
-        check = replace(check, models="; ".join(ms.used), images=images, batches=-(-images // opts.batch_size),
-                        batch_size=opts.batch_size)
+        # every row names its models and the images its statistic used, so a slide or a handout says what it
+        # rests on (issue 37: Fig 6 reads its first rf_images, Fig 11 a probe pool, not the tour's images)
+        images, batch_size, note = M.data_used(key, source, opts)
+        check = replace(check, models="; ".join(ms.used), images=images, batches=-(-images // batch_size),
+                        batch_size=batch_size, data_note=note)
         rows.append(check)
         frame = pd.DataFrame(data, columns=["label", "role", "value", "lo", "hi", "unit", "units", "interval"])
         frame.insert(0, "figure", claim.figure)

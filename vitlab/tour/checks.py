@@ -70,8 +70,8 @@ STATISTICS: dict[str, str] = {
     "cka": "ViT minus ResNet mean CKA between different layers of the same model",
     "distance": "locality of the most local first-block head: 1 − its mean attention distance / uniform attention's",
     "heads": "−Spearman ρ between a lower-layer head's attention distance and its CKA with the ResNet's lower layers",
-    "receptive": "growth of the 50 % receptive-field radius across the ViT's first attention sublayer, as a fraction "
-                 "of the input side",
+    "receptive": "growth of the 50 % receptive-field radius across the ViT's first attention sublayer, after its "
+                 "residual as the CNN block it is compared with, as a fraction of the input side",
     "skips": "median ratio ‖z‖ / ‖f(z)‖ of skip to branch norm in the ViT, over sublayers and tokens",
     "removal": "mean CKA between the layers before and after the block retrained without its skips",
     "localization": "chance-corrected localization of the ViT's last layer: (rate − chance) / (1 − chance), the rate "
@@ -182,6 +182,9 @@ class Check:
     batches: int = 0
     batch_size: int = 0
     effect_note: str = ""  # how the learned answer's intervals were kept in range (Estimate.note of the effect)
+    data_note: str = ""  # what the counts are when not the tour's images (Fig 6's first images, Fig 11's probe pool)
+    control_lo: float = float("nan")  # the control's 95 % interval when it is measured (the CNN's, the other model's)
+    control_hi: float = float("nan")
 
     @property
     def verdict(self) -> str:
@@ -200,11 +203,13 @@ class Check:
 
     @property
     def data_text(self) -> str:
-        """"256 images in 8 batches of 32" (the tour's images; some checks use fewer, said in their interval)."""
+        """"256 images in 8 batches of 32": the images this check's statistic used (Fig 6 its first 32 images in
+        batches of 8, Fig 11 its probe pool), with ``data_note`` when they are not the tour's images."""
         if not self.images:
             return "images not recorded"
-        return (f"{self.images} image{'s' * (self.images != 1)} in {self.batches} batch{'es' * (self.batches != 1)} "
+        text = (f"{self.images} image{'s' * (self.images != 1)} in {self.batches} batch{'es' * (self.batches != 1)} "
                 f"of {self.batch_size}")
+        return f"{text} ({self.data_note})" if self.data_note else text
 
     def lines(self) -> dict[str, str]:
         """The row in words for the app, the slides and the report: paper (the paper's claim only), statistic (its
@@ -219,7 +224,11 @@ class Check:
             learned = self.learned_label.removeprefix("n.a.: ")
         else:
             stat = format_estimate(self.statistic, self.lo, self.hi, self.interval_unit, self.interval_units)
-            control = "0" if self.control == 0 else f"{self.control:.3f}"
+            if self.control == 0 or not (self.control_lo == self.control_lo and self.control_lo < self.control_hi):
+                control = "0" if self.control == 0 else f"{self.control:.3f}"  # a fixed reference: no interval
+            else:
+                control = format_estimate(self.control, self.control_lo, self.control_hi, self.interval_unit,
+                                          self.interval_units)
             pattern = f"{stat} against {self.control_label}, {control}"
             if self.learned == "n.a.":
                 learned = self.learned_label.removeprefix("n.a.: ")
@@ -255,16 +264,31 @@ def make_check(key: str, stat: Estimate, control: Estimate, control_label: str, 
 
     c = CLAIMS[key]
     v = force or verdict(stat, control, direction, floor)
+    few = too_few(stat)
+    if few:  # issue 37: below MIN_UNITS units a run cannot answer, whatever way its point estimate goes
+        v, evidence = "can't tell", f"{few}; {evidence}"
     if key in NOT_LEARNED:
         learned = Learned(None, None, NOT_LEARNED[key], applies=False)
     learned = learned or Learned(None, None, "no untrained twins: run with --control random")
     units = interval_columns(stat.unit, stat.units, stat.method) if stat.unit else \
         {"interval_unit": "", "interval_units": 0, "interval_method": ""}
     return Check(c.figure, c.title, c.claim, v, stat.value, stat.lo, stat.hi, control.value, control_label,
-                 learned.answer(direction), *_triple(learned.effect), *_triple(learned.twin), learned.label,
+                 "can't tell" if few and learned.applies else learned.answer(direction),
+                 *_triple(learned.effect), *_triple(learned.twin), learned.label,
                  units["interval_unit"], units["interval_units"], units["interval_method"], evidence,
                  STATISTICS[key], CONTROL_NOTES[key] if note is None else note, stat.note,
-                 effect_note=learned.effect.note if learned.effect is not None else "")
+                 effect_note=learned.effect.note if learned.effect is not None else "", control_lo=control.lo,
+                 control_hi=control.hi)
+
+
+def too_few(stat: Estimate) -> str:
+    """Why ``stat`` cannot answer a claim ("too few batches for an interval: 2 < 4"), or "" when it can: a resampled
+    statistic over fewer than :data:`~vitlab.stats.evidence.MIN_UNITS` units states no direction (issue 37)."""
+    from ..stats.evidence import MIN_UNITS
+
+    if stat.unit and stat.units < MIN_UNITS and stat.value == stat.value:
+        return f"too few {stat.unit} for an interval: {stat.units} < {MIN_UNITS}"
+    return ""
 
 
 def cant_tell(key: str, why: str) -> Check:
@@ -513,6 +537,30 @@ class TourReport:
         import pandas as pd
 
         return pd.DataFrame([{k: getattr(r, k) for k in self.COLUMNS} for r in self.rows], columns=self.COLUMNS)
+
+    def table(self):
+        """The table a person reads (the Paper tour page): one row per check, every number in words with its 95 %
+        interval (``format_estimate``), no empty or "None" cell: figure, pattern, statistic, on these models
+        (statistic against its control), learned, trained vs untrained, interval, models, data."""
+        import pandas as pd
+
+        rows = []
+        for r in self.rows:
+            w = r.lines()
+            rows.append({"figure": r.figure, "pattern": r.pattern, "statistic": w["statistic"],
+                         "on these models": w["pattern_numbers"], "learned": r.learned,
+                         "trained vs untrained": w["learned_numbers"], "interval": r.interval,
+                         "models": r.models or "none", "data": w["data"]})
+        return pd.DataFrame(rows, columns=["figure", "pattern", "statistic", "on these models", "learned",
+                                           "trained vs untrained", "interval", "models", "data"])
+
+    def markdown(self) -> str:
+        """:meth:`table` as a Markdown table (docs/evidence.md and the README's tour table are made by it), with the
+        evidence in words; ``|`` in a cell escaped."""
+        frame = self.table().assign(evidence=[r.evidence for r in self.rows])
+        cells = [list(frame.columns)] + frame.astype(str).values.tolist()
+        lines = ["| " + " | ".join(c.replace("|", "\\|") for c in row) + " |" for row in cells]
+        return "\n".join(lines[:1] + ["|" + "---|" * len(frame.columns)] + lines[1:])
 
     def summary(self) -> dict[str, int]:
         """Counts of the pattern answers."""

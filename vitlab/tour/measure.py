@@ -86,6 +86,28 @@ def _indices(source: ImageSource, opts: T.TourOptions):
     return select(source, opts.images, opts.shuffle)
 
 
+RF_BATCH = 8  # images per backward pass of the receptive fields
+
+
+def _probe_pool(source: ImageSource, opts: T.TourOptions):
+    """The images Fig 11's few-shot draws are taken from: enough for the test images and 30 shots per class."""
+    return select(source, None if opts.images is None else max(opts.images, opts.probe_test + 30 * opts.probe_shots),
+                  None)
+
+
+def data_used(key: str, source: ImageSource, opts: T.TourOptions) -> tuple[int, int, str]:
+    """(images, batch size, note) that check ``key`` reads: the tour's images, except Fig 6 (its first
+    ``rf_images``, a backward pass each, in batches of 8) and Fig 11 (the probe pool of its few-shot draws)."""
+    if key == "receptive":
+        n = len(select(source, opts.rf_images, None))
+        return n, RF_BATCH, "the first images: a backward pass each"
+    if key == "probes":
+        return (len(_probe_pool(source, opts)), opts.batch_size,
+                f"the probe pool: {opts.probe_draws} few-shot draws of {opts.probe_shots} shots per class and "
+                f"{opts.probe_test} test images")
+    return len(_indices(source, opts)), opts.batch_size, ""
+
+
 def _self_cka(models: list[LoadedModel], source, opts, run: Run) -> list[ev.BootstrapCKA]:
     """Self-CKA accumulators (default taps) of each model over the same batches."""
     stats = [GramStatistic() for _ in models]
@@ -279,7 +301,7 @@ def _field_maps(m: LoadedModel, points: list[tuple[str, str]], source, opts, run
     from ..engine import dist
 
     kept = []
-    for batch in plan_batches(source, select(source, opts.rf_images, None), 8)[run.shard[0]::run.shard[1]]:
+    for batch in plan_batches(source, select(source, opts.rf_images, None), RF_BATCH)[run.shard[0]::run.shard[1]]:
         dist.at_batch(batch.index)
         maps = field_maps(m, points, source, batch, run.store)
         if maps is not None:
@@ -320,7 +342,9 @@ def _map_frame(m: LoadedModel, label: str, maps: np.ndarray) -> pd.DataFrame:
 def _growth_pair(vit: LoadedModel, cnn: LoadedModel, source, opts, run):
     from ..analyses.receptive import block_names
 
-    vmaps = _field_maps(vit, [("blocks.0", "in"), ("blocks.0.ls1", "out")], source, opts, run)
+    # like with like (issue 37): both after their residual, the ViT's attention sublayer at the input of norm2
+    # (resid_mid = x + attn) and the CNN's first block at its output (x + branch, then its activation)
+    vmaps = _field_maps(vit, [("blocks.0", "in"), ("blocks.0.norm2", "in")], source, opts, run)
     first = block_names(cnn)[0]
     cmaps = _field_maps(cnn, [(first, "in"), (first, "out")], source, opts, run)
     idx = ev.resample_indices(len(vmaps[0]), run.bootstrap, run.seed)
@@ -328,7 +352,8 @@ def _growth_pair(vit: LoadedModel, cnn: LoadedModel, source, opts, run):
     cg, cb, ca, cr = _growth(cmaps, idx)
     step = 1.0 / np.sqrt(vmaps[0].shape[-2] * vmaps[0].shape[-1])
     effect = T.difference(vg, cg, vr, cr).widened(step)
-    frame = pd.concat([_map_frame(vit, "block 0 input", vmaps[0]), _map_frame(vit, "attention sublayer", vmaps[1]),
+    frame = pd.concat([_map_frame(vit, "block 0 input", vmaps[0]),
+                       _map_frame(vit, "attention sublayer + residual", vmaps[1]),
                        _map_frame(cnn, f"{first} input", cmaps[0]), _map_frame(cnn, f"{first} output", cmaps[1])],
                       ignore_index=True)
     return (vg, vb, va, cg, cb, ca, effect, first), frame
@@ -342,11 +367,12 @@ def measure_growth(ms: Models, source, opts, run):
         t, tframe = _growth_pair(ms.twin(ms.vit), ms.twin(ms.cnn), source, opts, run)
         twin = t[6]
         frames.append(tframe)
-    detail = (f"50 % radius as a fraction of the input side: {ms.vit.label} block 0 input {vb.text()}, its attention "
-              f"sublayer (pre-residual) {va.text()}; {ms.cnn.label} {first} input {cb.text()}, output {ca.text()}"
+    detail = (f"50 % radius as a fraction of the input side: {ms.vit.label} block 0 input {vb.text()}, after its "
+              f"attention sublayer and residual {va.text()}; {ms.cnn.label} {first} input {cb.text()}, output after "
+              f"its residual {ca.text()}; both after their residual, as the paper's Fig 6"
               + (f"; ViT − CNN growth {effect.text()}, untrained twins {twin.text()}" if twin else ""))
     rows = _rows(("ViT: attention growth", "statistic", vg), ("CNN: first block growth", "control", cg),
-                 ("ViT block 0 input", "detail", vb), ("ViT attention sublayer", "detail", va),
+                 ("ViT block 0 input", "detail", vb), ("ViT attention sublayer + residual", "detail", va),
                  ("CNN first block input", "detail", cb), ("CNN first block output", "detail", ca),
                  *([("ViT − CNN growth", "effect", effect), ("untrained twins", "twin", twin)] if twin else []))
     return T.check_growth(vg, cg, detail, effect, twin), rows, {"fields": pd.concat(frames, ignore_index=True)}
@@ -528,7 +554,7 @@ def _probe_margins(m: LoadedModel, source, opts, run) -> tuple[np.ndarray, list[
     stat = probes.ProbeFeatures(layers, ("cls", "gap"))
     feats: dict[str, list] = {}
     labels: list = []
-    pool = select(source, max(opts.images, opts.probe_test + 30 * opts.probe_shots), None)
+    pool = _probe_pool(source, opts)
     kept = [(batch.index, (f[0][stat.name], list(batch.labels)))
             for batch, f in _stream([m], source, pool, opts.batch_size, [[stat]], run)]
     for values, batch_labels in run.gather_ordered(kept, "probe features"):  # every rank's, in batch order

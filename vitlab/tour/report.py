@@ -152,6 +152,17 @@ def data_counts(source: ImageSource, opts: TourOptions) -> tuple[int, int]:
     return n, -(-n // max(1, opts.batch_size))
 
 
+def counts_line(row, data: str) -> str:
+    """A section's large "n = 32 images · 4 batches" with what they are: the counts its own statistic used
+    (``Check.images``: Fig 6 its first images, Fig 11 its probe pool), not the tour's (issue 37)."""
+    e = html.escape
+    if not row.images:
+        return f'<p class="n">n not recorded <small>{e(data)}</small></p>'
+    what = row.data_note or data
+    return (f'<p class="n" data-images="{row.images}" data-batches="{row.batches}">n = {row.images} images · '
+            f'{row.batches} batches <small>{e(what)}, batches of {row.batch_size}</small></p>')
+
+
 # ---------------------------------------------------------------- HTML
 
 
@@ -248,17 +259,13 @@ def render_html(tour: TourReport, prov: dict, title: str) -> str:
         title = f"Do Vision Transformers See Like CNNs? Raghu et al. 2021, checked on {', '.join(tour.models[:2])}"
     img = prov["images"]
     data = images_in_words(img["source"], img["count"], img.get("order", "first N"))
-    batches = -(-int(img["count"]) // max(1, int(img.get("batch size", 1) or 1)))
-    n = int(img["count"])
-    counts_html = (f'<p class="n">n = {n} image{"s" * (n != 1)} · {batches} batch{"es" * (batches != 1)} '
-                   f'<small>{e(data)}, batches of {img.get("batch size")}</small></p>')
     slides, toc = [], []
     for k, row in enumerate(tour.rows):
         frame = tour.frames.get(row.figure) if tour.frames else None
         has = row.figure in tour.charts and (frame is None or len(frame))
         paper = tour.paper_charts.get(row.figure)
         slides.append(_slide(k, row, chart_svg(tour.charts[row.figure]) if has else None,
-                             chart_svg(paper) if paper is not None else None, counts_html))
+                             chart_svg(paper) if paper is not None else None, counts_line(row, data)))
         toc.append(f'<li><a href="#fig{k}">{e(row.figure)}: {e(row.title)}</a>: pattern {e(row.pattern)}, '
                    f'learned {e(row.learned)}</li>')
     counts = {f"pattern: {k}": v for k, v in tour.summary().items()}
