@@ -206,3 +206,25 @@ def test_gram_chunks_only_wider_features_on_the_cpu():
     assert torch.equal(cka.gram(x), one_pass)
     assert not torch.equal(cka.gram(x, chunk=8), one_pass)  # chunked: the same Gram up to round-off
     torch.testing.assert_close(cka.gram(x, chunk=8), one_pass, rtol=1e-5, atol=1e-5)
+
+
+def test_features_flat_to_roundoff_give_no_gram_and_undefined_cka():
+    """Identical images give identical rows; float32 centring leaves a few ulps of noise, whose Gram would give a
+    CKA of ±1 or ±1/3 from round-off alone (issue 39). Such a Gram is zero, and its CKA undefined with a warning;
+    a real spread of 1e-4 of the common mean (test_chunked_gram_equals_float64_centred_gram) is kept."""
+    rng = np.random.default_rng(11)
+    row = (rng.normal(size=(1, 700)) * 3 + 10).astype(np.float32)
+    flat = torch.as_tensor(np.repeat(row, 16, axis=0))
+    # without the rule: the same centring in float32 leaves noise that is not zero
+    noisy = flat - flat.mean(dim=0, keepdim=True)
+    assert torch.linalg.vector_norm(noisy) > 0
+    for g in (cka.gram(flat), cka.chunked_gram(flat, chunk=96), cka.gram(flat, dtype=torch.float64)):
+        assert not g.any()
+    real = torch.as_tensor(row + rng.normal(size=(16, 700)).astype(np.float32) * 1e-3)
+    assert cka.gram(real).trace() > 0 and cka.chunked_gram(real, chunk=96).trace() > 0
+    x = torch.as_tensor(rng.normal(size=(16, 50)).astype(np.float32))
+    acc = cka.MinibatchCKA(["flat", "real"], ["x"])
+    acc.update(cka.centred(torch.stack([cka.gram(flat), cka.gram(real)]).numpy()), cka.centred(cka.gram(x).numpy()[None]))
+    res = acc.compute("M", "N")
+    assert np.isnan(res.cka[0, 0]) and np.isfinite(res.cka[1, 0])
+    assert any("flat" in w and "self-HSIC is 0" in w for w in res.warnings), res.warnings

@@ -70,7 +70,7 @@ class HeadGramStatistic(Statistic):
     blocks: tuple[int, ...] = (0,)
     tokens: str = "spatial"
     name: str = "head_grams"
-    version: int = 1
+    version: int = 2  # 2: flat features give a zero Gram (cka.drop_roundoff)
 
     def taps(self, loaded: LoadedModel) -> list[str]:
         return probs_taps(loaded, self.blocks) + [f"blocks.{b}.resid_pre" for b in self.blocks]

@@ -105,7 +105,7 @@ class MaskedGramStatistic(Statistic):
     taps_: tuple[str, ...] = ()
     thresholds: tuple[float, ...] = ()
     name: str = "gram_flagged_out"
-    version: int = 1
+    version: int = 2  # 2: flat features give a zero Gram (cka.drop_roundoff)
 
     def taps(self, loaded: LoadedModel) -> list[str]:
         return list(self.taps_)

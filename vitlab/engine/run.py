@@ -91,7 +91,7 @@ class GramStatistic(Statistic):
     threshold: float = 1.0
     precision: str = "float32"  # 'float64': verify mode
     name: str = "gram"
-    version: int = 1
+    version: int = 2  # 2: a Gram of features flat to round-off is zero (issue 39)
     streams: ClassVar[bool] = True
 
     def taps(self, loaded: LoadedModel) -> list[str]:

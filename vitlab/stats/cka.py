@@ -14,7 +14,11 @@ Numerics (why this module looks the way it does):
   three-term formula algebraically but never forms its large, nearly cancelling terms. U-centring and the sums
   run in float64; the Gram itself is float32 (float64 in verify mode).
 - Nothing is clamped and no epsilon is added: a NaN (constant features) or a non-positive self-HSIC is reported
-  by layer name in ``CKAResult.warnings``.
+  by layer name in ``CKAResult.warnings``. One exception, which reports rather than hides: a batch whose centred
+  features are at the size of the centring's own round-off (``ROUNDOFF`` units of the dtype's epsilon relative to
+  the features, e.g. identical images) has no spread to measure, so its Gram is exactly zero and the layer's CKA
+  comes out undefined with that warning, instead of a value formed from round-off (issue 39: ±1 and ±1/3 on a
+  folder of black images). Real spread 1e-4 of the common mean (test_cka) is 13 times above the bound.
 
 Shapes: L taps, n images in a batch, F features per image.
 """
@@ -36,6 +40,9 @@ ESTIMATORS = ("unbiased", "biased")
 MIN_UNBIASED_BATCH = 4  # n (n - 3) > 0
 
 
+# the centring's round-off: x − mean(x) of identical rows is off by a few ulps of |x| per entry (the float32 mean of
+# n equal numbers is off by up to log2(n) ulps); a centred norm under ROUNDOFF·eps·‖x‖ is that noise, not spread
+ROUNDOFF = 64
 GRAM_CHUNK = 8192  # features per block of chunked_gram: an (n, 8192) float32 block is 1 MiB at n = 32
 
 
@@ -54,8 +61,9 @@ def gram(x: torch.Tensor, kernel: str = "linear", threshold: float = 1.0, dtype:
         g = chunked_gram(x, chunk, dtype)
     else:
         x = x.to(dtype)
+        total = torch.linalg.vector_norm(x) ** 2
         x = x - x.mean(dim=0, keepdim=True)
-        g = x @ x.T
+        g = drop_roundoff(x @ x.T, total)
     if kernel == "linear":
         return g
     if kernel != "rbf":
@@ -76,6 +84,7 @@ def chunked_gram(x: torch.Tensor, chunk: int = GRAM_CHUNK, dtype: torch.dtype | 
     dtype = dtype or torch.float32
     n, width = x.shape
     g = torch.zeros(n, n, dtype=dtype, device=x.device)
+    total = torch.zeros((), dtype=dtype, device=x.device)
     block = torch.empty(n, min(chunk, width), dtype=dtype, device=x.device)
     for j in range(0, width, chunk):
         cols = x[:, j:j + chunk]
@@ -86,7 +95,18 @@ def chunked_gram(x: torch.Tensor, chunk: int = GRAM_CHUNK, dtype: torch.dtype | 
             b.copy_(cols)
             b.sub_(b.mean(dim=0, keepdim=True))
         g.addmm_(b, b.T)
-    return g
+        total += torch.linalg.vector_norm(cols.to(dtype)) ** 2
+    return drop_roundoff(g, total)
+
+
+def drop_roundoff(g: torch.Tensor, total: torch.Tensor) -> torch.Tensor:
+    """Zero the (..., n, n) Grams of centred features whose trace (their squared norm) is within the centring's
+    round-off of the uncentred features' squared norm ``total`` (...,): no spread, so no Gram (see ROUNDOFF)."""
+    import torch
+
+    bound = (ROUNDOFF * torch.finfo(g.dtype).eps) ** 2 * total
+    flat = torch.diagonal(g, dim1=-2, dim2=-1).sum(-1) <= bound
+    return torch.where(flat[..., None, None], torch.zeros_like(g), g)
 
 
 def rbf_from_linear(g: torch.Tensor, threshold: float = 1.0) -> torch.Tensor:
