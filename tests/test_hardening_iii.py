@@ -155,6 +155,18 @@ def test_the_tour_on_all_black_images_cannot_tell_fig_9_and_says_why(tmp_path, c
     assert "Fig 9     pattern can't tell" in stdout and "0 not shown, 1 can't tell" in stdout
 
 
+def test_the_tour_on_all_black_images_cannot_tell_figs_1_2_from_round_off(tmp_path, capsys):
+    """Identical images: every layer's features are flat up to float32 round-off, so no CKA is defined (a Gram of
+    centring noise gave ±1 and ±1/3 and a 'shown' answer before: cka.drop_roundoff)."""
+    out = tmp_path / "out"
+    code, _, _ = _run(["tour", "-m", "zoo:vit-cls", "-m", "zoo:resnet", "-d", str(_black(tmp_path / "black")),
+                       "-n", "32", "-b", "8", "--only", "cka", "--no-cache", "--device", "cpu", "-o", str(out)], capsys)
+    assert code == 0
+    row = pd.read_csv(out / "tour.csv").set_index("figure").loc["Figs 1-2"]
+    assert row["pattern"] == "can't tell" and row["learned"] == "can't tell", row
+    assert np.isnan(row["statistic"]) and np.isnan(row["lo"]) and np.isnan(row["hi"])
+
+
 # ------------------------------------------------------------------------------------------ 3. Markdown in names
 
 WEIRD = "[x](http://e.com) **b**.png"
