@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 
 import numpy as np
+import pandas as pd
 import pytest
 
 import vitlab
@@ -248,6 +249,29 @@ def test_cli_similarity_and_compare_models(tmp_path, capsys):
     layers = ["--layer-a", "blocks.0.resid_post", "--layer-b", "layer1.0"]
     assert main(["cka-sensitivity", *pair, *layers, "-o", str(out3)]) == 0
     assert (out3 / "cka_sensitivity.csv").is_file()
+
+
+def test_compare_models_pwcca_all_tokens_says_why_it_is_undefined(tmp_path, capsys):
+    """Morcos et al.'s PWCCA of all-token layers wider than the 24 images is not determined: compare-models stops
+    with that reason (not "constant features") and what to use instead; GAP features of the same models work with
+    pwcca-svd20, and vitlab similarity gives NaN cells with the same reason."""
+    from vitlab.cli import main
+
+    args = ["-m", "test_vit@random:0", "-m", "test_resnet@random:0", "-d", "fashion-mnist:test", "-n", "24", "-b",
+            "12", "--device", "cpu", "--depth", "0.5,1"]
+    assert main(["compare-models", *args, "--measure", "pwcca", "-o", str(tmp_path / "a")]) == 2
+    err = capsys.readouterr().err
+    assert "pwcca is undefined at depth 0.5" in err and "more than the 24 images" in err
+    assert "use pwcca-svd20, --tokens cls / gap (GAP or CLS features), or more images" in err
+    assert "constant features" not in err
+    assert main(["compare-models", *args, "--measure", "pwcca-svd20", "--tokens", "gap", "-o",
+                 str(tmp_path / "b")]) == 0
+    frame = pd.read_csv(tmp_path / "b" / "compare_models.csv")
+    assert np.isfinite(frame["value"]).all()
+    sim_args = [a for a in args if a not in ("--depth", "0.5,1")]
+    assert main(["similarity", *sim_args, "--measure", "pwcca", "-o", str(tmp_path / "c")]) == 0
+    warned = json.loads((tmp_path / "c" / "run.json").read_text())["warnings"]
+    assert any("undefined (NaN)" in w and "use pwcca-svd20, --tokens cls / gap" in w for w in warned)
 
 
 def test_features_are_the_layers_own_within_the_budget_and_the_widest_fitting_sketch_beyond():

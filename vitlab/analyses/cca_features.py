@@ -108,6 +108,15 @@ def undefined(a: TapBases, b: TapBases) -> bool:
     return a.full is not None and b.full is not None and a.full.rank + b.full.rank > a.images
 
 
+def undefined_reason(images: int) -> str:
+    """Why a ``pwcca`` cell is undefined and what to do, in the words ``vitlab similarity`` and ``compare-models``
+    share."""
+    return (f"the two layers' ranks add up to more than the {images} images (a layer as wide as the image set, as "
+            "with all tokens), so canonical correlations of 1 by construction make Morcos et al.'s weights "
+            "arbitrary; CCA over all neurons needs more images than the two ranks together: use pwcca-svd20, "
+            "--tokens cls / gap (GAP or CLS features), or more images")
+
+
 # ---------------------------------------------------------------- which features CCA runs on, and what that costs
 
 

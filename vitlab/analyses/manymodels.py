@@ -184,7 +184,8 @@ def compare_models(models: Sequence, source: ImageSource, opts: CompareOptions =
     if batches == 0:
         raise VitlabError(f"no batch of {_min_batch(sim)} or more readable images: compare-models needs one")
     with ms.blas_single_thread():
-        mats = np.stack([_matrix(acc, sk, measure, sim) for acc, sk in zip(accs, sketches)])
+        mats = np.stack([_matrix(acc, sk, measure, sim, d, [m.label for m in models])
+                         for acc, sk, d in zip(accs, sketches, depths)])
         coords, explained = _embed(mats, measure)
     taps = [[all_taps[i][j] for j in idx[i]] for i in range(len(models))]
     loo = np.stack([_leave_one_out(acc, measure) for acc in accs]) \
@@ -212,11 +213,19 @@ def _leave_one_out(acc: PairAccumulator, measure: str) -> np.ndarray:
     raise VitlabError(f"no leave-one-out form for {measure}")
 
 
-def _matrix(acc: PairAccumulator, sketches: list, measure: str, sim: SimilarityOptions) -> np.ndarray:
+def _matrix(acc: PairAccumulator, sketches: list, measure: str, sim: SimilarityOptions, depth: float,
+            labels: list[str]) -> np.ndarray:
     if ms.MEASURES[measure].source == "gram":
         return acc.compute()[measure]
     feats = [np.concatenate([b[i] for b in sketches]) for i in range(len(sketches[0]))]  # per model (N, P)
-    return cf.cca_maps(feats, None, sim.svd_dims, (measure,))[measure]
+    bases = [cf.tap_bases(x, sim.svd_dims, measure == "pwcca") for x in feats]
+    bad = [(labels[i], labels[j]) for i in range(len(bases)) for j in range(i, len(bases))
+           if cf.undefined(bases[i], bases[j])]
+    if bad:  # the map needs every distance: an undefined cell is an error here, a NaN cell in ``vitlab similarity``
+        pairs = ", ".join(f"{a} and {b}" if a != b else f"{a} with itself" for a, b in bad[:3])
+        raise VitlabError(f"pwcca is undefined at depth {depth:g} for {len(bad)} of {len(bases) * (len(bases) + 1) // 2}"
+                          f" model pairs ({pairs}{', ...' if len(bad) > 3 else ''}): {cf.undefined_reason(len(feats[0]))}")
+    return cf.cca_maps(feats, None, sim.svd_dims, (measure,), bases)[measure]
 
 
 def _embed(mats: np.ndarray, measure: str) -> tuple[np.ndarray, np.ndarray]:

@@ -386,10 +386,7 @@ def _collect(accs: dict, feats: list, measures: list[str], opts: SimilarityOptio
                     report.explained_nans[("pwcca", i, j)] = bad
                     report.warnings.append(
                         f"pwcca: {bad} of {len(bases[i]) * len(bases[j])} cells between {report.labels[i]} and "
-                        f"{report.labels[j]} are undefined (NaN): the two layers' ranks add up to more than the "
-                        f"{report.images} images, so canonical correlations of 1 by construction make the weights "
-                        "arbitrary; CCA over all neurons needs more images than the two widths together: use more "
-                        "images, --tokens cls / gap, or pwcca-svd20")
+                        f"{report.labels[j]} are undefined (NaN): {cf.undefined_reason(report.images)}")
     order = {m: n for n, m in enumerate(measures)}
     return dict(sorted(maps.items(), key=lambda kv: (order[kv[0][0]], kv[0][1], kv[0][2])))
 
