@@ -548,7 +548,8 @@ def test_svcca_pwcca_under_torchrun_equal_one_process_to_1e9(tmp_path, processes
                     np.testing.assert_allclose(got[col].to_numpy(float), ref[col].to_numpy(float), rtol=0,
                                                atol=1e-9, err_msg=f"{name}/{csv.name}: {col}")
                 else:
-                    assert (got[col].astype(str) == ref[col].astype(str)).all(), f"{name}/{csv.name}: {col}"
+                    same = got[col].fillna("<NA>").astype(str) == ref[col].fillna("<NA>").astype(str)
+                    assert same.all(), f"{name}/{csv.name}: {col}"
         r1 = json.loads((one / name / "run.json").read_text())
         r2 = json.loads((tmp_path / "dist" / name / "run.json").read_text())
         assert r2["processes"] == processes and r2["images"] == r1["images"] == 80, name
