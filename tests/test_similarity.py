@@ -121,6 +121,25 @@ def test_a_forced_sketch_equals_reference_and_its_shift_is_measured(report_and_f
         assert rep.cca["shift"][m]["max"] == pytest.approx(np.max(v), abs=1e-4)
 
 
+def test_a_sketch_the_budget_forces_states_its_expected_and_measured_shift(tiny_vit, tiny_resnet, fmnist_source,
+                                                                          monkeypatch):
+    """A sketch chosen by the budget (not forced) records the shift expected at its width and the shift measured;
+    a width whose expected mean shift is not below 0.01 is a warning, and so is a measured mean above 0.01."""
+    from vitlab.analyses import cca_features as cf
+
+    monkeypatch.setattr(cf, "plan_features", lambda widths, images, p: 64)  # as if only 64 columns fit
+    opts = SimilarityOptions(measures=("svcca", "pwcca-svd20"), images=N, batch_size=B, svd_dims=4)
+    rep = similarity([tiny_vit, tiny_resnet], fmnist_source, opts, Run())
+    assert rep.cca["sketch_dims"] == 64 and rep.cca["expected_shift"] == cf.expected_shift(64)
+    assert any(w.startswith("SVCCA/PWCCA: only a 64-column CountSketch fits") and "4096 columns or more" in w
+               for w in rep.warnings)
+    for m in ("svcca", "pwcca-svd20"):
+        shift = rep.cca["shift"][m]
+        warned = any(w.startswith("SVCCA/PWCCA ran on a 64-column") and f"{m} by {shift['mean']:.3f} on average (up "
+                     f"to {shift['max']:.3f})" in w for w in rep.warnings)
+        assert warned == (shift["mean"] > cf.SHIFT_LIMIT), (m, shift, rep.warnings)
+
+
 def test_rbf_cka_from_cached_linear_grams_equals_rbf_statistic(tiny_vit, fmnist_source):
     rep = similarity([tiny_vit], fmnist_source, SimilarityOptions(measures=("cka-rbf",), images=N, batch_size=B), Run())
     direct = vitlab.run.cka([tiny_vit], fmnist_source, vitlab.CKAOptions(images=N, batch_size=B),
@@ -295,3 +314,25 @@ def test_features_are_the_layers_own_within_the_budget_and_the_widest_fitting_sk
         cf.plan_features(widths, 100_000, SimilarityOptions(cca_memory_mib=1))
     with pytest.raises(VitlabError, match="sketch-dims must be 0"):
         SimilarityOptions(sketch_dims=-1)
+
+
+def test_the_sketch_width_keeps_the_expected_mean_shift_below_001_when_it_fits():
+    """Beyond the budget the sketch is the widest power of two that fits: at least 4096 columns (measured mean shift
+    0.005 < 0.01) whenever 4096 fits, narrower only when the budget forces it; a width's expected shift is the one
+    measured at the widest measured width not above it."""
+    from vitlab.analyses import cca_features as cf
+
+    assert cf.safe_sketch_width() == 4096 and cf.safe_sketch_width(0.02) == 1024
+    assert cf.expected_shift(4096) == {"mean": 0.005, "max": 0.024, "measured_at": 4096}
+    assert cf.expected_shift(16384)["measured_at"] == 4096
+    assert cf.expected_shift(2048) == {"mean": 0.015, "max": 0.061, "measured_at": 1024}  # a bound: 2048 unmeasured
+    assert cf.expected_shift(100) == {"mean": None, "max": None, "measured_at": None}
+    vit_b16 = [[151_296] * 24]  # ViT-B/16, all tokens
+    for images, mib in ((256, 2048), (256, 800), (4096, 2048)):
+        w = cf.plan_features(vit_b16, images, SimilarityOptions(cca_memory_mib=mib))
+        fits = lambda width: cf.feature_bytes(images, [[min(x, width) for x in ws] for ws in vit_b16]) <= mib * 2**20
+        assert fits(w) and not fits(2 * w) and w & (w - 1) == 0
+        assert (w >= cf.safe_sketch_width()) == fits(cf.safe_sketch_width())
+        assert (cf.expected_shift(w)["mean"] < cf.SHIFT_LIMIT) == fits(cf.safe_sketch_width())
+    assert cf.plan_features(vit_b16, 256, SimilarityOptions()) == 16384  # the docs' figure
+    assert cf.plan_features(vit_b16, 4096, SimilarityOptions()) == 1024  # the budget forces a narrower sketch
