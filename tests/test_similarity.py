@@ -287,6 +287,11 @@ def test_compare_models_pwcca_all_tokens_says_why_it_is_undefined(tmp_path, caps
                  str(tmp_path / "b")]) == 0
     frame = pd.read_csv(tmp_path / "b" / "compare_models.csv")
     assert np.isfinite(frame["value"]).all()
+    assert json.loads((tmp_path / "b" / "run.json").read_text())["cca"]["features"] == "own"
+    assert main(["compare-models", *args, "--measure", "svcca", "--sketch-dims", "64", "-o", str(tmp_path / "d")]) == 0
+    run = json.loads((tmp_path / "d" / "run.json").read_text())
+    assert run["cca"]["sketch_dims"] == 64 and run["cca"]["expected_shift"]["measured_at"] is None
+    assert any("64-column CountSketch, whose expected mean shift" in w for w in run["warnings"])
     sim_args = [a for a in args if a not in ("--depth", "0.5,1")]
     assert main(["similarity", *sim_args, "--measure", "pwcca", "-o", str(tmp_path / "c")]) == 0
     warned = json.loads((tmp_path / "c" / "run.json").read_text())["warnings"]
