@@ -555,5 +555,6 @@ def test_svcca_pwcca_under_torchrun_equal_one_process_to_1e9(tmp_path, processes
         assert r2["processes"] == processes and r2["images"] == r1["images"] == 80, name
         assert r2.get("cca") == r1.get("cca"), name  # features used, and a sketch's shift, bit for bit
     sim = pd.read_csv(one / "sim-all" / "similarity.csv")
-    assert sim["value"].notna().any() and np.isfinite(pd.read_csv(one / "mm-svcca" / "compare_models.csv")["value"]).all()
+    assert sim["value"].notna().any()
+    assert np.isfinite(pd.read_csv(one / "mm-svcca" / "compare_models.csv")["value"]).all()
     assert json.loads((one / "sim-sketch" / "run.json").read_text())["cca"]["shift"]["svcca"]["mean"] is not None

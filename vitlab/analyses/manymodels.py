@@ -245,8 +245,10 @@ def _matrix(acc: PairAccumulator, sketches: list, measure: str, sim: SimilarityO
            if cf.undefined(bases[i], bases[j])]
     if bad:  # the map needs every distance: an undefined cell is an error here, a NaN cell in ``vitlab similarity``
         pairs = ", ".join(f"{a} and {b}" if a != b else f"{a} with itself" for a, b in bad[:3])
-        raise VitlabError(f"pwcca is undefined at depth {depth:g} for {len(bad)} of {len(bases) * (len(bases) + 1) // 2}"
-                          f" model pairs ({pairs}{', ...' if len(bad) > 3 else ''}): {cf.undefined_reason(len(feats[0]))}")
+        pairs += ", ..." if len(bad) > 3 else ""
+        raise VitlabError(f"pwcca is undefined at depth {depth:g} for {len(bad)} of "
+                          f"{len(bases) * (len(bases) + 1) // 2} model pairs ({pairs}): "
+                          f"{cf.undefined_reason(len(feats[0]))}")
     return cf.cca_maps(feats, None, sim.svd_dims, (measure,), bases)[measure]
 
 
