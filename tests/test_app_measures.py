@@ -73,3 +73,21 @@ def test_many_models_page_matches_the_engine():
         assert got[(r.model_a, r.model_b)] == pytest.approx(r.value, abs=1e-6)
     assert "forward passes" in " ".join(c.value for c in at.caption)
     assert_every_chart_exported(at, "models")
+
+
+def test_pwcca_of_all_tokens_says_why_it_is_undefined_on_both_pages():
+    """Morcos et al.'s PWCCA of all-token layers wider than the image set: the Many models page shows the reason in
+    place (not "constant features") and what to use instead; the Similarity page draws NaN cells under a warning
+    with the same reason."""
+    at = start("models")
+    at.selectbox(key="mm.measure").set_value("pwcca").run()
+    assert not at.exception
+    errors = [e.value for e in at.error]
+    assert len(errors) == 1 and "pwcca is undefined at depth" in errors[0], errors
+    assert "use pwcca-svd20, --tokens cls / gap (GAP or CLS features), or more images" in errors[0]
+    assert "constant features" not in errors[0]
+    at = start("similarity")
+    at.selectbox(key="sim.measure").set_value("pwcca").run()
+    assert not at.error and not at.exception, [e.value for e in at.error]
+    warned = [w.value for w in at.warning]
+    assert any("undefined (NaN)" in w and "use pwcca-svd20, --tokens cls / gap" in w for w in warned), warned

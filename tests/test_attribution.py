@@ -16,6 +16,7 @@ import torch
 import vitlab
 from vitlab import VitlabError, taps
 from vitlab import attribution as at
+from vitlab.analyses import deletion as dl
 from vitlab.analyses.attention import rollout_matrix
 from vitlab.engine.context import Run
 
@@ -112,14 +113,14 @@ def test_gradcam_on_the_last_stage_is_the_class_activation_map(tiny_resnet, x):
 
 def test_cells_curves_and_auc(tiny_vit, x):
     grid = np.arange(100, dtype=float).reshape(10, 10)
-    np.testing.assert_array_equal(at.cell_scores(grid, (160, 160), 16, smooth=False), grid)
-    assert at.cell_scores(grid, (160, 160), 32, smooth=False).shape == (5, 5)
-    order, steps = at.cell_order(grid)
+    np.testing.assert_array_equal(dl.cell_scores(grid, (160, 160), 16, smooth=False), grid)
+    assert dl.cell_scores(grid, (160, 160), 32, smooth=False).shape == (5, 5)
+    order, steps = dl.cell_order(grid)
     assert order[0] == 99 and order[-1] == 0 and list(steps) == list(range(101))  # no ties: every step measured
-    flat, steps = at.cell_order(np.zeros((10, 10)))
+    flat, steps = dl.cell_order(np.zeros((10, 10)))
     assert sorted(flat) == list(range(100)) and list(steps) == [0, 100]  # one tied group
-    np.testing.assert_allclose(at.auc(np.full(11, 0.3)), 0.3)
-    c = at.curves(tiny_vit, x[0], 4, [np.arange(100)], 16, "mean")[0]
+    np.testing.assert_allclose(dl.auc(np.full(11, 0.3)), 0.3)
+    c = dl.curves(tiny_vit, x[0], 4, [np.arange(100)], 16, "mean")[0]
     with torch.no_grad():
         p_img = tiny_vit.model(x[:1]).softmax(-1)[0, 4].item()
         p_base = tiny_vit.model(torch.zeros_like(x[:1])).softmax(-1)[0, 4].item()
@@ -133,16 +134,16 @@ def test_tied_cells_leave_together_and_the_curve_is_linear_across_them(tiny_vit,
     within; any permutation inside a group gives the identical curve."""
     grid = np.zeros((10, 10))
     grid.flat[:5], grid.flat[7] = 3.0, 2.0
-    order, steps = at.cell_order(grid)
+    order, steps = dl.cell_order(grid)
     assert list(steps) == [0, 5, 6, 100] and set(order[:5]) == set(range(5)) and order[5] == 7
-    c = at.curves(tiny_vit, x[0], 4, [order], 16, "mean", steps=[steps])[0]
-    full = at.curves(tiny_vit, x[0], 4, [order], 16, "mean")[0]  # every step measured, same order
+    c = dl.curves(tiny_vit, x[0], 4, [order], 16, "mean", steps=[steps])[0]
+    full = dl.curves(tiny_vit, x[0], 4, [order], 16, "mean")[0]  # every step measured, same order
     np.testing.assert_allclose(c[:, steps], full[:, steps], rtol=1e-6)
     for k in range(2):
         np.testing.assert_allclose(c[k, :6], np.interp(np.arange(6), [0, 5, 6], full[k, [0, 5, 6]]), rtol=1e-6)
         np.testing.assert_allclose(c[k, 6:], np.interp(np.arange(6, 101), [6, 100], full[k, [6, 100]]), rtol=1e-6)
     shuffled = np.concatenate([order[:5][::-1], order[5:6], np.random.default_rng(1).permutation(order[6:])])
-    np.testing.assert_array_equal(at.curves(tiny_vit, x[0], 4, [shuffled], 16, "mean", steps=[steps])[0], c)
+    np.testing.assert_array_equal(dl.curves(tiny_vit, x[0], 4, [shuffled], 16, "mean", steps=[steps])[0], c)
 
 
 @pytest.mark.skipif(not (Path(__file__).resolve().parents[1] / "assets" / "zoo" / "vit-cls.safetensors").is_file(),
@@ -167,7 +168,7 @@ def test_the_same_attribution_command_gives_identical_aucs_with_two_seeds(tmp_pa
     src = vitlab.open_source("fashion-mnist:test")
     _, maps = at.maps_for_batch(model, vitlab.inputs.data.to_tensor([src.load(i) for i in range(8)], model), None,
                                 ["rollout:max:0.9"])
-    tied = [len(at.cell_order(at.cell_scores(m["rollout:max:0.9"], (28, 28), 7, False))[1]) < 17 for m in maps]
+    tied = [len(dl.cell_order(dl.cell_scores(m["rollout:max:0.9"], (28, 28), 7, False))[1]) < 17 for m in maps]
     assert any(tied), "no image with tied cells: the test would not exercise the tie rule"
 
 

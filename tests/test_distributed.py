@@ -502,3 +502,59 @@ def test_gather_ordered_puts_ranks_values_in_batch_order_and_names_a_rank_that_l
     stray = ("ordered", "outcome of tour check 'cka'", [(0, None)])
     with pytest.raises(VitlabError, match="rank 0 did not send its token norms: it left this step"):
         Run(shard=(1, 2), gather=lambda o: [stray, o]).gather_ordered(mine, "token norms")
+
+
+# ---------------------------------------------------------------- SVCCA/PWCCA: every rank's own features, in order
+
+CCA_DATA = ["-d", "fashion-mnist:test", "-n", "80", "-b", "16", "--device", "cpu", "--no-cache", "--workers", "0"]
+CCA_COMMANDS = {  # name: arguments; own features (all tokens, GAP) and a forced sketch (its shift gathered too)
+    "sim-all": ["similarity", "-m", "zoo:vit-cls", "-m", "zoo:resnet", "--measure", "svcca,pwcca,pwcca-svd20"],
+    "sim-gap": ["similarity", "-m", "zoo:vit-cls", "-m", "zoo:resnet", "--measure", "svcca,pwcca,pwcca-svd20",
+                "--tokens", "gap"],
+    "sim-sketch": ["similarity", "-m", "zoo:vit-cls", "-m", "zoo:resnet", "--measure", "svcca,pwcca-svd20",
+                   "--sketch-dims", "64"],
+    "mm-svcca": ["compare-models", "-m", "zoo:vit-cls", "-m", "zoo:resnet", "-m", "zoo:mixer", "--measure", "svcca"],
+    "mm-pwcca": ["compare-models", "-m", "zoo:vit-cls", "-m", "zoo:resnet", "-m", "zoo:mixer", "--measure",
+                 "pwcca-svd20", "--tokens", "gap"],
+}
+
+
+def _cca_commands(out) -> list[list[str]]:
+    return [[args[0], *CCA_DATA, *args[1:], "-o", str(out / name)] for name, args in CCA_COMMANDS.items()]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("processes", [2, 3])
+def test_svcca_pwcca_under_torchrun_equal_one_process_to_1e9(tmp_path, processes):
+    """CCA holds every image's features at once: each rank's batches are gathered in batch order (5 batches: 3 + 2
+    or 2 + 2 + 1), so every cell, NaN included, and a sketch's measured shift equal one process's to 1e-9."""
+    import torch
+
+    from tests.dist_driver import run_commands
+
+    one, threads = tmp_path / "one", torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        run_commands(_cca_commands(one))
+    finally:
+        torch.set_num_threads(threads)
+    _torchrun_commands(tmp_path, processes, _cca_commands(tmp_path / "dist"), timeout=600)
+    for name in CCA_COMMANDS:
+        for csv in sorted((one / name).glob("*.csv")):
+            ref, got = pd.read_csv(csv), pd.read_csv(tmp_path / "dist" / name / csv.name)
+            assert list(got.columns) == list(ref.columns) and len(got) == len(ref), csv
+            for col in ref.columns:
+                if pd.api.types.is_numeric_dtype(ref[col]):
+                    np.testing.assert_allclose(got[col].to_numpy(float), ref[col].to_numpy(float), rtol=0,
+                                               atol=1e-9, err_msg=f"{name}/{csv.name}: {col}")
+                else:
+                    same = got[col].fillna("<NA>").astype(str) == ref[col].fillna("<NA>").astype(str)
+                    assert same.all(), f"{name}/{csv.name}: {col}"
+        r1 = json.loads((one / name / "run.json").read_text())
+        r2 = json.loads((tmp_path / "dist" / name / "run.json").read_text())
+        assert r2["processes"] == processes and r2["images"] == r1["images"] == 80, name
+        assert r2.get("cca") == r1.get("cca"), name  # features used, and a sketch's shift, bit for bit
+    sim = pd.read_csv(one / "sim-all" / "similarity.csv")
+    assert sim["value"].notna().any()
+    assert np.isfinite(pd.read_csv(one / "mm-svcca" / "compare_models.csv")["value"]).all()
+    assert json.loads((one / "sim-sketch" / "run.json").read_text())["cca"]["shift"]["svcca"]["mean"] is not None

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 
 import numpy as np
+import pandas as pd
 import pytest
 
 import vitlab
@@ -118,6 +119,25 @@ def test_a_forced_sketch_equals_reference_and_its_shift_is_measured(report_and_f
         assert rep.cca["shift"][m]["images"] == N
         assert rep.cca["shift"][m]["mean"] == pytest.approx(np.mean(v), abs=1e-4)
         assert rep.cca["shift"][m]["max"] == pytest.approx(np.max(v), abs=1e-4)
+
+
+def test_a_sketch_the_budget_forces_states_its_expected_and_measured_shift(tiny_vit, tiny_resnet, fmnist_source,
+                                                                          monkeypatch):
+    """A sketch chosen by the budget (not forced) records the shift expected at its width and the shift measured;
+    a width whose expected mean shift is not below 0.01 is a warning, and so is a measured mean above 0.01."""
+    from vitlab.analyses import cca_features as cf
+
+    monkeypatch.setattr(cf, "plan_features", lambda widths, images, p: 64)  # as if only 64 columns fit
+    opts = SimilarityOptions(measures=("svcca", "pwcca-svd20"), images=N, batch_size=B, svd_dims=4)
+    rep = similarity([tiny_vit, tiny_resnet], fmnist_source, opts, Run())
+    assert rep.cca["sketch_dims"] == 64 and rep.cca["expected_shift"] == cf.expected_shift(64)
+    assert any(w.startswith("SVCCA/PWCCA: only a 64-column CountSketch fits") and "4096 columns or more" in w
+               for w in rep.warnings)
+    for m in ("svcca", "pwcca-svd20"):
+        shift = rep.cca["shift"][m]
+        warned = any(w.startswith("SVCCA/PWCCA ran on a 64-column") and f"{m} by {shift['mean']:.3f} on average (up "
+                     f"to {shift['max']:.3f})" in w for w in rep.warnings)
+        assert warned == (shift["mean"] > cf.SHIFT_LIMIT), (m, shift, rep.warnings)
 
 
 def test_rbf_cka_from_cached_linear_grams_equals_rbf_statistic(tiny_vit, fmnist_source):
@@ -250,6 +270,34 @@ def test_cli_similarity_and_compare_models(tmp_path, capsys):
     assert (out3 / "cka_sensitivity.csv").is_file()
 
 
+def test_compare_models_pwcca_all_tokens_says_why_it_is_undefined(tmp_path, capsys):
+    """Morcos et al.'s PWCCA of all-token layers wider than the 24 images is not determined: compare-models stops
+    with that reason (not "constant features") and what to use instead; GAP features of the same models work with
+    pwcca-svd20, and vitlab similarity gives NaN cells with the same reason."""
+    from vitlab.cli import main
+
+    args = ["-m", "test_vit@random:0", "-m", "test_resnet@random:0", "-d", "fashion-mnist:test", "-n", "24", "-b",
+            "12", "--device", "cpu", "--depth", "0.5,1"]
+    assert main(["compare-models", *args, "--measure", "pwcca", "-o", str(tmp_path / "a")]) == 2
+    err = capsys.readouterr().err
+    assert "pwcca is undefined at depth 0.5" in err and "more than the 24 images" in err
+    assert "use pwcca-svd20, --tokens cls / gap (GAP or CLS features), or more images" in err
+    assert "constant features" not in err
+    assert main(["compare-models", *args, "--measure", "pwcca-svd20", "--tokens", "gap", "-o",
+                 str(tmp_path / "b")]) == 0
+    frame = pd.read_csv(tmp_path / "b" / "compare_models.csv")
+    assert np.isfinite(frame["value"]).all()
+    assert json.loads((tmp_path / "b" / "run.json").read_text())["cca"]["features"] == "own"
+    assert main(["compare-models", *args, "--measure", "svcca", "--sketch-dims", "64", "-o", str(tmp_path / "d")]) == 0
+    run = json.loads((tmp_path / "d" / "run.json").read_text())
+    assert run["cca"]["sketch_dims"] == 64 and run["cca"]["expected_shift"]["measured_at"] is None
+    assert any("64-column CountSketch, whose expected mean shift" in w for w in run["warnings"])
+    sim_args = [a for a in args if a not in ("--depth", "0.5,1")]
+    assert main(["similarity", *sim_args, "--measure", "pwcca", "-o", str(tmp_path / "c")]) == 0
+    warned = json.loads((tmp_path / "c" / "run.json").read_text())["warnings"]
+    assert any("undefined (NaN)" in w and "use pwcca-svd20, --tokens cls / gap" in w for w in warned)
+
+
 def test_features_are_the_layers_own_within_the_budget_and_the_widest_fitting_sketch_beyond():
     """The byte budget: N x sum of widths x 12 per model + 24 x N x the widest tap; beyond it the widest power of
     two that fits (taps narrower than it stay whole); a forced width is kept; nothing fits: a clear error."""
@@ -271,3 +319,25 @@ def test_features_are_the_layers_own_within_the_budget_and_the_widest_fitting_sk
         cf.plan_features(widths, 100_000, SimilarityOptions(cca_memory_mib=1))
     with pytest.raises(VitlabError, match="sketch-dims must be 0"):
         SimilarityOptions(sketch_dims=-1)
+
+
+def test_the_sketch_width_keeps_the_expected_mean_shift_below_001_when_it_fits():
+    """Beyond the budget the sketch is the widest power of two that fits: at least 4096 columns (measured mean shift
+    0.005 < 0.01) whenever 4096 fits, narrower only when the budget forces it; a width's expected shift is the one
+    measured at the widest measured width not above it."""
+    from vitlab.analyses import cca_features as cf
+
+    assert cf.safe_sketch_width() == 4096 and cf.safe_sketch_width(0.02) == 1024
+    assert cf.expected_shift(4096) == {"mean": 0.005, "max": 0.024, "measured_at": 4096}
+    assert cf.expected_shift(16384)["measured_at"] == 4096
+    assert cf.expected_shift(2048) == {"mean": 0.015, "max": 0.061, "measured_at": 1024}  # a bound: 2048 unmeasured
+    assert cf.expected_shift(100) == {"mean": None, "max": None, "measured_at": None}
+    vit_b16 = [[151_296] * 24]  # ViT-B/16, all tokens
+    for images, mib in ((256, 2048), (256, 800), (4096, 2048)):
+        w = cf.plan_features(vit_b16, images, SimilarityOptions(cca_memory_mib=mib))
+        fits = lambda width: cf.feature_bytes(images, [[min(x, width) for x in ws] for ws in vit_b16]) <= mib * 2**20
+        assert fits(w) and not fits(2 * w) and w & (w - 1) == 0
+        assert (w >= cf.safe_sketch_width()) == fits(cf.safe_sketch_width())
+        assert (cf.expected_shift(w)["mean"] < cf.SHIFT_LIMIT) == fits(cf.safe_sketch_width())
+    assert cf.plan_features(vit_b16, 256, SimilarityOptions()) == 16384  # the docs' figure
+    assert cf.plan_features(vit_b16, 4096, SimilarityOptions()) == 1024  # the budget forces a narrower sketch

@@ -341,7 +341,8 @@ MEASURE_ROWS = [
         "a models x models similarity matrix per relative depth and a 2-D map of the models (classical MDS)",
         tables=lambda r: {"compare_models": r.to_frame(), "mds": r.coords_frame()}, charts=_compare_charts,
         data="fashion-mnist:test",
-        record=lambda r, o: {"measure": o.measure, "depths": list(r.depths), "taps": r.taps, "images": r.images},
+        record=lambda r, o: {"measure": o.measure, "depths": list(r.depths), "taps": r.taps, "images": r.images,
+                             "cca": r.cca},
         page="models", icon=":material/scatter_plot:", docs="measures"),
     Analysis(
         "cka-sensitivity", "CKA sensitivity", "Figs 1-2", "pair", sensitivity.SensitivityOptions,

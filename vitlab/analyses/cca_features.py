@@ -108,6 +108,15 @@ def undefined(a: TapBases, b: TapBases) -> bool:
     return a.full is not None and b.full is not None and a.full.rank + b.full.rank > a.images
 
 
+def undefined_reason(images: int) -> str:
+    """Why a ``pwcca`` cell is undefined and what to do, in the words ``vitlab similarity`` and ``compare-models``
+    share."""
+    return (f"the two layers' ranks add up to more than the {images} images (a layer as wide as the image set, as "
+            "with all tokens), so canonical correlations of 1 by construction make Morcos et al.'s weights "
+            "arbitrary; CCA over all neurons needs more images than the two ranks together: use pwcca-svd20, "
+            "--tokens cls / gap (GAP or CLS features), or more images")
+
+
 # ---------------------------------------------------------------- which features CCA runs on, and what that costs
 
 
@@ -129,9 +138,32 @@ def feature_bytes(images: int, widths: Sequence[Sequence[int]]) -> int:
     return 12 * images * sum(sum(w) for w in widths) + 24 * images * max(max(w) for w in widths)
 
 
+# SVCCA's |sketched − own| on the zoo pair (512 images, all tokens), mean and max over every cell, per sketch width:
+# 256 and 1024 from bench/cca_sketch_zoo.py, 4096 from issue 40 (every tap sketched). PWCCA-SVD20 moves less. The
+# shift shrinks as the width grows (about as w^-0.8 here), so a width's expected shift is at most that of the widest
+# measured width not above it.
+SKETCH_SHIFT = {256: (0.047, 0.164), 1024: (0.015, 0.061), 4096: (0.005, 0.024)}
+SHIFT_LIMIT = 0.01  # the mean shift a sketch may cause before vitlab warns
+
+
+def expected_shift(width: int) -> dict:
+    """{"mean", "max", "measured_at"}: the shift measured at the widest width in ``SKETCH_SHIFT`` not above
+    ``width`` (an upper bound for ``width``); None values below the narrowest measured width."""
+    at = max((w for w in SKETCH_SHIFT if w <= width), default=None)
+    mean, mx = SKETCH_SHIFT[at] if at else (None, None)
+    return {"mean": mean, "max": mx, "measured_at": at}
+
+
+def safe_sketch_width(limit: float = SHIFT_LIMIT) -> int:
+    """The narrowest measured width whose mean shift is below ``limit`` (4096 for 0.01)."""
+    return min(w for w, (mean, _) in SKETCH_SHIFT.items() if mean < limit)
+
+
 def plan_features(widths: Sequence[Sequence[int]], images: int, p: MeasureParams) -> int:
     """0 when every model's own features fit ``cca_memory_mib``; else the widest power-of-two sketch that fits
-    (taps narrower than it stay whole). A forced ``sketch_dims`` is used as given."""
+    (taps narrower than it stay whole): at least ``safe_sketch_width()`` (expected mean shift below 0.01) whenever
+    that fits, and the narrower the sketch the larger the shift (``expected_shift``). A forced ``sketch_dims`` is
+    used as given."""
     if p.sketch_dims:
         return p.sketch_dims
     budget = p.cca_memory_mib * 2**20

@@ -18,7 +18,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -86,6 +86,8 @@ class ManyModelsResult:
     images: int
     batches: int
     loo: np.ndarray | None = None  # (D, T, M, M) the measure with each batch left out (Gram measures; jackknife)
+    cca: dict = field(default_factory=dict)  # SVCCA/PWCCA: which features, and a sketch's expected shift
+    warnings: list[str] = field(default_factory=list)
 
     def estimate(self, k: int, i: int, j: int):
         """The measure between models i and j at depth k with its 95 % jackknife-t interval over batches (none for
@@ -159,8 +161,8 @@ def compare_models(models: Sequence, source: ImageSource, opts: CompareOptions =
     cca = ms.MEASURES[measure].source == "features"
     widths = [[w[j] for j in idx[i]] for i, w in enumerate(cf.feature_widths(m, sim.tokens) for m in models)] \
         if cca else []
-    stats = [statistics_for([measure], sim, sketch=cf.plan_features(widths, n_images, sim) if cca else 0)
-             for _ in models]
+    sketch = cf.plan_features(widths, n_images, sim) if cca else 0
+    stats = [statistics_for([measure], sim, sketch=sketch) for _ in models]
     accs = [PairAccumulator([measure], len(models), len(models)) for _ in depths]
     kept: list = []  # per batch: (batch number, (images, per depth: each model's features there, or None))
     for batch, found in stream(models, source, select(source, sim.images, sim.shuffle), sim.batch_size, stats,
@@ -184,13 +186,34 @@ def compare_models(models: Sequence, source: ImageSource, opts: CompareOptions =
     if batches == 0:
         raise VitlabError(f"no batch of {_min_batch(sim)} or more readable images: compare-models needs one")
     with ms.blas_single_thread():
-        mats = np.stack([_matrix(acc, sk, measure, sim) for acc, sk in zip(accs, sketches)])
+        mats = np.stack([_matrix(acc, sk, measure, sim, d, [m.label for m in models])
+                         for acc, sk, d in zip(accs, sketches, depths)])
         coords, explained = _embed(mats, measure)
     taps = [[all_taps[i][j] for j in idx[i]] for i in range(len(models))]
     loo = np.stack([_leave_one_out(acc, measure) for acc in accs]) \
         if ms.MEASURES[measure].source == "gram" and batches >= 2 else None
-    return ManyModelsResult([m.label for m in models], depths, taps, measure, mats, coords, explained, images,
-                            batches, loo)
+    res = ManyModelsResult([m.label for m in models], depths, taps, measure, mats, coords, explained, images,
+                           batches, loo)
+    if cca:
+        res.cca, res.warnings = _sketch_record(widths, sketch, sim)
+    return res
+
+
+def _sketch_record(widths: list, sketch: int, sim: SimilarityOptions) -> tuple[dict, list[str]]:
+    """Which features SVCCA/PWCCA ran on and, for a sketch, the shift expected at its width (``vitlab similarity``
+    also measures it)."""
+    if sketch >= max(max(w) for w in widths):
+        sketch = 0  # every tap is narrower than the sketch: each is kept whole
+    info = {"features": "own" if not sketch else f"CountSketch to {sketch} columns (taps wider than that)",
+            "sketch_dims": sketch, "memory_mib": sim.cca_memory_mib}
+    if not sketch:
+        return info, []
+    info["expected_shift"] = exp = cf.expected_shift(sketch)
+    if exp["mean"] is not None and exp["mean"] < cf.SHIFT_LIMIT:
+        return info, []
+    return info, [f"SVCCA/PWCCA ran on a {sketch}-column CountSketch, whose expected mean shift from the layer's own "
+                  f"features is not below {cf.SHIFT_LIMIT} (that needs {cf.safe_sketch_width()} columns or more; "
+                  "`vitlab similarity` measures it): raise --cca-memory-mib, use --tokens cls / gap or fewer images"]
 
 
 def _leave_one_out(acc: PairAccumulator, measure: str) -> np.ndarray:
@@ -212,11 +235,21 @@ def _leave_one_out(acc: PairAccumulator, measure: str) -> np.ndarray:
     raise VitlabError(f"no leave-one-out form for {measure}")
 
 
-def _matrix(acc: PairAccumulator, sketches: list, measure: str, sim: SimilarityOptions) -> np.ndarray:
+def _matrix(acc: PairAccumulator, sketches: list, measure: str, sim: SimilarityOptions, depth: float,
+            labels: list[str]) -> np.ndarray:
     if ms.MEASURES[measure].source == "gram":
         return acc.compute()[measure]
     feats = [np.concatenate([b[i] for b in sketches]) for i in range(len(sketches[0]))]  # per model (N, P)
-    return cf.cca_maps(feats, None, sim.svd_dims, (measure,))[measure]
+    bases = [cf.tap_bases(x, sim.svd_dims, measure == "pwcca") for x in feats]
+    bad = [(labels[i], labels[j]) for i in range(len(bases)) for j in range(i, len(bases))
+           if cf.undefined(bases[i], bases[j])]
+    if bad:  # the map needs every distance: an undefined cell is an error here, a NaN cell in ``vitlab similarity``
+        pairs = ", ".join(f"{a} and {b}" if a != b else f"{a} with itself" for a, b in bad[:3])
+        pairs += ", ..." if len(bad) > 3 else ""
+        raise VitlabError(f"pwcca is undefined at depth {depth:g} for {len(bad)} of "
+                          f"{len(bases) * (len(bases) + 1) // 2} model pairs ({pairs}): "
+                          f"{cf.undefined_reason(len(feats[0]))}")
+    return cf.cca_maps(feats, None, sim.svd_dims, (measure,), bases)[measure]
 
 
 def _embed(mats: np.ndarray, measure: str) -> tuple[np.ndarray, np.ndarray]:

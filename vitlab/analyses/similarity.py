@@ -330,6 +330,15 @@ def _record_features(report: SimilarityReport, models, source, indices, widths, 
                   "sketch_dims": sketch, "memory_mib": opts.cca_memory_mib,
                   "own_features_mib": round(cf.feature_bytes(report.images, widths) / 2**20, 1), "shift": None}
     if sketch:
+        info["expected_shift"] = cf.expected_shift(sketch)
+        exp = info["expected_shift"]["mean"]
+        if not opts.sketch_dims and (exp is None or exp >= cf.SHIFT_LIMIT):
+            report.warnings.append(
+                f"SVCCA/PWCCA: only a {sketch}-column CountSketch fits --cca-memory-mib {opts.cca_memory_mib}; "
+                + (f"at {info['expected_shift']['measured_at']} columns the sketch moved SVCCA by {exp:.3f} on "
+                   "average" if exp is not None else "narrower than any width whose shift was measured")
+                + f" (below {cf.SHIFT_LIMIT} needs {cf.safe_sketch_width()} columns or more): raise "
+                "--cca-memory-mib, use --tokens cls / gap or fewer images")
         m = cf.shift_images(widths, report.images, opts)
         if m < max(2 * opts.svd_dims, cka_mod.MIN_UNBIASED_BATCH):
             info["shift_note"] = (f"not measured: only {m} images' own features fit in {opts.cca_memory_mib} MiB; "
@@ -343,11 +352,11 @@ def _record_features(report: SimilarityReport, models, source, indices, widths, 
                    for i in range(len(models))]
             with ms.blas_single_thread():
                 info["shift"] = cf.measure_shift(own, sketch, opts.sketch_seed, opts.measures, opts.svd_dims)
-            worst = {k: v["max"] for k, v in info["shift"].items() if v["max"] is not None and v["max"] > 0.01}
+            worst = {k: v for k, v in info["shift"].items() if v["mean"] is not None and v["mean"] > cf.SHIFT_LIMIT}
             if worst:
                 report.warnings.append(
                     f"SVCCA/PWCCA ran on a {sketch}-column CountSketch; on the first {m} images it moves "
-                    + ", ".join(f"{k} by up to {v:.3f}" for k, v in worst.items())
+                    + ", ".join(f"{k} by {v['mean']:.3f} on average (up to {v['max']:.3f})" for k, v in worst.items())
                     + " from the layer's own features: raise --cca-memory-mib, use --tokens cls / gap or fewer images")
     report.cca = info
 
@@ -386,10 +395,7 @@ def _collect(accs: dict, feats: list, measures: list[str], opts: SimilarityOptio
                     report.explained_nans[("pwcca", i, j)] = bad
                     report.warnings.append(
                         f"pwcca: {bad} of {len(bases[i]) * len(bases[j])} cells between {report.labels[i]} and "
-                        f"{report.labels[j]} are undefined (NaN): the two layers' ranks add up to more than the "
-                        f"{report.images} images, so canonical correlations of 1 by construction make the weights "
-                        "arbitrary; CCA over all neurons needs more images than the two widths together: use more "
-                        "images, --tokens cls / gap, or pwcca-svd20")
+                        f"{report.labels[j]} are undefined (NaN): {cf.undefined_reason(report.images)}")
     order = {m: n for n, m in enumerate(measures)}
     return dict(sorted(maps.items(), key=lambda kv: (order[kv[0][0]], kv[0][1], kv[0][2])))
 
