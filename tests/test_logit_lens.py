@@ -263,7 +263,9 @@ def test_the_page_shows_accuracy_per_block_with_intervals_for_the_four_models():
         # every readable block but the last (whose agreement is exactly 1) has an accuracy with its interval
         assert shown["accuracy [95 %]"].str.match(interval).all(), shown
     words = " ".join(m.value for m in at.markdown)
-    assert "The paper reports" in words and "On these models:" in words and "95 % jackknife t over 4 batches" in words
+    # not a paper claim (the tour's Fig 11 check words that, on Linear probes): the question, then these models
+    assert "Where does the class appear?" in words and "The paper reports" not in words
+    assert "On these models:" in words and "95 % jackknife t over 4 batches" in words
     assert all(f"zoo:{n}" in words for n in FOUR) and not re.search(r"\bnan\b", words, re.IGNORECASE)
     assert any("Beside **Linear probes** (Fig 11)" in c.value and "two answers" in c.value for c in at.caption)
 

@@ -12,9 +12,11 @@ from vitlab.analyses import findings
 from vitlab.charts import logit_lens as charts
 
 PREFERRED = ("zoo:vit-cls", "zoo:vit-gap-14", "zoo:mixer", "zoo:resnet")
-PAPER = ("with linear probes (Fig 11) that a CLS-trained ViT's class is linearly readable from its CLS token only "
-         "late, a ResNet's gradually with depth. The logit lens answers where the class appears a second way, training "
-         "nothing: each block is read by the model's own final norm and head.")
+# not a claim of the paper (the tour's Fig 11 check, on the Linear probes page, is the one voice for that): the
+# question both pages answer, and how this one does
+QUESTION = ("**Where does the class appear?** Linear probes (Fig 11) answer with a classifier trained per layer; the "
+            "logit lens trains nothing: each block is read by the model's own final norm and head. The paper's claim "
+            "on this question, with the tour's answer for these models, is on the Linear probes page.")
 
 
 def options_ui(s) -> list[str]:
@@ -40,7 +42,11 @@ with lab.guard():
                          "Logit lens")
 
 with lead:
-    lab.answer(PAPER, None if report is None else report.finding(s.batch_size), "nothing was read out (see below).")
+    st.markdown(QUESTION)
+    if report is None:
+        st.info(f"**{lab.OURS_LEAD}** nothing was read out (see below).")
+    else:
+        st.markdown(f"**{lab.OURS_LEAD}** {report.finding(s.batch_size).ours}")
 
 if report is not None:
     for w in report.warnings:
