@@ -31,6 +31,8 @@ HELP = {  # the commands beside the table's rows, in one line each (``zoo``'s is
     "report": "the Paper tour as one self-contained HTML file (figures, verdicts, provenance) that opens offline "
               "with no server",
     "app": "start the Streamlit app, on localhost only, from any folder",
+    "lecture": "lecture mode: --prepare runs the tour once ahead of class and keeps it in the disk cache for the "
+               "app's Lecture page; without --prepare, reads the prepared lecture back",
 }
 
 
@@ -395,6 +397,12 @@ def add_zoo(sub) -> None:
     zoo.add_cli(sub)
 
 
+def add_lecture(sub) -> None:
+    from .cli_lecture import add_cli
+
+    add_cli(sub)
+
+
 # ---------------------------------------------------------------- report: the tour as one HTML file (an output of
 # the tour row, not a row of its own)
 
@@ -472,7 +480,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         else:
             sub.add_parser(analysis.name, help=_help(analysis))
     for name, add in (("taps", add_taps), ("cache", add_cache), ("zoo", add_zoo), ("report", add_report),
-                      ("app", add_app)):
+                      ("lecture", add_lecture), ("app", add_app)):
         if command in (None, name):
             add(sub)
         else:

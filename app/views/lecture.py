@@ -1,0 +1,187 @@
+"""Lecture mode: the paper's claims as a guided path that asks before it tells (issue 41). One step per claim in the
+paper's order: the student picks what they expect, then the step reveals the figure, the answer for these models
+(pattern and learned, with numbers and intervals) and its control. Next opens only once the step is revealed; at
+the end, a summary to download (predictions beside the answers, with the figures, one HTML file that opens offline).
+
+Everything comes from a lecture prepared ahead of class (`vitlab lecture --prepare`, vitlab.tour.classroom): this
+page reads the disk cache and never loads a model or runs a check. Free mode (Paper tour, Present the tour) is
+unchanged."""
+
+import functools
+import time
+
+import lab
+import streamlit as st
+
+from vitlab.tour import classroom, lecture, summary
+
+VERDICT_BOX = {"shown": st.success, "not shown": st.warning, "can't tell": st.info}
+LEARNED_BOX = {"yes": st.success, "no": st.warning, "can't tell": st.info, "n.a.": st.info}
+STATE = ("lecture.step", "lecture.choices", "lecture.revealed")
+
+
+class NotPrepared(Exception):
+    """No lecture at these settings in the cache (raised, so st.cache_resource never keeps a miss)."""
+
+
+@st.cache_resource(show_spinner=False, max_entries=4)
+def _read(settings: classroom.LectureSettings, directory: str) -> tuple[classroom.Lecture, float]:
+    """The prepared lecture, shared by every student's session on this server, and the seconds its read took."""
+    t0 = time.perf_counter()
+    found = classroom.read(lab.store(), settings)
+    if found is None:
+        raise NotPrepared
+    return found, time.perf_counter() - t0
+
+
+def choose(entries: list) -> classroom.LectureEntry:
+    """The prepared lecture to teach (the newest by default); a new choice starts the path again."""
+    if len(entries) == 1:
+        return entries[0]
+    labels = {i: f"{e.settings.describe()} (prepared {e.made})" for i, e in enumerate(entries)}
+    i = st.selectbox("Prepared lecture", list(labels), format_func=labels.get, key="lecture.pick")
+    return entries[i]
+
+
+def begin(key: str) -> None:
+    """Start the path (again) when the lecture changes."""
+    if st.session_state.get("lecture.key") != key:
+        st.session_state.update({"lecture.key": key, "lecture.step": 0, "lecture.choices": {},
+                                 "lecture.revealed": []})
+
+
+def pick(key: str, options: tuple) -> None:
+    value = st.session_state.get(f"lecture.choice.{key}")
+    st.session_state["lecture.choices"][key] = options.index(value) if value in options else None
+
+
+def reveal(key: str) -> None:
+    if st.session_state["lecture.choices"].get(key) is not None and key not in st.session_state["lecture.revealed"]:
+        st.session_state["lecture.revealed"].append(key)
+
+
+def go(step: int) -> None:
+    st.session_state["lecture.step"] = step
+
+
+def restart() -> None:
+    st.session_state.update({"lecture.step": 0, "lecture.choices": {}, "lecture.revealed": []})
+
+
+def status(lec: classroom.Lecture, seconds: float) -> None:
+    info = lec.tour.info
+    st.caption(f"Prepared {lec.made} with `{lec.settings.command()}`: {info.batches_computed} batches computed then, "
+               f"{info.batches_from_cache} from the cache, {lec.seconds:.0f} s. Now: 0 batches computed, read from "
+               f"the disk cache ({seconds:.1f} s); nothing on this page runs a model. Models and data: "
+               f"{lec.settings.describe()} (the sidebar's choices do not apply here).")
+
+
+def question_ui(key: str, k: int, lec: classroom.Lecture, revealed: bool) -> None:
+    q, row = lecture.QUESTIONS[key], lec.row(key)
+    st.caption(f"{row.figure} · step {k + 1} of {len(lec.steps)}")
+    st.subheader(row.title if revealed else q.topic)
+    st.markdown(f"**{q.ask}**")
+    st.caption(q.setup)
+    choice = st.session_state["lecture.choices"].get(key)
+    st.radio("What do you expect?", q.options, index=choice, key=f"lecture.choice.{key}", disabled=revealed,
+             on_change=pick, args=(key, q.options))
+    if not revealed:
+        st.button("Reveal the answer", key="lecture.reveal", type="primary", on_click=reveal, args=(key,),
+                  disabled=st.session_state["lecture.choices"].get(key) is None,
+                  help="Choose what you expect first: the answer opens after a prediction")
+
+
+def answer_ui(key: str, lec: classroom.Lecture) -> None:
+    row = lec.row(key)
+    said, words = lecture.outcome(key, st.session_state["lecture.choices"].get(key), row), row.lines()
+    left, right = st.columns([3, 2])
+    with right:
+        box = st.success if said["matches_paper"] else st.error
+        box(f"**You predicted:** {said['prediction']}. **The paper:** {said['paper']}.")
+        st.markdown(f"> {words['paper']}")
+        st.markdown(f"Statistic: {words['statistic']}.")
+        VERDICT_BOX[row.pattern](f"**Pattern: {row.pattern}**: {said['models']}. {words['pattern_numbers']}")
+        LEARNED_BOX[row.learned](f"**Learned: {row.learned}.** {words['learned_numbers']}")
+        st.markdown(words["control_note"])
+        st.caption(f"{words['interval_text']}. Models: {words['models'] or 'none'}. Data: {words['data']}. "
+                   f"{row.evidence}")
+    with left:
+        paper = lec.tour.paper_charts.get(row.figure)
+        if paper is not None:
+            lab.chart(paper, key=f"lecture.{key}.paper")
+        if len(lec.tour.frames.get(row.figure, ())):
+            lab.chart(lec.tour.charts[row.figure], key=f"lecture.{key}.chart")
+        elif paper is None:
+            st.info("No figure: this check could not be measured on these models (see the evidence).")
+
+
+def nav_ui(k: int, n: int, revealed: bool) -> None:
+    prev, _, nxt = st.columns([1, 4, 1])
+    prev.button("◀ Previous", key="lecture.prev", on_click=go, args=(k - 1,), disabled=k == 0)
+    nxt.button("Summary ▶" if k == n - 1 else "Next ▶", key="lecture.next", on_click=go, args=(k + 1,),
+               disabled=not revealed, type="primary", help=None if revealed else "Reveal this step first")
+
+
+def summary_bytes(lec: classroom.Lecture, choices: dict) -> bytes:
+    """The summary file, made when the button is pressed (from the prepared figures: nothing is computed)."""
+    return summary.summary_html(lec, choices).encode()
+
+
+def summary_ui(lec: classroom.Lecture) -> None:
+    choices = st.session_state["lecture.choices"]
+    counts = lecture.score(choices, lec.tour.rows)
+    st.subheader("Your predictions beside the answers")
+    st.markdown(f"**{counts['matched']} of {counts['steps']}** predictions took the paper's answer; these models "
+                f"showed the paper's pattern in **{counts['shown']} of {counts['steps']}** steps.")
+    rows = [{"step": lec.row(key).figure, **{k: v for k, v in lecture.outcome(key, choices.get(key),
+                                                                               lec.row(key)).items()},
+             "learned": lec.row(key).learned} for key in lec.steps]
+    st.dataframe(rows, hide_index=True, key="lecture.table",
+                 column_order=("step", "prediction", "paper", "matches_paper", "pattern", "models", "learned"))
+    row = st.container(horizontal=True)
+    row.button("◀ Back to the last step", key="lecture.back", on_click=go, args=(len(lec.steps) - 1,))
+    row.download_button("Download your summary (HTML)",
+                        functools.partial(summary_bytes, lec, dict(choices)),
+                        "vitlab_lecture_summary.html", "text/html", key="lecture.download", on_click="ignore",
+                        type="primary", help="Your predictions beside the paper's answers and these models', with "
+                                             "the figures: one file that opens offline in any browser")
+    row.button("Start again", key="lecture.restart", on_click=restart)
+
+
+def path_ui(lec: classroom.Lecture) -> None:
+    steps, revealed = lec.steps, st.session_state["lecture.revealed"]
+    # locked to the path: never past the first step not yet revealed (a stale or edited step number included)
+    first_open = next((i for i, key in enumerate(steps) if key not in revealed), len(steps))
+    k = max(0, min(int(st.session_state.get("lecture.step", 0)), first_open))
+    st.session_state["lecture.step"] = k
+    done = sum(key in revealed for key in steps)
+    st.progress(done / len(steps), text=f"{done} of {len(steps)} steps revealed")
+    if k == len(steps):
+        summary_ui(lec)
+        return
+    key = steps[k]
+    question_ui(key, k, lec, key in revealed)
+    if key in revealed:
+        answer_ui(key, lec)
+    nav_ui(k, len(steps), key in revealed)
+
+
+st.title("Lecture")
+store = lab.store()
+with lab.guard():
+    entries = classroom.prepared(store)
+    if not entries:
+        default = classroom.settings()
+        st.warning(f"No lecture is prepared in the cache {store.directory}. Prepare one ahead of class (it runs the "
+                   "whole tour once; this page then only reads it):")
+        st.code(default.command(str(store.directory)), language="bash")
+    else:
+        entry = choose(entries)
+        try:
+            lec, seconds = _read(entry.settings, str(store.directory))
+        except NotPrepared:
+            st.warning(classroom.missing(entry.settings, store))
+        else:
+            begin(entry.settings.key())
+            status(lec, seconds)
+            path_ui(lec)
