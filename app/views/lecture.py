@@ -16,8 +16,14 @@ import streamlit as st
 from vitlab.tour import classroom, lecture, summary
 
 VERDICT_BOX = {"shown": st.success, "not shown": st.warning, "can't tell": st.info}
+MARK = {True: "✓", False: "✗", None: "—"}
 LEARNED_BOX = {"yes": st.success, "no": st.warning, "can't tell": st.info, "n.a.": st.info}
-STATE = ("lecture.step", "lecture.choices", "lecture.revealed")
+# the figures scale to their column and to the screen under the heading (a projector at 1280x720 included)
+STYLE = """<style>
+[data-testid="stMainBlockContainer"] {padding-top: 2.6rem !important}
+.st-key-lecture-fig-p img {max-height: 68vh; object-fit: contain; object-position: left top}
+.st-key-lecture-fig-i img {max-height: 26vh; object-fit: contain; object-position: left top}
+</style>"""
 
 
 class NotPrepared(Exception):
@@ -76,50 +82,61 @@ def status(lec: classroom.Lecture, seconds: float) -> None:
                f"{lec.settings.describe()} (the sidebar's choices do not apply here).")
 
 
-def question_ui(key: str, k: int, lec: classroom.Lecture, revealed: bool) -> None:
-    q, row = lecture.QUESTIONS[key], lec.row(key)
-    st.caption(f"{row.figure} · step {k + 1} of {len(lec.steps)}")
-    st.subheader(row.title if revealed else q.topic)
+def header_ui(key: str, k: int, lec: classroom.Lecture, revealed: bool) -> None:
+    """The step's heading (a neutral topic until the reveal: a claim's title can give its answer away), Previous /
+    Next (Next opens once the step is revealed), and the progress over the path."""
+    row, n = lec.row(key), len(lec.steps)
+    head, tools = st.columns([3, 2], vertical_alignment="bottom")
+    head.caption(f"Lecture · {row.figure} · step {k + 1} of {n}")
+    head.subheader(row.title if revealed else lecture.QUESTIONS[key].topic)
+    nav = tools.container(horizontal=True, horizontal_alignment="right", gap="small")
+    nav.button("◀ Previous", key="lecture.prev", on_click=go, args=(k - 1,), disabled=k == 0)
+    nav.button("Summary ▶" if k == n - 1 else "Next ▶", key="lecture.next", on_click=go, args=(k + 1,),
+               disabled=not revealed, type="primary", help=None if revealed else "Reveal this step first")
+
+
+def question_ui(key: str) -> None:
+    """Before the reveal: the question, what is compared, the options; Reveal opens once one is chosen."""
+    q = lecture.QUESTIONS[key]
     st.markdown(f"**{q.ask}**")
     st.caption(q.setup)
-    choice = st.session_state["lecture.choices"].get(key)
-    st.radio("What do you expect?", q.options, index=choice, key=f"lecture.choice.{key}", disabled=revealed,
-             on_change=pick, args=(key, q.options))
-    if not revealed:
-        st.button("Reveal the answer", key="lecture.reveal", type="primary", on_click=reveal, args=(key,),
-                  disabled=st.session_state["lecture.choices"].get(key) is None,
-                  help="Choose what you expect first: the answer opens after a prediction")
+    st.radio("What do you expect?", q.options, index=st.session_state["lecture.choices"].get(key),
+             key=f"lecture.choice.{key}", on_change=pick, args=(key, q.options))
+    st.button("Reveal the answer", key="lecture.reveal", type="primary", on_click=reveal, args=(key,),
+              disabled=st.session_state["lecture.choices"].get(key) is None,
+              help="Choose what you expect first: the answer opens after a prediction")
+
+
+def figure_ui(key: str, lec: classroom.Lecture) -> None:
+    """The figures as drawn when the lecture was prepared (inline SVG, scaled to the column): nothing is drawn now."""
+    row = lec.row(key)
+    svgs = [(part, svg) for part, svg in (("p", lec.papers.get(row.figure)), ("i", lec.intervals.get(row.figure)))
+            if svg]
+    if not svgs:
+        st.info("No figure: this check could not be measured on these models (see the evidence).")
+    for part, svg in svgs:  # an image each: st.html would strip the SVG, and each keeps its own ids
+        with st.container(key=f"lecture-fig-{part}"):
+            st.image(svg, width="stretch")
 
 
 def answer_ui(key: str, lec: classroom.Lecture) -> None:
-    row = lec.row(key)
+    """After the reveal: the prediction beside the paper's answer, the claim, both answers for these models with
+    their numbers, the control; the figures beside them."""
+    row, q = lec.row(key), lecture.QUESTIONS[key]
     said, words = lecture.outcome(key, st.session_state["lecture.choices"].get(key), row), row.lines()
-    left, right = st.columns([3, 2])
+    left, right = st.columns([3, 2], gap="medium")
     with right:
+        st.caption(q.ask)
         box = st.success if said["matches_paper"] else st.error
         box(f"**You predicted:** {said['prediction']}. **The paper:** {said['paper']}.")
         st.markdown(f"> {words['paper']}")
-        st.markdown(f"Statistic: {words['statistic']}.")
         VERDICT_BOX[row.pattern](f"**Pattern: {row.pattern}**: {said['models']}. {words['pattern_numbers']}")
         LEARNED_BOX[row.learned](f"**Learned: {row.learned}.** {words['learned_numbers']}")
         st.markdown(words["control_note"])
-        st.caption(f"{words['interval_text']}. Models: {words['models'] or 'none'}. Data: {words['data']}. "
-                   f"{row.evidence}")
+        st.caption(f"Statistic: {words['statistic']}. {words['interval_text']}. Models: {words['models'] or 'none'}. "
+                   f"Data: {words['data']}. {row.evidence}")
     with left:
-        paper = lec.tour.paper_charts.get(row.figure)
-        if paper is not None:
-            lab.chart(paper, key=f"lecture.{key}.paper")
-        if len(lec.tour.frames.get(row.figure, ())):
-            lab.chart(lec.tour.charts[row.figure], key=f"lecture.{key}.chart")
-        elif paper is None:
-            st.info("No figure: this check could not be measured on these models (see the evidence).")
-
-
-def nav_ui(k: int, n: int, revealed: bool) -> None:
-    prev, _, nxt = st.columns([1, 4, 1])
-    prev.button("◀ Previous", key="lecture.prev", on_click=go, args=(k - 1,), disabled=k == 0)
-    nxt.button("Summary ▶" if k == n - 1 else "Next ▶", key="lecture.next", on_click=go, args=(k + 1,),
-               disabled=not revealed, type="primary", help=None if revealed else "Reveal this step first")
+        figure_ui(key, lec)
 
 
 def summary_bytes(lec: classroom.Lecture, choices: dict) -> bytes:
@@ -128,24 +145,26 @@ def summary_bytes(lec: classroom.Lecture, choices: dict) -> bytes:
 
 
 def summary_ui(lec: classroom.Lecture) -> None:
+    """The end of the path: the predictions beside the answers, and the summary to take home."""
     choices = st.session_state["lecture.choices"]
     counts = lecture.score(choices, lec.tour.rows)
-    st.subheader("Your predictions beside the answers")
+    st.subheader("Lecture summary: your predictions beside the answers")
     st.markdown(f"**{counts['matched']} of {counts['steps']}** predictions took the paper's answer; these models "
                 f"showed the paper's pattern in **{counts['shown']} of {counts['steps']}** steps.")
-    rows = [{"step": lec.row(key).figure, **{k: v for k, v in lecture.outcome(key, choices.get(key),
-                                                                               lec.row(key)).items()},
-             "learned": lec.row(key).learned} for key in lec.steps]
-    st.dataframe(rows, hide_index=True, key="lecture.table",
-                 column_order=("step", "prediction", "paper", "matches_paper", "pattern", "models", "learned"))
     row = st.container(horizontal=True)
-    row.button("◀ Back to the last step", key="lecture.back", on_click=go, args=(len(lec.steps) - 1,))
-    row.download_button("Download your summary (HTML)",
-                        functools.partial(summary_bytes, lec, dict(choices)),
+    row.download_button("Download your summary (HTML)", functools.partial(summary_bytes, lec, dict(choices)),
                         "vitlab_lecture_summary.html", "text/html", key="lecture.download", on_click="ignore",
                         type="primary", help="Your predictions beside the paper's answers and these models', with "
                                              "the figures: one file that opens offline in any browser")
+    row.button("◀ Back to the last step", key="lecture.back", on_click=go, args=(len(lec.steps) - 1,))
     row.button("Start again", key="lecture.restart", on_click=restart)
+    table = []
+    for key in lec.steps:
+        said = lecture.outcome(key, choices.get(key), lec.row(key))
+        table.append({"step": lec.row(key).figure, "your prediction": said["prediction"],
+                      "the paper": said["paper"], "as the paper": MARK[said["matches_paper"]],
+                      "pattern on these models": said["pattern"], "learned": lec.row(key).learned})
+    st.table(table, hide_index=True)
 
 
 def path_ui(lec: classroom.Lecture) -> None:
@@ -155,22 +174,25 @@ def path_ui(lec: classroom.Lecture) -> None:
     k = max(0, min(int(st.session_state.get("lecture.step", 0)), first_open))
     st.session_state["lecture.step"] = k
     done = sum(key in revealed for key in steps)
-    st.progress(done / len(steps), text=f"{done} of {len(steps)} steps revealed")
     if k == len(steps):
+        st.progress(1.0, text=f"{done} of {len(steps)} steps revealed")
         summary_ui(lec)
         return
     key = steps[k]
-    question_ui(key, k, lec, key in revealed)
+    header_ui(key, k, lec, key in revealed)
+    st.progress(done / len(steps), text=f"{done} of {len(steps)} steps revealed")
     if key in revealed:
         answer_ui(key, lec)
-    nav_ui(k, len(steps), key in revealed)
+    else:
+        question_ui(key)
 
 
-st.title("Lecture")
+st.html(STYLE)
 store = lab.store()
 with lab.guard():
     entries = classroom.prepared(store)
     if not entries:
+        st.title("Lecture")
         default = classroom.settings()
         st.warning(f"No lecture is prepared in the cache {store.directory}. Prepare one ahead of class (it runs the "
                    "whole tour once; this page then only reads it):")
@@ -180,8 +202,9 @@ with lab.guard():
         try:
             lec, seconds = _read(entry.settings, str(store.directory))
         except NotPrepared:
+            st.title("Lecture")
             st.warning(classroom.missing(entry.settings, store))
         else:
             begin(entry.settings.key())
-            status(lec, seconds)
             path_ui(lec)
+            status(lec, seconds)
