@@ -114,6 +114,8 @@ def _step(page, k: int, key: str, choice: int) -> None:
     """Step k: the question before the answer, a prediction, the reveal, the answer beside it."""
     q, claim = lecture.QUESTIONS[key], CLAIMS[key]
     main = page.locator('[data-testid="stMain"]')
+    main.get_by_text(f"Lecture · {claim.figure} · step {k + 1} of 10", exact=True).wait_for()
+    _settle(page)
     assert page.locator('[data-testid="stProgress"]').inner_text().strip().endswith(f"{k} of 10 steps revealed")
     assert main.get_by_text("Now: 0 batches computed, read from the disk cache").count() == 1
     assert main.get_by_text(q.ask).count() == 1 and main.get_by_text(claim.claim).count() == 0
@@ -124,6 +126,7 @@ def _step(page, k: int, key: str, choice: int) -> None:
     main.locator('[data-testid="stRadio"] [role="radiogroup"] label').nth(choice).click()
     _settle(page)
     page.get_by_role("button", name="Reveal the answer").click()
+    main.get_by_text(f"{k + 1} of 10 steps revealed").wait_for()
     _settle(page)
     _no_exception(page)
     assert main.get_by_text(claim.claim).count() == 1
