@@ -194,8 +194,9 @@ def test_summary_opens_offline():
 def test_each_inline_figure_keeps_its_own_ids():
     svg = '<svg><defs><linearGradient id="gradient_0"/></defs><path fill="url(#gradient_0)"/><use href="#g"/>' \
           '<g id="g"/></svg>'
-    assert summary.scoped(svg, "s1p") == ('<svg><defs><linearGradient id="s1p-gradient_0"/></defs>'
-                                          '<path fill="url(#s1p-gradient_0)"/><use href="#s1p-g"/><g id="s1p-g"/></svg>')
+    assert summary.scoped(svg, "s1p") == (
+        '<svg><defs><linearGradient id="s1p-gradient_0"/></defs>'
+        '<path fill="url(#s1p-gradient_0)"/><use href="#s1p-g"/><g id="s1p-g"/></svg>')
     assert summary.scoped("<svg><rect/></svg>", "x") == "<svg><rect/></svg>"
 
 

@@ -86,7 +86,8 @@ class LectureSettings:
 
 
 def settings(models: tuple[str, ...] | list[str] | None = None, data: str = DEFAULT_DATA,
-             tour: TourOptions | None = None, bootstrap: int = TOUR_BOOTSTRAP, seed: int = TOUR_SEED) -> LectureSettings:
+             tour: TourOptions | None = None, bootstrap: int = TOUR_BOOTSTRAP,
+             seed: int = TOUR_SEED) -> LectureSettings:
     """:class:`LectureSettings` with a chosen subset of claims (``tour.only``) in the paper's order: the path of a
     lecture follows the paper, whatever order the claims were named in."""
     from .lecture import path
