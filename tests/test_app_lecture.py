@@ -44,7 +44,7 @@ def open_page(monkeypatch) -> AppTest:
 
 def test_without_a_prepared_lecture_the_page_names_the_command(app_cache, monkeypatch):
     at = open_page(monkeypatch)
-    assert "No lecture is prepared" in at.warning[0].value
+    assert "No lecture is prepared" in at.error[0].value
     assert at.code[0].value == f"vitlab lecture --prepare -m zoo:vit-cls -m zoo:resnet --images 256 --batch-size 32"
 
 

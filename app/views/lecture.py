@@ -31,8 +31,9 @@ class NotPrepared(Exception):
 
 
 @st.cache_resource(show_spinner=False, max_entries=4)
-def _read(settings: classroom.LectureSettings, directory: str) -> tuple[classroom.Lecture, float]:
-    """The prepared lecture, shared by every student's session on this server, and the seconds its read took."""
+def _read(settings: classroom.LectureSettings, directory: str, made: str) -> tuple[classroom.Lecture, float]:
+    """The prepared lecture, shared by every student's session on this server, and the seconds its read took
+    (``made``, from the index, is part of the key: a lecture prepared again is read again)."""
     t0 = time.perf_counter()
     found = classroom.read(lab.store(), settings)
     if found is None:
@@ -194,16 +195,16 @@ with lab.guard():
     if not entries:
         st.title("Lecture")
         default = classroom.settings()
-        st.warning(f"No lecture is prepared in the cache {store.directory}. Prepare one ahead of class (it runs the "
+        st.error(f"No lecture is prepared in the cache {store.directory}. Prepare one ahead of class (it runs the "
                    "whole tour once; this page then only reads it):")
         st.code(default.command(str(store.directory)), language="bash")
     else:
         entry = choose(entries)
         try:
-            lec, seconds = _read(entry.settings, str(store.directory))
+            lec, seconds = _read(entry.settings, str(store.directory), entry.made)
         except NotPrepared:
             st.title("Lecture")
-            st.warning(classroom.missing(entry.settings, store))
+            st.error(classroom.missing(entry.settings, store))
         else:
             begin(entry.settings.key())
             path_ui(lec)
