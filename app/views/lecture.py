@@ -16,8 +16,8 @@ import streamlit as st
 from vitlab.tour import classroom, lecture, summary
 
 VERDICT_BOX = {"shown": st.success, "not shown": st.warning, "can't tell": st.info}
-MARK = {True: "✓", False: "✗", None: "—"}
 LEARNED_BOX = {"yes": st.success, "no": st.warning, "can't tell": st.info, "n.a.": st.info}
+MARK = {True: "✓", False: "✗", None: "—"}  # a prediction as the paper's answer, not, or none
 # the figures scale to their column and to the screen under the heading (a projector at 1280x720 included)
 STYLE = """<style>
 [data-testid="stMainBlockContainer"] {padding-top: 2.6rem !important}

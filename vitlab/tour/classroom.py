@@ -160,7 +160,7 @@ def prepare(models: list[LoadedModel], source: ImageSource, settings: LectureSet
     papers = {f: chart_svg(c) for f, c in tour.paper_charts.items()}
     intervals = {r.figure: chart_svg(tour.charts[r.figure]) for r in tour.rows if len(tour.frames.get(r.figure, ()))}
     seconds = time.perf_counter() - t0
-    made = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    made = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
     return Lecture(settings, tour, papers, intervals, provenance(models, source, settings.tour, seconds, run), made,
                    round(seconds, 1))
 
