@@ -148,7 +148,7 @@ def test_a_kept_lecture_is_read_back_whole_and_listed_newest_first(tmp_path):
     assert f"--seed 9 --cache-dir {tmp_path / 'store'}`" in text and text.startswith("No prepared lecture for ")
 
 
-def test_a_cache_that_cannot_keep_a_lecture_is_named(tmp_path):
+def test_a_cache_that_cannot_keep_a_lecture_is_named():
     with pytest.raises(VitlabError, match="the lecture cannot be kept: the disk cache is off"):
         classroom.keep(Store(None), fake_lecture())
 
