@@ -31,6 +31,7 @@ NAV: dict[str, list] = {"vitlab": [page("home", "Home", ":material/home:", defau
 for p in table.pages():
     NAV.setdefault(p.section, []).append(page(p.file, p.title, p.icon, p.url))
 NAV.setdefault("Presentation", []).append(page("present", "Present the tour", ":material/co_present:"))
+NAV["Presentation"].append(page("lecture", "Lecture", ":material/school:"))  # guided: predict, then reveal
 
 nav = st.navigation(NAV, expanded=True)  # every page listed: collapsed, the sidebar hides all past the tenth
 st.session_state["lab.page"] = nav.url_path  # the generic analysis page draws the row of this url

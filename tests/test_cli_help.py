@@ -37,7 +37,7 @@ def test_help_lists_every_command_without_torch_or_timm():
         assert name in text
 
 
-@pytest.mark.parametrize("command, flag", [("cka", "--kernel"), ("report", "--title")])
+@pytest.mark.parametrize("command, flag", [("cka", "--kernel"), ("report", "--title"), ("lecture", "--prepare")])
 def test_command_help_shows_its_flags_without_torch_or_timm(command, flag):
     text, names = imported(command, "--help")
     heavy = {"torch", "timm", "pandas", "altair"}  # the report's tour measures and charts load when a tour runs

@@ -30,6 +30,8 @@ HELP = {  # the commands beside the table's rows, in one line each (``zoo``'s is
     "zoo": "vitlab's own Fashion-MNIST reference models",
     "report": "the Paper tour as one self-contained HTML file (figures, verdicts, provenance) that opens offline "
               "with no server",
+    "lecture": "lecture mode: --prepare runs the tour once ahead of class and keeps it in the disk cache for the "
+               "app's Lecture page; without --prepare, reads the prepared lecture back",
     "app": "start the Streamlit app, on localhost only, from any folder",
 }
 
@@ -403,6 +405,37 @@ def add_zoo(sub) -> None:
     zoo.add_cli(sub)
 
 
+def add_lecture(sub) -> None:
+    """``vitlab lecture``: the tour's flags, ``--prepare`` and the cache the app reads (run by vitlab.cli_lecture)."""
+    from .tour.classroom import DEFAULT_DATA, DEFAULT_MODELS
+
+    tour = ANALYSES["tour"]
+    p = sub.add_parser("lecture", help=HELP["lecture"], description=HELP["lecture"] + ". The page never computes: "
+                       "prepare with the settings you will teach with, into the cache the app reads.")
+    p.add_argument("--prepare", action="store_true", help="run the tour now and keep it for the Lecture page")
+    p.add_argument("--model", "-m", action="append", default=None,
+                   help=MODEL_HELP + f" (repeat; default: {' and '.join(DEFAULT_MODELS)})")
+    p.add_argument("--device", default="auto", help=DEVICE_HELP)
+    p.add_argument("--data", "-d", default=DEFAULT_DATA, help=tour.data_help)
+    for f in dataclasses.fields(tour.options):
+        _add_option(p, f)
+    add_evidence_options(p, tour.options)
+    tour_defaults(p)
+    p.add_argument("--cache-dir", default=None, help="cache folder (default: VITLAB_CACHE_DIR or ~/.cache/vitlab): "
+                   "the one the app reads")
+    p.set_defaults(func=run_lecture)
+
+
+def run_lecture(args) -> int:
+    from . import cli_lecture
+    from .tour import classroom
+
+    settings = classroom.settings(args.model, args.data, options_from_args(ANALYSES["tour"], args), args.bootstrap,
+                                  args.seed)
+    store = open_store(args)
+    return cli_lecture.prepare(args, settings, store) if args.prepare else cli_lecture.read_back(store, settings)
+
+
 # ---------------------------------------------------------------- report: the tour as one HTML file (an output of
 # the tour row, not a row of its own)
 
@@ -480,7 +513,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         else:
             sub.add_parser(analysis.name, help=_help(analysis))
     for name, add in (("taps", add_taps), ("cache", add_cache), ("zoo", add_zoo), ("report", add_report),
-                      ("app", add_app)):
+                      ("lecture", add_lecture), ("app", add_app)):
         if command in (None, name):
             add(sub)
         else:

@@ -1,0 +1,191 @@
+"""End-to-end lecture mode (issue 41's "done when"): `vitlab lecture --prepare` on the zoo at small settings, then the
+app in headless Chromium walks the Lecture page: on every step it predicts, reveals, and goes on; it reaches the end,
+downloads the summary, and opens it offline. No step computes: every step's status caption says 0 batches computed,
+read from the disk cache, and the sidebar's status lists no loaded model at the end (VITLAB_WARMUP=0: nothing is
+loaded in the background either). Screenshots of a step before and after its reveal at 1280x720
+(docs/img/lecture.png with VITLAB_SCREENSHOTS=docs)."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from html import escape
+from pathlib import Path
+
+import pytest
+
+from vitlab.tour import CLAIMS, lecture
+
+pytestmark = pytest.mark.browser
+
+ROOT = Path(__file__).resolve().parent.parent
+DOCS = os.environ.get("VITLAB_SCREENSHOTS") == "docs"
+SHOTS = ROOT / "docs" / "img" if DOCS else ROOT / "tests" / "_artifacts"
+CHROMIUM = "/usr/bin/chromium"
+ARGS = ["--no-sandbox", "--headless", "--disable-gpu", "--disable-dev-shm-usage", "--disable-background-networking",
+        "--disable-component-update", "--disable-sync", "--no-first-run"]
+ZOO_READY = all((ROOT / "assets" / "zoo" / f"{n}.safetensors").is_file() for n in ("vit-cls", "resnet"))
+SLOW = 240_000  # ms
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _healthy(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(f"{url}/_stcore/health", timeout=2) as r:
+            return r.status == 200
+    except OSError:
+        return False
+
+
+def _settle(page) -> None:
+    page.wait_for_timeout(400)
+    page.wait_for_function("() => !document.querySelector('[data-testid=\"stStatusWidget\"]')", timeout=SLOW)
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    if not Path(CHROMIUM).exists() or importlib.util.find_spec("playwright") is None:
+        why = f"{CHROMIUM} or the playwright package is missing (apt-get install chromium; pip install playwright)"
+        if os.environ.get("VITLAB_REQUIRE_BROWSER") == "1":
+            pytest.fail(why)
+        pytest.skip(why)
+    if not ZOO_READY:
+        pytest.skip("the zoo's checkpoints are not trained")
+    tmp = tmp_path_factory.mktemp("lecture")
+    env = {**os.environ, "VITLAB_CACHE_DIR": str(tmp / "cache"), "HF_HUB_OFFLINE": "1", "VITLAB_WARMUP": "0",
+           "PYTHONPATH": str(ROOT)}
+    # prepared ahead of class, by the command the docs give (small settings: 64 images in 4 batches)
+    prep = subprocess.run([sys.executable, "-m", "vitlab", "lecture", "--prepare", "-n", "64", "-b", "16"], env=env,
+                          cwd=ROOT, capture_output=True, text=True, timeout=1200, check=False)
+    assert prep.returncode == 0, prep.stderr[-3000:]
+    assert "lecture kept in the cache" in prep.stdout
+    port = _free_port()
+    url = f"http://127.0.0.1:{port}"
+    log = open(tmp / "streamlit.log", "wb")  # noqa: SIM115 (closed in the finally below)
+    cmd = ["nice", sys.executable, "-m", "streamlit", "run", str(ROOT / "app" / "Home.py"), "--server.headless",
+           "true", "--server.port", str(port), "--server.address", "127.0.0.1", "--server.fileWatcherType", "none",
+           "--browser.gatherUsageStats", "false"]
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        deadline = time.time() + 120
+        while not _healthy(url):
+            if proc.poll() is not None or time.time() > deadline:
+                pytest.fail(f"streamlit did not start: {(tmp / 'streamlit.log').read_text()[-2000:]}")
+            time.sleep(0.5)
+        yield url
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)  # the group started above: streamlit and nothing else
+        try:
+            proc.wait(15)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(5)
+        log.close()
+
+
+def _no_exception(page) -> None:
+    assert page.locator('[data-testid="stException"]').count() == 0, page.locator(
+        '[data-testid="stException"]').first.inner_text()
+    unexpected = page.locator('[data-testid="stAlert"]').filter(has_text="Unexpected error")
+    assert unexpected.count() == 0, unexpected.first.inner_text()
+
+
+def _shot(page, name: str, folder: Path = SHOTS) -> None:
+    """The viewport (what a projector shows) once the page has settled and every figure has loaded."""
+    _settle(page)
+    page.wait_for_function("() => [...document.images].every(i => i.complete && i.naturalWidth > 0)", timeout=SLOW)
+    folder.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(folder / f"{name}.png"))
+
+
+def _step(page, k: int, key: str, choice: int) -> None:
+    """Step k: the question before the answer, a prediction, the reveal, the answer beside it."""
+    q, claim = lecture.QUESTIONS[key], CLAIMS[key]
+    main = page.locator('[data-testid="stMain"]')
+    main.get_by_text(f"Lecture · {claim.figure} · step {k + 1} of 10", exact=True).wait_for()
+    _settle(page)
+    assert page.locator('[data-testid="stProgress"]').inner_text().strip().endswith(f"{k} of 10 steps revealed")
+    assert main.get_by_text("Now: 0 batches computed, read from the disk cache").count() == 1
+    assert main.get_by_text(q.ask).count() == 1 and main.get_by_text(claim.claim).count() == 0
+    assert page.get_by_role("button", name="Reveal the answer").is_disabled()
+    assert page.get_by_role("button", name=re.compile("^(Next|Summary) ▶$")).is_disabled()
+    if k == 0:
+        _shot(page, "lecture_ask", ROOT / "tests" / "_artifacts")
+    main.locator('[data-testid="stRadio"] [role="radiogroup"] label').nth(choice).click()
+    _settle(page)
+    page.get_by_role("button", name="Reveal the answer").click()
+    main.get_by_text(f"{k + 1} of 10 steps revealed").wait_for()
+    _settle(page)
+    _no_exception(page)
+    assert main.get_by_text(claim.claim).count() == 1
+    said = main.locator('[data-testid="stAlert"]').filter(has_text="You predicted:").inner_text()
+    assert q.options[choice] in said and f"The paper: {q.paper_option}" in said
+    assert main.locator('[data-testid="stAlert"]').filter(has_text="Pattern: ").count() == 1
+    assert main.locator('[data-testid="stRadio"]').count() == 0  # the prediction is kept, not changed
+    figures = main.locator('[class*="st-key-lecture-fig-"] img')  # drawn when prepared, inline SVG
+    assert figures.count() >= 1 and figures.first.get_attribute("src").startswith("data:image/svg+xml")
+    if k == 0:
+        _shot(page, "lecture")
+    page.get_by_role("button", name=re.compile("^(Next|Summary) ▶$")).click()
+    _settle(page)
+
+
+def test_lecture_predicts_reveals_reaches_the_end_and_downloads_the_summary(server, tmp_path):
+    from playwright.sync_api import sync_playwright
+
+    steps = list(CLAIMS)
+    choices = {key: (lecture.QUESTIONS[key].paper + (k % 2)) % 3 for k, key in enumerate(steps)}  # every other
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=ARGS)
+        try:
+            page = browser.new_page(viewport={"width": 1280, "height": 720}, accept_downloads=True)
+            page.set_default_timeout(SLOW)
+            page.goto(f"{server}/lecture")
+            _settle(page)
+            _no_exception(page)
+            for k, key in enumerate(steps):
+                _step(page, k, key, choices[key])
+            main = page.locator('[data-testid="stMain"]')
+            assert main.get_by_text("5 of 10").count() >= 1  # predictions that took the paper's answer
+            with page.expect_download() as dl:
+                page.get_by_role("button", name="Download your summary (HTML)").click()
+            path = tmp_path / "summary.html"
+            dl.value.save_as(path)
+            text = path.read_text(encoding="utf-8")
+            for key in steps:
+                q = lecture.QUESTIONS[key]
+                assert f'data-step="{key}">' in text
+                assert f'data-prediction="{escape(q.options[choices[key]])}"' in text
+            # nothing was loaded or run on this server: no model in the sidebar's status
+            page.locator('[data-testid="stSidebar"] [data-testid="stExpander"]').filter(has_text="Status").click()
+            assert page.get_by_text("Loaded models: none yet").count() == 1
+            _open_offline(browser, path)
+        finally:
+            browser.close()
+
+
+def _open_offline(browser, path: Path) -> None:
+    """The downloaded summary in a fresh context with the network cut: every section and figure is there, and it
+    asked for nothing but its own file."""
+    context = browser.new_context(offline=True)
+    asked = []
+    context.on("request", lambda r: asked.append(r.url))
+    page = context.new_page()
+    page.goto(path.as_uri())
+    assert page.locator("section.slide").count() == 12  # cover, 10 steps, provenance
+    assert page.locator("section.slide svg").count() >= 10
+    assert page.locator('[data-matched="5"][data-steps="10"]').count() == 1
+    assert asked == [path.as_uri()], asked
+    context.close()

@@ -1,0 +1,203 @@
+"""A lecture prepared ahead of class (issue 41): the whole tour, its figures drawn as SVG, kept in the disk cache.
+
+``vitlab lecture --prepare`` runs the tour once at the lecture's settings (:class:`LectureSettings`) and keeps the
+:class:`Lecture` (the :class:`~vitlab.tour.TourReport`, every figure as inline SVG, provenance) as one saved result
+(:mod:`vitlab.tour.saved`), and its settings in a small index of prepared lectures. The app's Lecture page reads only
+these two entries: it never loads a model or runs a check, and when nothing is prepared it names the command to run.
+
+    models, source ─run_tour─► TourReport ─chart_svg─► Lecture ─keep─► Store   (once, ahead of class)
+    Store ─prepared─► [LectureEntry] ─read─► Lecture ─► the page, the summary   (in class: reads only)
+
+Keys hold the settings, the zoo's checkpoint files and any weights file the specs name, and vitlab's own source
+(:func:`vitlab.tour.saved.result_key`): a changed analysis, model or checkpoint is a missing lecture, never a stale
+one.
+"""
+
+from __future__ import annotations
+
+import shlex
+import time
+from dataclasses import dataclass, field, fields, replace
+from datetime import datetime, timezone
+from typing import TYPE_CHECKING
+
+from ..errors import VitlabError
+from ..inputs.cache import Store, default_dir
+from . import saved
+from .checks import TOUR_BOOTSTRAP, TOUR_SEED, TourOptions, TourReport
+
+if TYPE_CHECKING:
+    from ..engine.context import Run
+    from ..inputs.data import ImageSource
+    from ..inputs.models import LoadedModel
+
+DEFAULT_MODELS = ("zoo:vit-cls", "zoo:resnet")
+DEFAULT_DATA = "fashion-mnist:test"
+INDEX_SIZE = 20  # prepared lectures listed on the page, newest first
+
+
+@dataclass(frozen=True)
+class LectureSettings:
+    """What a lecture is prepared with: the tour's models and data, its options and its resampling."""
+
+    models: tuple[str, ...] = DEFAULT_MODELS
+    data: str = DEFAULT_DATA
+    tour: TourOptions = field(default_factory=TourOptions)
+    bootstrap: int = TOUR_BOOTSTRAP
+    seed: int = TOUR_SEED
+
+    def key(self) -> str:
+        """The saved result's key (:func:`vitlab.tour.saved.result_key`)."""
+        return saved.result_key("lecture", saved.plain(self), saved.files_key(self))
+
+    def command(self, cache_dir: str | None = None) -> str:
+        """The command that prepares this lecture (``cache_dir``: the cache it must go to, when not the default)."""
+        words = ["vitlab", "lecture", "--prepare"]
+        for m in self.models:
+            words += ["-m", m]
+        if self.data != DEFAULT_DATA:
+            words += ["--data", self.data]
+        defaults = TourOptions()
+        for f in fields(TourOptions):
+            value = getattr(self.tour, f.name)
+            if f.name in ("images", "batch_size") or value != getattr(defaults, f.name):
+                flag = f.metadata.get("flag") or "--" + f.name.replace("_", "-")
+                if isinstance(value, bool):
+                    words += [flag] if value else []
+                elif value is not None:
+                    words += [flag, ",".join(map(str, value)) if isinstance(value, tuple) else str(value)]
+        if self.bootstrap != TOUR_BOOTSTRAP:
+            words += ["--bootstrap", str(self.bootstrap)]
+        if self.seed != TOUR_SEED:
+            words += ["--seed", str(self.seed)]
+        if cache_dir is not None and str(cache_dir) != str(default_dir()):
+            words += ["--cache-dir", str(cache_dir)]
+        return shlex.join(words)
+
+    def describe(self) -> str:
+        """In words: "zoo:vit-cls and zoo:resnet, Fashion-MNIST test set, first 64 images in batches of 16"."""
+        from .report import images_in_words
+
+        order = "first N" if self.tour.shuffle is None else f"shuffled, seed {self.tour.shuffle}"
+        data = images_in_words(self.data, self.tour.images or 0, order)
+        if self.tour.images is None:
+            data = data.rsplit(", ", 1)[0] + ", every image"
+        return f"{' and '.join(self.models)}, {data}, in batches of {self.tour.batch_size}"
+
+
+def settings(models: tuple[str, ...] | list[str] | None = None, data: str = DEFAULT_DATA,
+             tour: TourOptions | None = None, bootstrap: int = TOUR_BOOTSTRAP,
+             seed: int = TOUR_SEED) -> LectureSettings:
+    """:class:`LectureSettings` with a chosen subset of claims (``tour.only``) in the paper's order: the path of a
+    lecture follows the paper, whatever order the claims were named in."""
+    from .lecture import path
+
+    tour = tour or TourOptions()
+    if tour.only:
+        tour = replace(tour, only=tuple(path(tour.only)))
+    return LectureSettings(tuple(models or DEFAULT_MODELS), data, tour, int(bootstrap), int(seed))
+
+
+@dataclass
+class Lecture:
+    """A prepared lecture: the tour on its settings, each figure as an inline SVG (``papers``: the paper-style
+    figure, ``intervals``: the interval chart, by the tour row's figure), the run's provenance, when it was made."""
+
+    settings: LectureSettings
+    tour: TourReport
+    papers: dict[str, str]
+    intervals: dict[str, str]
+    provenance: dict
+    made: str
+    seconds: float
+
+    def to_frame(self):
+        """The tour's table (``tour.csv``)."""
+        return self.tour.to_frame()
+
+    @property
+    def steps(self) -> list[str]:
+        """The lecture's path: claim keys in the paper's order (the tour keeps its rows in that order)."""
+        from .lecture import key_of
+
+        return [key_of(r.figure) for r in self.tour.rows]
+
+    def row(self, key: str):
+        """The tour's Check of claim ``key``."""
+        return self.tour.rows[self.steps.index(key)]
+
+    def headline(self) -> list[str]:
+        return [f"lecture: {self.settings.describe()}; prepared {self.made} in {self.seconds:.0f} s"] + \
+            self.tour.headline()
+
+
+@dataclass(frozen=True)
+class LectureEntry:
+    """One prepared lecture in the index: its settings and when it was made."""
+
+    settings: LectureSettings
+    made: str
+
+
+@dataclass
+class LectureIndex:
+    entries: list[LectureEntry]
+
+
+def _index_key() -> str:
+    return saved.result_key("lecture-index")
+
+
+def prepare(models: list[LoadedModel], source: ImageSource, settings: LectureSettings, run: Run) -> Lecture:
+    """Run the tour on ``models`` and ``source`` at ``settings`` and draw every figure as SVG (vl-convert), so that
+    the page and the summary only read."""
+    from . import run_tour
+    from .report import chart_svg, provenance
+
+    t0 = time.perf_counter()
+    run = replace(run, bootstrap=settings.bootstrap, seed=settings.seed)
+    tour = run_tour(models, source, settings.tour, run)
+    papers = {f: chart_svg(c) for f, c in tour.paper_charts.items()}
+    intervals = {r.figure: chart_svg(tour.charts[r.figure]) for r in tour.rows if len(tour.frames.get(r.figure, ()))}
+    seconds = time.perf_counter() - t0
+    made = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+    return Lecture(settings, tour, papers, intervals, provenance(models, source, settings.tour, seconds, run), made,
+                   round(seconds, 1))
+
+
+def writable(store: Store) -> None:
+    """A VitlabError when ``store`` cannot keep a lecture (off, read-only): a lecture not kept cannot be shown."""
+    if store is None or not store.enabled or store.mode != "rw":
+        where = getattr(store, "directory", None)
+        raise VitlabError(f"the lecture cannot be kept: the disk cache{f' in {where}' if where else ''} is "
+                          f"{'read-only' if store is not None and store.mode == 'ro' else 'off'}; prepare it with a "
+                          f"cache the app reads and can write (--cache-dir DIR, or VITLAB_CACHE_DIR)")
+
+
+def keep(store: Store, lecture: Lecture) -> None:
+    """Save ``lecture`` and list it first in the index (:func:`writable` first)."""
+    writable(store)
+    if not saved.save(store, lecture.settings.key(), lecture):
+        raise VitlabError("the lecture could not be saved as data (vitlab.tour.saved): please report this")
+    entries = [e for e in prepared(store) if e.settings != lecture.settings]
+    saved.save(store, _index_key(), LectureIndex([LectureEntry(lecture.settings, lecture.made)] + entries
+                                                 [:INDEX_SIZE - 1]))
+
+
+def prepared(store: Store) -> list[LectureEntry]:
+    """The prepared lectures listed in ``store``, newest first (empty when none, or the index cannot be read)."""
+    index = saved.load(store, _index_key())
+    return list(index.entries) if isinstance(index, LectureIndex) else []
+
+
+def read(store: Store, settings: LectureSettings) -> Lecture | None:
+    """The lecture prepared at ``settings``, or None (never prepared, evicted, or prepared by another vitlab)."""
+    lecture = saved.load(store, settings.key())
+    return lecture if isinstance(lecture, Lecture) and lecture.settings == settings else None
+
+
+def missing(settings: LectureSettings, store: Store) -> str:
+    """What to run when the lecture at ``settings`` is not in ``store``, in words."""
+    return (f"No prepared lecture for {settings.describe()} in the cache {store.directory}: prepare it ahead of "
+            f"class with `{settings.command(str(store.directory))}` (it runs the whole tour once; the page then only "
+            "reads it).")
