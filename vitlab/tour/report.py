@@ -162,8 +162,8 @@ _WORDS = ("aria-", "title", "id", "class", "href", "xlink:href")  # attributes a
 
 
 def shorten_svg(svg: str) -> str:
-    """``svg`` with the numbers of its drawing attributes (coordinates, paths, transforms) cut to one decimal: vl-convert
-    writes up to 15 digits, a tenth of a pixel is invisible, and the file halves. Only inside tags and never in an
+    """``svg`` with the numbers of its drawing attributes (coordinates, paths, transforms) cut to one decimal:
+    vl-convert writes up to 15 digits, a tenth of a pixel is invisible, and the file halves. Only inside tags and never in an
     attribute a person reads (aria labels, titles): the text of an axis label ("0.85") is the chart's own words and
     stays as drawn (issue 38: rounding it gave axes that read "0.8, 0.8, 0.9")."""
     def attr(m: re.Match) -> str:
