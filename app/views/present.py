@@ -19,9 +19,9 @@ STEPS = list(tour.CLAIMS)
 BOOTSTRAP = tour.TOUR_BOOTSTRAP  # the Paper tour page's default: the two pages share one computed tour
 # Projector layout, this page only (the <style> goes when the page does): Streamlit's header shrunk to its buttons,
 # the padding compressed, type sized by the viewport (clamp of vw and vh: the smaller screen side rules), and each
-# figure an SVG scaled to its column and to the height left under the title (2.8rem and the title's lines in
-# --present-type), so that a slide
-# fits 1280×720 to 1920×1080 with the sidebar open or collapsed (tests/test_browser_slides.py measures it).
+# figure an SVG scaled to its column (its frame too: a faceted figure's frame otherwise keeps the figure's own
+# 609-734 px) and to the height left under the title (2.8rem and the title's lines in --present-type), so that a
+# slide fits 1280×720 to 1920×1080 with the sidebar open or collapsed (tests/test_browser_slides.py measures it).
 STYLE = """<style>
 :root {--present-type: clamp(.8rem, min(1vw, 1.9vh), 1.45rem)}
 [data-testid="stHeader"] {background: transparent; height: 2.4rem; pointer-events: none}
@@ -51,6 +51,8 @@ STYLE = """<style>
 .present-more summary {cursor: pointer; color: #777}
 .st-key-present-figure [data-testid="stVegaLiteChart"] svg.marks {width: 100% !important; height: auto !important;
     max-height: calc(100vh - 2.8rem - var(--present-type) * 5.8) !important}
+.st-key-present-figure [data-testid="stFullScreenFrame"] > div,
+.st-key-present-figure [data-testid="stVegaLiteChart"] {width: 100% !important}
 .st-key-present-intervals [data-testid="stVegaLiteChart"] svg.marks {width: 100% !important;
     height: auto !important; max-height: 20vh !important}
 .st-key-present-top button p {font-size: calc(var(--present-type) * .8)}
