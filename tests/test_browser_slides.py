@@ -48,9 +48,25 @@ MEASURE = """() => {
   if (paper && seen(paper)) {
     const r = paper.getBoundingClientRect(), vb = paper.viewBox.baseVal;
     const drawn = vb && vb.width ? Math.min(r.width, r.height * vb.width / vb.height) : r.width;
-    fill = drawn / column.getBoundingClientRect().width;
+    fill = [drawn / column.getBoundingClientRect().width, Math.round(r.width), Math.round(r.height),
+            `${vb.width}×${vb.height}`];
   }
-  return {width: innerWidth, height: innerHeight, bottom, right, boxes, fill};
+  // the interval chart's type as drawn (its font size times the SVG's scale) and its labels that cross
+  const iv = document.querySelector('.st-key-present-intervals svg.marks');
+  let font = null, crossed = [];
+  if (iv && seen(iv)) {
+    const r = iv.getBoundingClientRect(), vb = iv.viewBox.baseVal;
+    const scale = vb && vb.width ? Math.min(r.width / vb.width, r.height / vb.height) : 1;
+    const texts = [...iv.querySelectorAll('text')]  // Vega hides the labels it drops for overlap (opacity 0)
+      .filter(t => t.textContent.trim() && seen(t) && t.getAttribute('opacity') !== '0');
+    font = Math.min(...texts.map(t => parseFloat(getComputedStyle(t).fontSize) * scale));
+    const rects = texts.map(t => t.getBoundingClientRect());
+    rects.forEach((a, i) => rects.forEach((b, j) => {
+      if (j > i && Math.min(a.right, b.right) - Math.max(a.left, b.left) > 1 &&
+          Math.min(a.bottom, b.bottom) - Math.max(a.top, b.top) > 1)
+        crossed.push(texts[i].textContent + ' × ' + texts[j].textContent); }));
+  }
+  return {width: innerWidth, height: innerHeight, bottom, right, boxes, fill, font, crossed};
 }"""
 
 # true once every chart is drawn, nothing runs, and the layout (sizes of the drawn charts, the main column's height)
@@ -124,7 +140,8 @@ def measure_all(page, server: str, viewports=VIEWPORTS, shots=None) -> list[dict
                 out.append({"slide": claim.figure, "sidebar": "open" if open_ else "collapsed",
                             "viewport": f"{w}x{h}", "overflow_y": round(m["bottom"] - m["height"]),
                             "overflow_x": round(m["right"] - m["width"]), "overlaps": overlaps(m["boxes"]),
-                            "boxes": sorted(m["boxes"]), "fill": m["fill"]})
+                            "boxes": sorted(m["boxes"]), "fill": m["fill"], "font": m["font"],
+                            "crossed": m["crossed"]})
                 if shots:
                     page.screenshot(path=f"{shots}/slide{k + 1:02d}_{w}x{h}_{'open' if open_ else 'closed'}.png")
             page.get_by_role("button", name="Next ▶").click()
@@ -158,9 +175,14 @@ def test_every_slide_fits_the_viewport_without_overlap(page, server):  # noqa: F
     wide = [f"{where(r)}: {r['overflow_x']} px right" for r in found if r["overflow_x"] > TOLERANCE]
     crossed = [f"{where(r)}: {', '.join(r['overlaps'])}" for r in found if r["overlaps"]]
     # issue 38: every paper figure fills its column on a 1920-px screen (faceted ones kept 609-734 px)
-    narrow = [f"{where(r)}: the figure fills {r['fill']:.0%} of its column" for r in found
-              if r["viewport"] == "1920x1080" and r["fill"] is not None and r["fill"] < 0.8]
-    assert not below + wide + crossed + narrow, "\n".join(below + wide + crossed + narrow)
+    narrow = [f"{where(r)}: the figure fills {r['fill'][0]:.0%} of its column (its box {r['fill'][1]}×"
+              f"{r['fill'][2]} px, drawn {r['fill'][3]})" for r in found
+              if r["viewport"] == "1920x1080" and r["fill"] is not None and r["fill"][0] < 0.8]
+    # the interval chart readable when projected: 12-px type or more at 1280×720, no two of its labels crossing
+    small = [f"{where(r)}: interval chart type {r['font']:.1f} px, labels crossed: {r['crossed']}" for r in found
+             if r["font"] is not None and (r["font"] < 12 - 0.05 or r["crossed"])]
+    problems = below + wide + crossed + narrow + small
+    assert not problems, "\n".join(problems)
 
 
 # the Paper tour page: every figure of its figure column, and every text of the page (headings, paragraphs, the
