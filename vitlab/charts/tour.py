@@ -65,7 +65,8 @@ def image_grid(frame: pd.DataFrame, title: str, size: int = GRID, columns: int =
     position. Each panel keeps its own grid: a 2 × 2 map fills its square as a 4 × 4 one does (the paper draws each
     model at its own resolution); a panel's name too long for one line is written on two at its ': '
     ("zoo:vit-cls@random:0" above "token 10"), whole, never cut at a panel's width. ``aspect``: a panel's width over
-    its height (a little over 1 lets a 4 × 4 grid fill a 16:9 slide's column). ``outline_own`` circles the cells marked ``own`` (a token's own position)."""
+    its height (a little over 1 lets a 4 × 4 grid fill a 16:9 slide's column). ``outline_own`` circles the cells
+    marked ``own`` (a token's own position)."""
     side = int(frame["row"].max()) + 1 if len(frame) else 0
     if side > 16:  # a 28 × 28 map is 784 SVG paths a panel: drawn as 2 × 2 cell means, a quarter of the file
         frame = frame.assign(row=frame["row"] // 2, col=frame["col"] // 2).groupby(
