@@ -235,3 +235,8 @@ def test_paper_tour_page_draws_no_figure_over_its_text(page, server):  # noqa: F
                     problems += [f"{claim.figure} at {w}x{h}: {c}" for c in crossed]
         page.set_viewport_size({"width": 1280, "height": 720})
     assert not problems, "\n".join(problems)
+    # the run caption says what the person waited: from the click (the last figure chosen) to the page drawn
+    shown = page.locator(".vitlab-shown").first
+    shown.wait_for(state="attached")
+    page.wait_for_function("() => /shown \\d+\\.\\d s after your click/.test("
+                           "document.querySelector('.vitlab-shown').textContent)")
