@@ -94,7 +94,7 @@ def interval_chart(chart, frame) -> alt.LayerChart:
     labels on 16-px rows (none overlap), without the title and legend the slide's text already gives (each row's
     label names its estimate), so that it fits under the text at 1280×720."""
     return (chart.properties(title="", height=alt.Step(16))
-            .configure_axis(labelFontSize=12, titleFontSize=12, labelLimit=240)
+            .configure_axis(labelFontSize=12, titleFontSize=12, labelLimit=240, titlePadding=8)
             .configure_legend(disable=True))
 
 
