@@ -157,3 +157,40 @@ def test_each_section_prints_on_its_own_a4_page_and_names_the_data_for_people():
     assert "n = 40 images · 5 batches" in text and "n = 32 images · 4 batches" in text
     assert "the first images: a backward pass each, batches of 8" in text and "n not recorded" in text
     assert "CNNs?, checked on these models" not in text
+
+
+def axis_labels(text: str) -> list[list[str]]:
+    """The tick labels of every axis of every SVG figure in a report, one list per axis, as a reader sees them."""
+    axes = []
+    for svg in re.findall(r"<svg.*?</svg>", text, re.S):
+        for group in re.findall(r'<g class="mark-text role-axis-label"[^>]*>(.*?)</g>', svg, re.S):
+            axes.append(re.findall(r"<text[^>]*>([^<]*)</text>", group))
+    return axes
+
+
+def test_shortening_cuts_coordinates_and_never_text():
+    svg = ('<svg width="100.123456" viewBox="0 0 100.123456 50.987654"><g aria-label="values from 0.8125 to 0.9375">'
+           '<text transform="translate(9.87654321,17.5)">0.8125</text><title>0.8125</title></g></svg>')
+    out = R.shorten_svg(svg)
+    assert 'width="100.1"' in out and 'viewBox="0 0 100.1 50.9"' in out and 'translate(9.8,17.5)' in out
+    assert ">0.8125</text>" in out and "<title>0.8125</title>" in out and 'from 0.8125 to 0.9375"' in out
+
+
+def test_every_axis_of_every_handout_figure_reads_distinct_ticks():
+    """Issue 38: the handout's SVG shortening rounded tick-label text, so axes read "0.8, 0.8, 0.9". Every axis of
+    every figure of a real tour's handout (paper-style figures and interval charts) has distinct tick labels, and
+    the handout shows the same labels as the chart rendered without shortening."""
+    import vl_convert as vlc
+
+    src = vitlab.open_source("fashion-mnist:test")
+    models = [vitlab.load("zoo:vit-cls", "cpu"), vitlab.load("zoo:resnet", "cpu")]
+    opts = T.TourOptions(images=32, batch_size=8, rf_images=4, probe_draws=4, probe_test=60, probe_shots=3,
+                         permutations=50)
+    tour = T.run_tour(models, src, opts, Run(bootstrap=50, seed=0))
+    text = R.render_html(tour, R.provenance(models, src, opts, 1.0, Run()), R.ReportOptions().title)
+    axes = axis_labels(text)
+    assert len(axes) >= 20  # every figure has its axes (image grids have none)
+    for labels in axes:
+        assert len(labels) == len(set(labels)), labels
+    raw = [vlc.vegalite_to_svg(c.to_json()) for c in (*tour.paper_charts.values(), *tour.charts.values())]
+    assert sorted(map(tuple, axes)) == sorted(map(tuple, axis_labels("".join(raw))))

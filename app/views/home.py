@@ -35,7 +35,9 @@ with right:
         named = "uploads" if s.source == lab.UPLOADS else lab.SOURCES.get(s.source, f"`{src.name}`")
         st.markdown(f"{named}: {len(src)} images"
                     + (f", classes {', '.join(src.classes[:10])}" if src.classes else "")
-                    + f"; the pages use the first {min(s.images, len(src))}, in batches of {s.batch_size}.")
+                    + f"; the analysis pages use the first {min(s.images, len(src))}, in batches of {s.batch_size} "
+                    f"(the Paper tour, its slides and the handout their own first "
+                    f"{min(vitlab.tour.TOUR_IMAGES, len(src))}, in batches of {vitlab.tour.TOUR_BATCH}).")
         bad: list = []
         namer = lab.image_name(src)
         index = {src.item_id(i): i for i in range(min(8, len(src)))}

@@ -52,17 +52,21 @@ def token_state(grid: tuple[int, int]) -> tuple[int, int]:
     return int(st.session_state["loc.row"]), int(st.session_state["loc.col"])
 
 
+# the upload at most a third of the screen tall (a 917-px portrait pushed the maps a screen down), never wider than its
+# column
+st.html("<style>.st-key-loc-original [data-testid='stImage'] img {max-height: 33vh; max-width: 100%; width: auto; "
+        "height: auto; object-fit: contain}</style>")
 st.title("Localization")
 lead = st.container()  # the finding, filled from this page's own result
 st.caption("Localization is measured over a data set: for each token, the linear CKA over images with the input patch "
            "at every position. On one image, a token's gradient map and attention map say which pixels it carries.")
 s = lab.settings()
 ref = reference_ui()
-c1, c2 = st.columns(2)
-c1.button("Compare CLS vs GAP: zoo:vit-cls and zoo:vit-gap (16 tokens)", key="loc.clsgap", on_click=lab.set_models,
-          args=("zoo:vit-cls", "zoo:vit-gap"))
-c2.button("Compare CLS vs GAP: zoo:vit-cls-14 and zoo:vit-gap-14 (196 tokens, pooling only)", key="loc.clsgap14",
-          on_click=lab.set_models, args=("zoo:vit-cls-14", "zoo:vit-gap-14"))
+compare = st.container(horizontal=True, gap="small")  # each button as wide as its words, wrapped to a new line
+compare.button("Compare CLS vs GAP: zoo:vit-cls and zoo:vit-gap (16 tokens)", key="loc.clsgap",
+               on_click=lab.set_models, args=("zoo:vit-cls", "zoo:vit-gap"))
+compare.button("Compare CLS vs GAP: zoo:vit-cls-14 and zoo:vit-gap-14 (196 tokens, pooling only)", key="loc.clsgap14",
+               on_click=lab.set_models, args=("zoo:vit-cls-14", "zoo:vit-gap-14"))
 st.caption(f"CLS vs GAP in the zoo: for vit-cls / vit-gap, {vitlab.tour.GAP_CAVEAT}; vit-cls-14 / vit-gap-14 differ "
            "in pooling alone. Chance level of a token's best match is 1/positions, so the chart shows the "
            "chance-corrected rate: grids of different sizes on one scale (Paper tour, Figs 9-10).")
@@ -96,8 +100,10 @@ if report is not None:
 
     st.subheader("One token")
     c1, c2 = st.columns([1, 1])
-    slot = c1.radio("Model", ["A", "B"], horizontal=True, key="loc.slot",
-                    format_func=lambda k: f"{k}: {a.label if k == 'A' else b.label}")
+    # the options' words do not name the models: the radio keeps its value as the option's words, so "A: zoo:vit-cls"
+    # matched no option once a compare button had changed the models, and neither A nor B showed as selected
+    slot = c1.radio("Model", ["A", "B"], horizontal=True, key="loc.slot", format_func=lambda k: f"model {k}",
+                    captions=[a.label, b.label])
     m = a if slot == "A" else b
     results = [r for r in report.results if r.model == m.label]
     layer = c2.selectbox("Layer", [r.layer for r in results], key="loc.layer")
@@ -159,7 +165,7 @@ if report is not None:
         picture = activations.model_view(m, original)
         seen = tl.model_input(m, original)
         c1, c2 = st.columns(2)
-        with c1:
+        with c1.container(key="loc-original"):
             boxed = charts.original_with_box(original, seen.box)
             st.image(boxed, width="content",
                      caption=f"Your image, {original.width}×{original.height}; outlined: the part the model sees")

@@ -18,9 +18,9 @@ from vitlab.engine.context import Run
 STEPS = list(tour.CLAIMS)
 # Projector layout, this page only (the <style> goes when the page does): Streamlit's header shrunk to its buttons,
 # the padding compressed, type sized by the viewport (clamp of vw and vh: the smaller screen side rules), and each
-# figure an SVG scaled to its column and to the height left under the title (2.8rem and the title's lines in
-# --present-type), so that a slide
-# fits 1280×720 to 1920×1080 with the sidebar open or collapsed (tests/test_browser_slides.py measures it).
+# figure an SVG scaled to its column (its frame too: a faceted figure's frame otherwise keeps the figure's own
+# 609-734 px) and to the height left under the title (2.8rem and the title's lines in --present-type), so that a
+# slide fits 1280×720 to 1920×1080 with the sidebar open or collapsed (tests/test_browser_slides.py measures it).
 STYLE = """<style>
 :root {--present-type: clamp(.8rem, min(1vw, 1.9vh), 1.45rem)}
 [data-testid="stHeader"] {background: transparent; height: 2.4rem; pointer-events: none}
@@ -30,7 +30,7 @@ STYLE = """<style>
 .present-fig {font-size: calc(var(--present-type) * .95); color: #777; margin: 0}
 .present-title {font-size: calc(var(--present-type) * 1.9); font-weight: 700; line-height: 1.1; margin: 0}
 .present-label {font-size: calc(var(--present-type) * .72); text-transform: uppercase; letter-spacing: .08em;
-                color: #777; margin: .55em 0 .1em}
+                color: #777; margin: .45em 0 .1em}
 .present-claim {font-size: calc(var(--present-type) * 1.08); line-height: 1.3; border-left: 5px solid #aaa;
                 padding-left: .7em}
 .present-verdict {display: inline-block; font-size: calc(var(--present-type) * 1.45); font-weight: 800;
@@ -50,8 +50,10 @@ STYLE = """<style>
 .present-more summary {cursor: pointer; color: #777}
 .st-key-present-figure [data-testid="stVegaLiteChart"] svg.marks {width: 100% !important; height: auto !important;
     max-height: calc(100vh - 2.8rem - var(--present-type) * 5.8) !important}
+.st-key-present-figure [data-testid="stFullScreenFrame"] > div,
+.st-key-present-figure [data-testid="stVegaLiteChart"] {width: 100% !important}
 .st-key-present-intervals [data-testid="stVegaLiteChart"] svg.marks {width: 100% !important;
-    height: auto !important; max-height: 20vh !important}
+    height: auto !important; max-height: 27vh !important}
 .st-key-present-top button p {font-size: calc(var(--present-type) * .8)}
 </style>"""
 SVG = {"embedOptions": {"renderer": "svg"}}  # scales with its box (a canvas would blur or keep its pixel size)
@@ -86,9 +88,13 @@ def slide_text(row) -> str:
             f'<p class="present-evidence">{escape(words["interval_text"])}</p>')
 
 
-def alt_step(frame) -> int:
-    """The interval chart's row height: smaller when there are many estimates, so that the slide's text fits."""
-    return 16 if len(frame) <= 6 else 12
+def interval_chart(chart, frame) -> alt.LayerChart:
+    """The interval chart of a slide, readable when projected: drawn at its column's width (not scaled down), 12-px
+    labels on 16-px rows (none overlap), without the title and legend the slide's text already gives (each row's
+    label names its estimate), so that it fits under the text at 1280×720."""
+    return (chart.properties(title="", height=alt.Step(16))
+            .configure_axis(labelFontSize=12, titleFontSize=12, labelLimit=240, titlePadding=8)
+            .configure_legend(disable=True))
 
 
 def report_html(models, src, opts, boot, done) -> bytes:
@@ -167,8 +173,7 @@ if done is not None:
         st.html(slide_text(row))
         if frame is not None and len(frame):
             with st.container(key="present-intervals"):
-                draw(done.charts[row.figure].properties(width=420, height=alt.Step(alt_step(frame)))
-                     .configure_legend(orient="bottom"), f"present.{step}.chart", width="content")
+                draw(interval_chart(done.charts[row.figure], frame), f"present.{step}.chart")
         st.html(f'<details class="present-more"><summary>Evidence</summary><p class="present-evidence">'
                 f'{escape(which)} {escape(row.evidence)}</p></details>')
     with left.container(key="present-figure"):

@@ -11,6 +11,17 @@ import streamlit as st
 import vitlab
 from vitlab import table, tour
 
+# The slides' layout rules (app/views/present.py), for this page's figure column: each figure an SVG scaled to its
+# column (never wider: at 1280 px a 650-px figure ran into the claim's text) and to the screen's height; the
+# interval chart at most a quarter of it (tests/test_browser_slides.py measures figure and text boxes).
+STYLE = """<style>
+.st-key-tour-figure [data-testid="stVegaLiteChart"] svg.marks {width: 100% !important; height: auto !important;
+    max-height: 78vh !important}
+.st-key-tour-figure .st-key-tour-intervals [data-testid="stVegaLiteChart"] svg.marks {max-height: 32vh !important}
+.st-key-tour-figure [data-testid="stFullScreenFrame"] > div,
+.st-key-tour-figure [data-testid="stVegaLiteChart"] {width: 100% !important}
+</style>"""
+SVG = {"embedOptions": {"renderer": "svg"}}  # scales with its box (a canvas would blur or keep its pixel size)
 STEPS = table.tour_steps()  # in table order: each row names the paper's claims its results bear on
 VERDICT_BOX = {"shown": st.success, "not shown": st.warning, "can't tell": st.info}
 LEARNED_BOX = {"yes": st.success, "no": st.warning, "can't tell": st.info, "n.a.": st.info}
@@ -27,6 +38,11 @@ def roles(a, b):
     return vit, cnn
 
 
+def draw(chart, key: str) -> None:
+    """A figure at its column's width (its height follows, bounded by the style above), drawn as SVG."""
+    st.altair_chart(chart.properties(usermeta=SVG), key=key, width="stretch", theme=None)
+
+
 def move(delta: int) -> None:
     i = STEPS.index(st.session_state.get("tour.step", STEPS[0]))
     st.session_state["tour.step"] = STEPS[(i + delta) % len(STEPS)]
@@ -39,7 +55,7 @@ def options_ui() -> tuple[tour.TourOptions, int]:
     for key, default in (("tour.images", tour.TOUR_IMAGES), ("tour.batch_size", tour.TOUR_BATCH),
                          ("tour.twins", True), ("tour.bootstrap", tour.TOUR_BOOTSTRAP)):
         st.session_state.setdefault(key, kept.get(key, default))
-    c1, c2, c3, c4 = st.columns(4)
+    c1, c2, c3, c4 = st.columns([1, 1, 1.5, 1.3])  # the toggle's label whole at 1280 px
     images = c1.number_input("Tour images", min_value=8, max_value=10000, step=32, key="tour.images",
                              help=f"default {tour.TOUR_IMAGES}, as `vitlab tour` and `vitlab report`")
     batch = c2.number_input("Images per batch", min_value=4, max_value=512, step=4, key="tour.batch_size",
@@ -53,6 +69,7 @@ def options_ui() -> tuple[tour.TourOptions, int]:
     return tour.TourOptions(images=int(images), batch_size=int(batch), control="random" if twins else "none"), boot
 
 
+st.html(STYLE)
 st.title("Paper tour")
 s = lab.settings()
 opts, boot = options_ui()
@@ -75,7 +92,7 @@ if report is not None:
                f"percentile bootstrap ({boot} resamples, seed {tour.TOUR_SEED}) for rank correlations and radii, "
                "kept inside each statistic's range; pattern: against the claim's own null; learned: against the "
                "untrained twins")
-    nav = st.columns([1, 8, 1])
+    nav = st.columns([1.7, 7, 1.3], vertical_alignment="top")  # "◀ Previous" whole at 1280 px
     nav[0].button("◀ Previous", key="tour.prev", on_click=move, args=(-1,))
     nav[2].button("Next ▶", key="tour.next", on_click=move, args=(1,))
     step = nav[1].radio("Figure", STEPS, horizontal=True, key="tour.step", label_visibility="collapsed",
@@ -94,13 +111,14 @@ if report is not None:
         st.markdown(words["control_note"])
         st.caption(f"{words['interval_text']}. Models: {words['models'] or 'none'}. Data: {words['data']}. "
                    f"{row.evidence}")
-    with left:
+    with left.container(key="tour-figure"):
         paper = report.paper_charts.get(row.figure)
         if paper is not None:
-            lab.chart(paper, key=f"tour.{step}.paper")
+            draw(paper, key=f"tour.{step}.paper")
             lab.export(paper, report.paper_frame(row.figure), f"tour_{step}_paper", f"tour.{step}.paper")
         frame = report.frames[row.figure]
         if len(frame):
             chart = report.charts[row.figure]
-            lab.chart(chart, key=f"tour.{step}.chart")
+            with st.container(key="tour-intervals"):
+                draw(chart, key=f"tour.{step}.chart")
             lab.export(chart, frame, f"tour_{step}", f"tour.{step}")

@@ -131,7 +131,7 @@ def parity_chart(frame: pd.DataFrame):
         y=alt.Y("shown:Q", scale=alt.Scale(type="log", domain=[1e-12, max(1e-3, float(long["shown"].max()))]),
                 title="max |difference| (exact zeros at 1e-12)"),
         shape=alt.Shape("check:N", legend=None),
-        color=alt.Color("check:N", title=None, legend=alt.Legend(orient="bottom")),
+        color=alt.Color("check:N", title=None, legend=alt.Legend(orient="bottom", labelLimit=0)),
         tooltip=["model", "layer", "check", alt.Tooltip("max_abs_diff:Q", format=".2e")],
     ).properties(width=max(240, 30 * frame["layer"].nunique()), height=220,
                  title=f"Attention capture parity: {frame['model'].iloc[0]}")

@@ -47,7 +47,7 @@ def ablation_cka_chart(cka: pd.DataFrame, k: int | None = None):
         x=alt.X("layer:N", sort=order, title="block output", axis=alt.Axis(labelAngle=-45)),
         y=alt.Y("cka:Q", title="CKA", scale=alt.Scale(zero=False)),
         color=alt.Color("selection:N", scale=SELECTION_COLOURS, title="heads"),
-        strokeDash=alt.StrokeDash("compared_with:N", title=None, legend=alt.Legend(orient="bottom")),
+        strokeDash=alt.StrokeDash("compared_with:N", title=None, legend=alt.Legend(orient="bottom", labelLimit=0)),
         tooltip=["mode", "selection", "layer", "compared_with", alt.Tooltip("cka:Q", format=".4f")],
     ).properties(width=260, height=220).facet(column=alt.Column("mode:N", title="ablation"),
                                                title=f"CKA after ablating {k} heads")
@@ -107,7 +107,7 @@ def flag_summary_chart(frame: pd.DataFrame):
     return alt.Chart(long).mark_bar().encode(
         x=alt.X("tap:N", sort=list(frame["tap"]), title=None, axis=alt.Axis(labelAngle=-60)),
         xOffset="share:N", y=alt.Y("value:Q", title="flagged share"),
-        color=alt.Color("share:N", title=None, legend=alt.Legend(orient="bottom")),
+        color=alt.Color("share:N", title=None, legend=alt.Legend(orient="bottom", labelLimit=0)),
         tooltip=["tap", "share", alt.Tooltip("value:Q", format=".4f")],
     ).properties(width=max(260, 22 * len(frame)), height=200, title=f"{frame['model'].iloc[0]}: flagged tokens")
 
@@ -117,7 +117,7 @@ def distance_compare_chart(frame: pd.DataFrame):
     return alt.Chart(frame).mark_point(filled=True, size=45, opacity=0.8).encode(
         x=alt.X("layer:O", title="block"), xOffset="tokens:N",
         y=alt.Y("distance_px:Q", title="mean attention distance (pixels)", scale=alt.Scale(zero=True)),
-        color=alt.Color("tokens:N", title=None, legend=alt.Legend(orient="bottom")),
+        color=alt.Color("tokens:N", title=None, legend=alt.Legend(orient="bottom", labelLimit=0)),
         tooltip=["layer", "head", "tokens", alt.Tooltip("distance_px:Q", format=".3f")],
     ).properties(width=max(240, 36 * frame["layer"].nunique()), height=220,
                  title="Attention distance with and without flagged tokens")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import altair as alt
+import numpy as np
 
 ROLE_ORDER = ["statistic", "control", "reference", "effect", "twin", "detail"]
 ROLE_COLOURS = ["#1f77b4", "#d62728", "#7f7f7f", "#9467bd", "#ff7f0e", "#bcbd22"]
@@ -16,7 +17,9 @@ def estimate_chart(frame, title: str = "", width: int = 360):
     """
     y = alt.Y("label:N", title=None, sort=None, axis=alt.Axis(labelLimit=220))
     # the legend lists the roles drawn, each in its fixed colour (a chart of three roles names three)
-    drawn = set(frame["role"]) if "role" in frame else set()
+    # (a role whose values are all missing, e.g. twins that could not be formed, is not drawn: not listed either)
+    finite = np.isfinite(frame["value"].astype(float)) if "value" in frame else np.ones(len(frame), bool)
+    drawn = set(frame.loc[finite, "role"]) if "role" in frame else set()
     roles = [r for r in ROLE_ORDER if r in drawn] or ROLE_ORDER
     colour = alt.Color("role:N", scale=alt.Scale(domain=roles, range=[ROLE_COLOURS[ROLE_ORDER.index(r)]
                                                                        for r in roles]), title=None)

@@ -43,7 +43,8 @@ def _layer_numbers(frame: pd.DataFrame) -> pd.DataFrame:
 
 def heatmaps(frame: pd.DataFrame, title: str, size: int = HEAT) -> alt.ConcatChart:
     """Self-CKA heatmaps of each model side by side, two to a row (the trained pair, then the twins): layer number
-    across and up, as the paper draws them (rows of ``CKAResult.to_frame``)."""
+    across and up, as the paper draws them (rows of ``CKAResult.to_frame``). Each map is a little wider than tall,
+    so that the 2 × 2 figure fills a 16:9 slide's column (a square one is held back by the screen's height)."""
     maps = []
     for model, part in frame.groupby("model_a", sort=False):
         part = _layer_numbers(part)
@@ -54,19 +55,23 @@ def heatmaps(frame: pd.DataFrame, title: str, size: int = HEAT) -> alt.ConcatCha
             y=alt.Y("index_a:O", title="layer", sort="descending", axis=alt.Axis(values=ticks)),
             color=alt.Color("cka:Q", scale=alt.Scale(scheme="magma", domain=[0, 1]), title="CKA"),
             tooltip=["layer_a", "layer_b", alt.Tooltip("cka:Q", format=".3f")],
-        ).properties(width=size, height=size))
+        ).properties(width=round(size * 1.15), height=size))
     return alt.concat(*maps, columns=2, spacing=24).properties(title=title)
 
 
 def image_grid(frame: pd.DataFrame, title: str, size: int = GRID, columns: int = 4, scheme: str = "viridis",
-               value_title: str = "value", outline_own: bool = False) -> alt.FacetChart:
+               value_title: str = "value", outline_own: bool = False, aspect: float = 1.0) -> alt.FacetChart:
     """One small heatmap per panel (row, col, value), e.g. receptive-field maps or a token's CKA with each
     position. Each panel keeps its own grid: a 2 × 2 map fills its square as a 4 × 4 one does (the paper draws each
-    model at its own resolution). ``outline_own`` circles the cells marked ``own`` (a token's own position)."""
+    model at its own resolution); a panel's name too long for one line is written on two at its ': '
+    ("zoo:vit-cls@random:0" above "token 10"), whole, never cut at a panel's width. ``aspect``: a panel's width over
+    its height (a little over 1 lets a 4 × 4 grid fill a 16:9 slide's column). ``outline_own`` circles the cells
+    marked ``own`` (a token's own position)."""
     side = int(frame["row"].max()) + 1 if len(frame) else 0
     if side > 16:  # a 28 × 28 map is 784 SVG paths a panel: drawn as 2 × 2 cell means, a quarter of the file
         frame = frame.assign(row=frame["row"] // 2, col=frame["col"] // 2).groupby(
             ["panel", "row", "col"], sort=False, as_index=False).agg(value=("value", "mean"))
+    width = round(size * aspect)
     base = alt.Chart().encode(x=alt.X("col:O", axis=None), y=alt.Y("row:O", axis=None))
     rect = base.mark_rect().encode(color=alt.Color("value:Q", scale=alt.Scale(scheme=scheme), title=value_title),
                                    tooltip=["panel", "row", "col", alt.Tooltip("value:Q", format=".3f")])
@@ -74,10 +79,11 @@ def image_grid(frame: pd.DataFrame, title: str, size: int = GRID, columns: int =
     if outline_own and "own" in frame:
         layers.append(base.transform_filter("datum.own").mark_point(shape="circle", color="white", size=size * 1.2,
                                                                     filled=False, strokeWidth=3))
-    return alt.layer(*layers, data=frame).properties(width=size, height=size).facet(
+    return alt.layer(*layers, data=frame).properties(width=width, height=size).facet(
         facet=alt.Facet("panel:N", title=None, sort=list(dict.fromkeys(frame["panel"])),
-                        header=alt.Header(labelLimit=size + 28, labelFontSize=12)),
-        columns=columns, spacing=12,
+                        header=alt.Header(labelLimit=width + 28, labelFontSize=12, labelExpr=(
+                            f"length(datum.label) * 6.7 > {width + 12} ? split(datum.label, ': ') : datum.label"))),
+        columns=columns, spacing={"row": 6, "column": 12},
     ).resolve_scale(x="independent", y="independent").properties(title=title)
 
 
@@ -200,7 +206,7 @@ def _paper_chart(key: str, data: dict, title: str):
         return skip_figure(data["skips"], title)
     if key in ("localization", "gap"):
         return image_grid(data["maps"], title + ": CKA of a token with each input position (circle: its own)",
-                          size=110, scheme="magma", value_title="CKA", outline_own=True)
+                          size=110, scheme="magma", value_title="CKA", outline_own=True, aspect=1.2)
     if key == "probes":
         return curves(data["probes"], "depth", "accuracy", "model", title, "few-shot test accuracy",
                       dash="representation", interval=("accuracy_lo", "accuracy_hi"))

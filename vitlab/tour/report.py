@@ -20,6 +20,7 @@ from __future__ import annotations
 import hashlib
 import html
 import platform
+import re
 import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -166,16 +167,31 @@ def counts_line(row, data: str) -> str:
 # ---------------------------------------------------------------- HTML
 
 
+_TAG = re.compile(r"<[^<>]*>")
+_ATTR = re.compile(r'([\w:-]+)="([^"]*)"')
+_LONG = re.compile(r"(\d+\.\d)\d+")
+_WORDS = ("aria-", "title", "id", "class", "href", "xlink:href")  # attributes a person reads or a link follows
+
+
+def shorten_svg(svg: str) -> str:
+    """``svg`` with the numbers of its drawing attributes (coordinates, paths, transforms) cut to one decimal:
+    vl-convert writes up to 15 digits, a tenth of a pixel is invisible, and the file halves. Only inside tags and never in an
+    attribute a person reads (aria labels, titles): the text of an axis label ("0.85") is the chart's own words and
+    stays as drawn (issue 38: rounding it gave axes that read "0.8, 0.8, 0.9")."""
+    def attr(m: re.Match) -> str:
+        name, value = m.group(1), m.group(2)
+        return m.group(0) if name.startswith(_WORDS) else name + '="' + _LONG.sub(r"\1", value) + '"'
+
+    return _TAG.sub(lambda t: _ATTR.sub(attr, t.group(0)), svg)
+
+
 def chart_svg(chart) -> str:
     """An Altair chart as an inline ``<svg>`` element (vl-convert; no script, no fetched resource)."""
     import vl_convert as vlc
 
-    import re
-
     svg = vlc.vegalite_to_svg(chart.to_json())
     svg = svg[svg.index("<svg"):]  # drop any XML prolog: the SVG is embedded in HTML
-    # vl-convert writes coordinates with up to 15 digits; a tenth of a pixel is invisible and halves the file
-    return re.sub(r"(\d+\.\d)\d+", r"\1", svg)
+    return shorten_svg(svg)
 
 
 LEARNED_CLASS = {"yes": "shown", "no": "notshown"}
@@ -231,24 +247,25 @@ STYLE = """
 @page{size:A4 landscape;margin:10mm}
 section.slide{break-inside:avoid;page-break-inside:avoid;break-before:page;page-break-before:always}
 section#cover{break-before:auto;page-break-before:auto}
-html{scroll-snap-type:y mandatory}body{margin:0;font:20px/1.45 system-ui,-apple-system,Segoe UI,Roboto,sans-serif;
-color:#1d1d1f;background:#fff}.slide{min-height:100vh;box-sizing:border-box;padding:3vh 4vw;scroll-snap-align:start;
-border-bottom:1px solid #ddd}h1{font-size:2.4em;margin:0 0 .4em}h2{font-size:1.9em;margin:0 0 .6em}
-.fig{color:#666;font-weight:400}.n{font-size:1.4em;font-weight:700;margin:-.3em 0 .4em}
-.n small{font-size:.55em;font-weight:400;color:#666}.body{display:flex;gap:3vw;align-items:flex-start;flex-wrap:wrap}
-.figure{flex:3 1 520px}.figure svg{width:100%;height:auto;max-height:58vh}.text{flex:2 1 380px}
-.intervals svg{max-height:18vh}
-.label{font-size:.8em;text-transform:uppercase;letter-spacing:.08em;color:#666;margin:.8em 0 .2em}
-.claim{font-size:1.15em;margin:0;border-left:4px solid #999;padding-left:.8em}
-.verdict{display:inline-block;font-size:1.5em;font-weight:700;padding:.1em .6em;border-radius:.3em;margin:.2em 0}
+html{scroll-snap-type:y mandatory}body{margin:0;font:clamp(11px,min(1.05vw,1.75vh),20px)/1.35 system-ui,-apple-system,
+Segoe UI,Roboto,sans-serif;color:#1d1d1f;background:#fff}.slide{min-height:100vh;box-sizing:border-box;
+padding:2.5vh 3vw;scroll-snap-align:start;border-bottom:1px solid #ddd}h1{font-size:2.4em;margin:0 0 .4em}
+h2{font-size:1.7em;margin:0 0 .2em}.fig{color:#666;font-weight:400}.n{font-size:1.2em;font-weight:700;margin:0 0 .4em}
+.n small{font-size:.6em;font-weight:400;color:#666}
+.body{display:grid;grid-template-columns:minmax(0,3fr) minmax(0,2fr);gap:2.5vw;align-items:start}
+.figure svg{display:block;width:100%;height:auto;max-height:calc(100vh - 12em - 22vh)}
+.intervals svg{max-height:22vh;margin-top:1vh}
+.label{font-size:.75em;text-transform:uppercase;letter-spacing:.08em;color:#666;margin:.6em 0 .1em}
+.claim{font-size:1.1em;margin:0;border-left:4px solid #999;padding-left:.7em}
+.verdict{display:inline-block;font-size:1.35em;font-weight:700;padding:0 .6em;border-radius:.3em;margin:.1em 0}
 .shown{background:#d7f5dd;color:#0b6b24}.notshown{background:#ffe0d6;color:#9a2a00}
-.canttell{background:#e8eaf0;color:#333}table{border-collapse:collapse}th,td{padding:.2em .6em;text-align:left;
-vertical-align:top}.numbers th{white-space:nowrap}.numbers td{font-variant-numeric:tabular-nums;font-size:1.1em}
-.evidence{color:#444;font-size:.85em}
+.canttell{background:#e8eaf0;color:#333}table{border-collapse:collapse}th,td{padding:.1em .5em;text-align:left;
+vertical-align:top}.numbers{font-size:.9em}.numbers th{white-space:nowrap}.numbers td{font-variant-numeric:tabular-nums}
+.control{margin:.2em 0}.evidence{color:#444;font-size:.78em;margin:.4em 0 0}
 .prov{font-size:.75em;margin-bottom:1em}.prov th{color:#555}.summary td,.summary th{font-size:1.1em}
 nav ol{columns:2;font-size:.9em}a{color:#0645ad}
-@media print{html{scroll-snap-type:none}.slide{min-height:0;height:auto;border:0;padding:0}body{font-size:9pt}
-.figure svg{max-height:120mm}.intervals svg{max-height:35mm}.evidence{font-size:.8em}}
+@media print{html{scroll-snap-type:none}.slide{min-height:0;height:auto;border:0;padding:0}body{font-size:8.5pt}
+.figure svg{max-height:105mm}.intervals svg{max-height:32mm}.evidence{font-size:.8em}}
 """
 
 
