@@ -60,7 +60,7 @@ def test_a_second_session_shows_the_tour_from_the_disk_cache(monkeypatch):
 def test_warm_up_runs_once_in_the_background_and_can_be_switched_off(monkeypatch):
     import lab
 
-    monkeypatch.setattr(lab, "_warm_thread", [])
+    monkeypatch.setattr(lab.runs, "_warm_thread", [])
     monkeypatch.setenv("VITLAB_WARMUP", "0")
     assert lab.warm_up() is None
     monkeypatch.delenv("VITLAB_WARMUP")

@@ -1,0 +1,293 @@
+"""Compute and saved results: cached models, sources and the store, the warm start, errors in place, and
+:func:`compute` (progress with Cancel, results remembered per session and saved whole to the disk cache)."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+import sys
+import threading
+import time
+import traceback
+from collections.abc import Callable
+from typing import Any
+
+import streamlit as st
+
+import vitlab
+from vitlab.tour import saved
+
+from .state import DEFAULTS, MEMO_SIZE, SOURCES, UPLOADS, Settings
+
+
+def weights_status(spec: str) -> str:
+    """Where a spec's weights come from, in words (``vitlab.models.weights_status``)."""
+    return vitlab.models.weights_status(spec)
+
+
+def download_weights(spec: str, bar) -> None:
+    """Fetch a pretrained spec's weights into the hub cache, drawing the bytes on a Streamlit progress bar."""
+    def progress(done: int, total: int, text: str) -> None:
+        bar.progress(min(1.0, done / total) if total else 0.0, text=text)
+
+    vitlab.models.download_weights(spec, progress)
+
+
+@st.cache_resource(show_spinner=False)
+def store() -> vitlab.Store:
+    try:
+        return vitlab.Store("default")
+    except vitlab.VitlabError as e:  # e.g. a bad VITLAB_CACHE_GB: the lab still works, uncached, and says so
+        off = vitlab.Store(None)
+        off.warnings.append(f"disk cache off: {e}")
+        return off
+
+
+@st.cache_resource(show_spinner=False)
+def _loaded_registry() -> dict:
+    return {}
+
+
+@st.cache_resource(show_spinner=False, max_entries=8)
+def _load(spec: str, device: str) -> vitlab.LoadedModel:
+    loaded = vitlab.load(spec, None if device == "auto" else device)
+    _loaded_registry()[(spec, loaded.device)] = loaded.fingerprint
+    return loaded
+
+
+def model(spec: str, device: str, display: str | None = None) -> vitlab.LoadedModel:
+    """A loaded model, shared between sessions (keyed by spec and device); weights to fetch show a progress bar."""
+    if not spec:
+        raise vitlab.VitlabError("no model chosen: pick one in the sidebar, or type a timm model name")
+    if weights_status(spec) == "download needed":
+        bar = st.progress(0.0, text=f"{spec}: its weights need a download")
+        download_weights(spec, bar)
+        bar.empty()
+    with st.spinner(f"Loading {spec}…"):
+        loaded = _load(spec, device)
+    _run_state()["models"][(spec, loaded.device)] = loaded.fingerprint  # part of the keys of saved results
+    # a copy that shares the module: the label is per use, the cached object stays untouched
+    return dataclasses.replace(loaded, display=display) if display else loaded
+
+
+def models(s: Settings) -> tuple[vitlab.LoadedModel, vitlab.LoadedModel]:
+    """Model A and model B; the same spec twice is labelled 'A' and 'B' so their tables stay apart."""
+    same = s.model_a == s.model_b
+    a = model(s.model_a, s.device, f"{s.model_a} (A)" if same else None)
+    b = model(s.model_b, s.device, f"{s.model_b} (B)" if same else None)
+    return a, b
+
+
+@st.cache_resource(show_spinner=False, max_entries=4)
+def _dataset(text: str) -> vitlab.ImageSource:
+    return vitlab.open_source(text)
+
+
+def source(s: Settings) -> vitlab.ImageSource:
+    if s.source == UPLOADS:
+        return vitlab.uploads_source(s.uploads)
+    if s.source in SOURCES:
+        return _dataset(s.source)
+    if not s.source:
+        raise vitlab.VitlabError("no folder given: type the path of a folder of images in the sidebar")
+    return vitlab.open_source(s.source)  # a folder: listed afresh, so new files are seen
+
+
+def named_source(text: str) -> vitlab.ImageSource:
+    """A dataset or folder by name (the bundled datasets cached), e.g. a page's reference set."""
+    if not text:
+        raise vitlab.VitlabError("no folder given: type the path of a folder of images")
+    return _dataset(text) if text in SOURCES else vitlab.open_source(text)
+
+
+WARMUP_ENV = "VITLAB_WARMUP"  # 0: nothing is warmed in the background (the bench's baseline)
+
+
+# what a first page needs besides Streamlit, slowest first (a fresh process on a loaded 2-core machine, issue 34):
+# timm (torchvision, torch._dynamo: ~3-7 s), torch (~1-4 s), scipy.stats (the first interval: ~1-4 s), the engine
+WARM_MODULES = ("torch", "timm", "timm.data", "scipy.stats", "pandas", "altair", "pyarrow", "vitlab.inputs.models",
+                "vitlab.inputs.taps", "vitlab.engine.run", "vitlab.stats.evidence", "vitlab.analyses.similarity",
+                "vitlab.analyses.sensitivity", "vitlab.tour.measure", "vitlab.charts.cka", "vitlab.charts.tour",
+                "vitlab.charts.evidence", "vitlab.tour.report")
+
+
+_warm_lock = threading.Lock()
+
+
+_warm_thread: list[threading.Thread] = []
+
+
+def warm_up() -> threading.Thread | None:
+    """Import the heavy libraries and load the default models and images in a background thread, once per process
+    (``VITLAB_WARMUP=0``: never; under pytest only with ``VITLAB_WARMUP=1``), so that the first page of a new server
+    does not wait for them. Started after the entrypoint's first run and, with ``streamlit run app/serve.py``,
+    when the server starts; a page that needs a
+    module or model meanwhile waits for the same import or load (Python's import lock, ``st.cache_resource``)
+    instead of doing it twice. Returns the thread (None when off or already started)."""
+    setting = os.environ.get(WARMUP_ENV, "").strip()
+    if setting == "0" or (not setting and "PYTEST_CURRENT_TEST" in os.environ):  # tests ask for it by name
+        return None
+    with _warm_lock:
+        if _warm_thread:
+            return None
+        _warm_thread.append(threading.Thread(target=_warm, name="vitlab-warm-up", daemon=True))
+    _warm_thread[0].start()
+    return _warm_thread[0]
+
+
+def _warm() -> None:
+    import importlib
+    import logging
+
+    log = logging.getLogger("vitlab.warm_up")
+    t0 = time.perf_counter()
+    for name in WARM_MODULES:
+        try:
+            importlib.import_module(name)
+        except Exception as e:  # noqa: BLE001 - warming is an optimisation: the page reports any real problem
+            log.warning("warm-up: import %s failed (%s)", name, e)
+    try:
+        store()
+        saved.code_fingerprint()
+        if DEFAULTS["source"] in SOURCES:
+            _dataset(DEFAULTS["source"])
+        for spec in dict.fromkeys((DEFAULTS["model_a"], DEFAULTS["model_b"])):
+            if spec and weights_status(spec) != "download needed":  # never a download nobody asked for
+                _load(spec, DEFAULTS["device"])
+    except Exception as e:  # noqa: BLE001 - e.g. a bad VITLAB_MODEL_A: the page says so in place
+        log.warning("warm-up: %s: %s", type(e).__name__, e)
+    print(f"vitlab: warm-up done in {time.perf_counter() - t0:.1f} s", file=sys.stderr, flush=True)
+
+
+@contextlib.contextmanager
+def guard():
+    """Show an error in place, in words, and let the rest of the page run on."""
+    try:
+        yield
+    except vitlab.VitlabError as e:
+        st.error(str(e))
+    except MemoryError:
+        st.error("Out of memory: lower the batch size or the number of images in the sidebar.")
+    except RuntimeError as e:
+        if "out of memory" in str(e).lower():
+            st.error("Out of memory: lower the batch size or the number of images in the sidebar.")
+        else:
+            _unexpected(e)
+    except Exception as e:  # noqa: BLE001 - anything else is still shown in place, never a dead page
+        _unexpected(e)
+
+
+def _unexpected(e: Exception) -> None:
+    if os.environ.get("VITLAB_STRICT") == "1":  # tests: a crash must fail them, not read as an error in words
+        raise e
+    st.error(f"Unexpected error ({type(e).__name__}): {e}")
+    with st.expander("Details"):
+        st.code(traceback.format_exc())
+
+
+def _memo() -> dict:
+    return st.session_state.setdefault("lab.memo", {})
+
+
+def _cancel(flag: str) -> None:
+    st.session_state[flag] = True
+
+
+PERSIST_ENV = "VITLAB_PERSIST"  # 0: whole results are not kept on disk (only per session); the bench's baseline
+
+
+def persisting() -> bool:
+    """Whether whole results are saved to and read from the disk cache (``VITLAB_PERSIST``, default on)."""
+    return os.environ.get(PERSIST_ENV, "1").strip() != "0"
+
+
+def begin_run() -> None:
+    """Start of a script run (the entrypoint calls it first): the clock of the caption's page time, and the models
+    this run loads (their fingerprints go into the keys of saved results)."""
+    st.session_state["lab.run"] = {"t0": time.perf_counter(), "models": {}, "origins": {}}
+
+
+def _run_state() -> dict:
+    if "lab.run" not in st.session_state:  # a page run without the entrypoint (never in the app)
+        begin_run()
+    return st.session_state["lab.run"]
+
+
+def _disk_key(key: tuple) -> str:
+    """The disk-cache key of a page's result: its memo key (settings, options) with the fingerprints of the models
+    loaded in this run, the weights files the key names, the zoo's checkpoints, vitlab's source and versions."""
+    models = sorted([spec, device, fp] for (spec, device), fp in _run_state()["models"].items())
+    return saved.result_key(saved.plain(key), models, saved.files_key(key))
+
+
+def _note(result: Any, origin: str) -> None:
+    """Remember where a result came from and when the page had it, for :func:`run_caption`."""
+    info = getattr(result, "info", None)
+    if info is not None:
+        run = _run_state()
+        run["origins"][id(info)] = (origin, time.perf_counter() - run["t0"])
+
+
+def _remember(memo: dict, key: tuple, result: Any) -> None:
+    memo[key] = result
+    while len(memo) > MEMO_SIZE:
+        memo.pop(next(iter(memo)))
+
+
+def compute(key: tuple, fn: Callable[[vitlab.Run], Any], label: str, persist: bool = True,
+            expect: type | tuple | None = None) -> Any:
+    """``fn(run)`` (a ``vitlab.Run`` with the disk cache and a progress bar) with a Cancel button; remembered per
+    session under ``key`` and, when the result can be saved as data (``vitlab.tour.saved``; ``persist`` and
+    ``VITLAB_PERSIST`` allowing), kept in the disk cache, so that a new session or a restarted server reads it
+    back instead of running ``fn`` again.
+
+    A saved result is read as untrusted input (``saved.load``: its checksum, its fields' types, ``expect``: the class
+    of the result, or a tuple of classes); one that fails is recomputed and the run's caption says so.
+    Cancel reruns the script, which stops ``fn`` at its next progress report; the page then offers to start again.
+    Returns None when cancelled.
+    """
+    box = st.empty()  # drawn on every run, so the page's element tree keeps its shape (no stale duplicates)
+    memo = _memo()
+    if key in memo:
+        _note(memo[key], "memory")
+        return memo[key]
+    flag = f"lab.cancelled.{label}"
+    if st.session_state.get(flag):
+        with box.container():
+            st.info(f"{label}: cancelled.")
+            if st.button(f"Run {label} again", key=f"lab.again.{label}"):
+                st.session_state[flag] = False
+                st.rerun()
+        return None
+    disk = _disk_key(key) if persist and persisting() and store().enabled else None
+    if disk is not None:
+        # a saved result runs nothing, but a setting every run checks is still named in place (as a run would)
+        vitlab.pipeline.default_workers(), vitlab.pipeline.default_kind()
+        bad = store().bad_reads
+        result = saved.load(store(), disk, expect)
+        disk = (disk, store().bad_reads > bad)  # a planted or damaged entry: dropped, recomputed, said in the caption
+        if result is not None:
+            _remember(memo, key, result)
+            _note(result, "disk")
+            return result
+    with box.container():
+        bar = st.progress(0.0, text=f"{label}: starting")
+        st.button("Cancel", key=f"lab.cancel.{label}", on_click=_cancel, args=(flag,))
+
+    def progress(done: int, total: int, text: str) -> None:
+        bar.progress(min(1.0, done / total) if total else 0.0, text=f"{label}: {text}")
+
+    try:
+        result = fn(vitlab.Run(store=store(), progress=progress))
+    finally:
+        box.empty()
+    _remember(memo, key, result)
+    _note(result, "recomputed" if disk is not None and disk[1] else "computed")
+    if disk is not None and result is not None:
+        try:
+            saved.save(store(), disk[0], result)
+        except Exception as e:  # noqa: BLE001 - keeping a result is an optimisation: the page has it anyway
+            store()._warn(f"a result could not be kept in the cache ({type(e).__name__}: {str(e)[:120]})")
+    return result
+
