@@ -221,6 +221,9 @@ def upload_problems_ui(uploads: tuple) -> None:
 
 def sidebar() -> None:
     """The shared pickers (drawn by the entrypoint on every page) and the cache status."""
+    import share  # a link's settings, before the pickers draw (app/share.py)
+
+    share.read_link()
     with st.sidebar:
         st.subheader("Models")
         model_picker("model_a", "Model A")

@@ -2,6 +2,7 @@
 chosen blocks (zero or mean ablation) and see accuracy, output distribution and representations change."""
 
 import lab
+import share
 import streamlit as st
 
 import vitlab
@@ -62,6 +63,7 @@ if result is not None:
     chart = charts.ablation_cka_chart(cka)
     lab.chart(chart, key="abl.cka")
     lab.export(chart, cka, f"head_ablation_cka_{result.model}", "abl.cka")
+    share.box("head-ablation", [s.model_a, s.model_b], opts, "summary", s)
     st.subheader("Does ablating the most local heads hurt more?")
     st.dataframe(result.verdicts(), hide_index=True)
     st.caption("Heads from the most local to the most global (mean attention distance, pixels):")

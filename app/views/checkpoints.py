@@ -2,6 +2,7 @@
 architecture: models trained on less data, or a model before and after fine-tuning."""
 
 import lab
+import share
 import streamlit as st
 
 from vitlab import checkpoints
@@ -51,5 +52,6 @@ if result is not None:
     chart = charts.checkpoint_lines(frame)
     lab.chart(chart, key="ckpt.chart")
     lab.export(chart, frame, f"checkpoints_{preset}", "ckpt.chart")
+    share.box("compare-checkpoints", specs, opts, "checkpoints", s)
     st.caption(findings.interval_caption("batches", result.batches, batch_size=s.batch_size))
     st.caption(lab.run_caption(result.info, result.images))

@@ -2,6 +2,7 @@
 mean attention distance, and compare windows of heads (local to global) with the other model's lower layers."""
 
 import lab
+import share
 import streamlit as st
 
 import vitlab
@@ -54,6 +55,7 @@ if result is not None:
     chart = charts.head_subset_chart(frame)
     lab.chart(chart, key="heads.chart")
     lab.export(chart, frame, f"head_subsets_{result.model_a}_vs_{result.model_b}", "heads.chart")
+    share.box("head-subsets", [s.model_a, s.model_b], opts, "head_subsets", s)
     st.caption(f"{result.images} images; dashed: all heads together; "
                + findings.interval_caption("batches", result.batches, batch_size=s.batch_size)
                + ". Heads from most local to most global:")

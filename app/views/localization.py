@@ -7,6 +7,7 @@ import hashlib
 from pathlib import Path
 
 import lab
+import share
 import streamlit as st
 
 import vitlab
@@ -90,6 +91,7 @@ if report is not None:
     rate = charts.localization_rate_chart(rates)
     lab.chart(rate, key="loc.rate")
     lab.export(rate, rates, "localization_rate", "loc.rate")
+    share.box("localization", [s.model_a, s.model_b], opts, "localization_rates", s, None if note is None else "")
 
     st.subheader("One token")
     c1, c2 = st.columns([1, 1])

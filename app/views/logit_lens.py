@@ -4,6 +4,7 @@ The linear probes page answers "where does the class appear?" with a classifier 
 the model's own head."""
 
 import lab
+import share
 import streamlit as st
 
 import vitlab
@@ -49,6 +50,7 @@ if report is not None:
     chart = charts.lens_lines(frame)
     lab.chart(chart, key="lens.chart")
     lab.export(chart, frame, "logit_lens", "lens.chart")
+    share.box("logit-lens", specs, opts, "logit_lens", s)
     st.caption(findings.interval_caption("batches", report.results[0].batches, batch_size=s.batch_size,
                                          what="bands")
                + "; dashed: chance, the most common class's share of these images; the last block's readout against "

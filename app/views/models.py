@@ -4,6 +4,7 @@ Each model runs once over the images (its per-batch statistics are the cached on
 """
 
 import lab
+import share
 import streamlit as st
 
 import vitlab
@@ -63,3 +64,4 @@ if result is not None:
         scatter = sim_charts.mds_scatter(xy)
         lab.chart(scatter, key="mm.mds")
         lab.export(scatter, xy, f"mds_{measure}_depth{depth:g}", "mm.mds")
+    share.box("compare-models", specs, opts, "compare_models", s)

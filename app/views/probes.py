@@ -2,6 +2,7 @@
 representation (CLS token, mean of tokens, single tokens): how linearly the classes can be read at each depth."""
 
 import lab
+import share
 import streamlit as st
 
 from vitlab import probes
@@ -53,6 +54,7 @@ if report is not None:
     chart = charts.probe_lines(frame)
     lab.chart(chart, key="probe.chart")
     lab.export(chart, frame, f"probes_{shots}shot", "probe.chart")
+    share.box("probe", [s.model_a, s.model_b], opts, "probe", s)
     sp = report.split
     st.caption(f"{len(sp.train)} training, {len(sp.val)} held-out (to choose λ) and {len(sp.test)} test images, "
                f"{sp.classes} classes; accuracies are means over {draws} few-shot draws of these images; "

@@ -6,6 +6,7 @@ view puts every measure side by side.
 """
 
 import lab
+import share
 import streamlit as st
 
 import vitlab
@@ -192,6 +193,7 @@ if report is not None:
         with lab.guard():
             la, lb = pair_ui(frame, vid, clicked_cell(event))
             detail(result, frame, la, lb, s.batch_size)
+    share.box("cka", [s.model_a, s.model_b], opts, "cka", s)
     if kernel == "linear":
         pa, pb = {"ab": (a, b), "aa": (a, a), "bb": (b, b)}[vid]
         with lab.guard():
