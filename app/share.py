@@ -149,8 +149,10 @@ def _read(params: dict[str, str]) -> None:
                 st.session_state[f"lab.{SIDEBAR[name]}"] = _sidebar_value(name, raw)
             except ValueError as e:
                 _errors().append(f"{e}; the sidebar keeps its default")
-        elif not KEY.fullmatch(name) or name.startswith(NOT_VIEW) or len(raw) > MAX_VALUE:
+        elif not KEY.fullmatch(name) or name.startswith(NOT_VIEW):
             _errors().append(f"'{name[:40]}' is not a setting of vitlab's pages; it was ignored")
+        elif len(raw) > MAX_VALUE:
+            _errors().append(f"the value of '{name}' is longer than {MAX_VALUE} characters; it was ignored")
         else:
             pending[name] = raw
     st.session_state["share.pending"] = {"keys": pending, "passes": 0}

@@ -84,9 +84,10 @@ def command_line(row: Analysis, models, data: str, opts, device: str = DEFAULT_D
     words = ["vitlab", row.name, *_model_args(row, models), "--data", data]
     if device != DEFAULT_DEVICE:
         words += ["--device", device]
-    fields = {f.name: f for f in dataclasses.fields(opts)}
-    for name, value in option_values(opts).items():
-        words += _flag_args(fields[name], value)
+    given = option_values(opts)
+    for f in dataclasses.fields(opts):  # a flag the CLI requires is said even at its dataclass default
+        if f.name in given or f.metadata.get("required"):
+            words += _flag_args(f, getattr(opts, f.name))
     words += ["--out", out or row.default_out]
     return " ".join(shlex.quote(str(w)) for w in words)
 
