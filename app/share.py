@@ -231,13 +231,15 @@ def state(s: lab.Settings, view: dict[str, Any]) -> dict[str, str]:
 
 
 def link(params: dict[str, str]) -> str:
-    """The full URL of this page with ``params`` (the browser's own address, or localhost under test)."""
-    base = st.context.url or "http://localhost:8501/"
-    parts = urllib.parse.urlsplit(base)
-    root = parts.path.rstrip("/")
-    page = st.session_state.get("lab.page") or ""
-    path = f"{root}/{page}" if page else (root or "/")
-    return urllib.parse.urlunsplit((parts.scheme, parts.netloc, path, urllib.parse.urlencode(params), ""))
+    """The full URL of this page with ``params``: the browser's own address of the page (``st.context.url``, which
+    Streamlit gives with the current page's path), or localhost under test."""
+    here = st.context.url
+    if not here:
+        page = st.session_state.get("lab.page") or ""
+        here = f"http://localhost:8501/{page}"
+    parts = urllib.parse.urlsplit(here)
+    return urllib.parse.urlunsplit((parts.scheme, parts.netloc, parts.path or "/", urllib.parse.urlencode(params),
+                                    ""))
 
 
 def finish() -> None:
