@@ -26,12 +26,12 @@ PAGES = {
     "heads": ({}, LEAD),
     "receptive": ({}, LEAD),
     "probes": ({"probe.draws": "2", "probe.test": "50"}, LEAD),
-    "checkpoints": ({}, LEAD),
+    "checkpoints": ({"ckpt.preset": "sidebar", "b": "zoo:vit-cls-10pct"}, LEAD),
     "models": ({"mm.models": '["zoo:vit-cls", "zoo:resnet"]'}, "most alike"),
     "ablation": ({"abl.draws": "2"}, "of the intact model"),
     "token_norms": ({}, LEAD),
     "similarity": ({"sim.view": "within A"}, LEAD),
-    "localization": ({}, LEAD),
+    "localization": ({"n": "64"}, LEAD),
 }
 
 

@@ -80,6 +80,22 @@ def test_every_rows_command_parses_back_into_its_options(name):
         assert given + ([args.other] if row.arity == "pair" else []) == models
 
 
+@pytest.mark.parametrize("name", list(table.ANALYSES))
+def test_every_rows_python_call_reaches_its_options_and_engine_through_import_vitlab(name):
+    import ast
+    import functools
+
+    import vitlab
+
+    row = table.ANALYSES[name]
+    code = recipe.python_call(row, _models(row), "samples", _changed(row), "t")
+    calls = {t.id: node.value.func for node in ast.parse(code).body if isinstance(node, ast.Assign)
+             for t in node.targets if isinstance(node.value, ast.Call)}
+    resolve = lambda dotted: functools.reduce(getattr, dotted.split(".")[1:], vitlab)  # noqa: E731
+    assert resolve(ast.unparse(calls["opts"])) is row.options
+    assert resolve(ast.unparse(calls["result"])) is row.engine
+
+
 def test_python_call_names_public_objects_and_quotes_what_it_is_given():
     import ast
 
@@ -179,12 +195,12 @@ PAGES = {
     "heads": ("heads.chart", True, {}),
     "receptive": ("rf.chart", True, {}),
     "probes": ("probe.chart", True, {"probe.test": "50", "probe.draws": "2"}),
-    "checkpoints": ("ckpt.chart", True, {"ckpt.preset": "sidebar"}),
+    "checkpoints": ("ckpt.chart", True, {"ckpt.preset": "sidebar", "b": "zoo:vit-cls-10pct"}),
     "models": ("mm.heat", False, {"mm.models": '["zoo:vit-cls", "zoo:resnet"]'}),
     "ablation": ("abl.delta_accuracy", False, {"abl.draws": "2"}),
     "token_norms": ("tn.flags", True, {}),
     "similarity": ("sim.ab", False, {}),
-    "localization": ("loc.rate", True, {}),
+    "localization": ("loc.rate", True, {"n": "64"}),
 }
 
 
