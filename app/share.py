@@ -31,6 +31,9 @@ from vitlab import recipe
 SIDEBAR = {"a": "model_a", "b": "model_b", "data": "source", "n": "images", "bs": "batch_size", "device": "device"}
 KEY = re.compile(r"[A-Za-z][A-Za-z0-9_.\-]{0,79}")
 MAX_KEYS, MAX_VALUE, MAX_ITEMS = 48, 1000, 256
+# no setting of vitlab holds these; in a message shown as Markdown they could open a link, an image or an HTML tag
+UNSAFE = frozenset("`<>[]")
+MARKDOWN = re.compile(r"([\\`*_{}\[\]()<>#+\-.!|~$:])")
 PASSES = 3  # reruns a link may take to reach widgets drawn only after others (a layer once its model ran)
 NOT_VIEW = ("w.", "lab.", "share.", "dl.")  # the sidebar's widgets (linked by SIDEBAR), internals, downloads
 NO_LINK = {"trigger_value", "string_trigger_value", "json_trigger_value", "file_uploader_state_value",
@@ -50,7 +53,14 @@ def _errors() -> list[str]:
 def _text(name: str, value: str) -> str:
     if len(value) > MAX_VALUE or any(ord(c) < 32 for c in value):
         raise ValueError(f"'{name}' in the link is longer than {MAX_VALUE} characters or holds control characters")
+    if UNSAFE & set(value):
+        raise ValueError(f"'{name}' in the link holds one of ` < > [ ], which no setting of vitlab holds")
     return value.strip()
+
+
+def shown(text: str) -> str:
+    """``text`` with every Markdown character escaped: a link's values are shown as written, never rendered."""
+    return MARKDOWN.sub(r"\\\1", text)
 
 
 def _sidebar_value(name: str, raw: str) -> Any:
@@ -101,9 +111,12 @@ def _convert(kind: str, raw: str) -> Any:
         except ValueError:
             items = None
         if not isinstance(items, list) or len(items) > MAX_ITEMS or not all(
-                isinstance(x, (str, int, float)) and not isinstance(x, bool) for x in items):
-            raise ValueError(f"a JSON list of at most {MAX_ITEMS} names or numbers")
+                isinstance(x, (int, float)) and not isinstance(x, bool) or isinstance(x, str) and not UNSAFE & set(x)
+                for x in items):
+            raise ValueError(f"a JSON list of at most {MAX_ITEMS} names (without ` < > [ ]) or numbers")
         return items
+    if UNSAFE & set(raw) or any(ord(c) < 32 for c in raw):
+        raise ValueError("text without ` < > [ ] or control characters")
     return raw
 
 
@@ -128,14 +141,16 @@ def read_link() -> None:
     page's for :func:`finish`; then, on every run, seed what a link asked for and name what it could not take."""
     if "share.read" not in st.session_state:
         st.session_state["share.read"] = True
+        st.session_state["share.page"] = st.session_state.get("lab.page")
         _read(dict(st.query_params))
     for key, value in st.session_state.pop("share.seed", {}).items():
         st.session_state[key] = value
     _seed_known()
     top = st.container()  # above the page: what a link could not take, named by :func:`finish` too
     st.session_state["share.run"] = {"top": top, "link": None, "shown": len(_errors())}
-    for problem in _errors():
-        top.error(f"Link: {problem}")
+    if st.session_state.get("lab.page") == st.session_state.get("share.page"):  # on the linked page only
+        for problem in _errors():
+            top.error(f"Link: {shown(problem)}")
 
 
 def _read(params: dict[str, str]) -> None:
@@ -258,7 +273,7 @@ def finish() -> None:
         run["link"].code(link(params), language=None, wrap_lines=True)
     for problem in _errors()[run.get("shown", 0):]:
         if run.get("top") is not None:
-            run["top"].error(f"Link: {problem}")
+            run["top"].error(f"Link: {shown(problem)}")
 
 
 # ---------------------------------------------------------------------------------------------- the box

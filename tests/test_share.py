@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
+import re
 import shlex
 import subprocess
 import sys
@@ -130,7 +131,8 @@ def open_link(page: str, params: dict) -> AppTest:
 
 
 def errors(at) -> list[str]:
-    return [e.value for e in at.error]
+    """The page's errors as read on screen (Markdown escapes removed)."""
+    return [re.sub(r"\\(.)", r"\1", e.value) for e in at.error]
 
 
 def test_a_link_sets_the_sidebar_and_the_pages_widgets_and_is_written_back():
@@ -148,13 +150,16 @@ HOSTILE = {
     "n": ("1000000000000", "not a whole number from 4 to 100000"),
     "bs": ("-3", "not a whole number from 4 to 4096"),
     "data": ("../../etc", "absolute path of a folder (without '..')"),
-    "device": ("tpu<script>alert(1)</script>", "is not one of auto, cpu, cuda"),
+    "device": ("tpu; rm -rf /", "is not one of auto, cpu, cuda"),
+    "a": ("zoo:vit-cls<script>alert(1)</script>", "'a' in the link holds one of"),
     "skips.block": ("abc", "is not a whole number; the page keeps its default"),
     "skips.value": ("x" * 5000, "longer than 1000"),
     "<img src=x onerror=alert(1)>": ("1", "is not a setting of vitlab's pages"),
     "lab.source": ("/etc", "is not a setting of vitlab's pages"),
     "skips.go": ("true", "this page has no setting 'skips.go'"),
     "nosuch.key": ("1", "this page has no setting 'nosuch.key'"),
+    "b": ("![x](http://example.invalid/x.png)", "holds one of ` < > [ ]"),
+    "skips.which": ("[x](javascript:alert(1))", "is not text without ` < > [ ]"),
 }
 
 
@@ -169,6 +174,9 @@ def test_hostile_values_in_a_link_are_named_and_the_page_keeps_its_defaults():
     assert at.session_state["lab.source"] == LINK["data"] and at.session_state["lab.device"] == "auto"
     assert at.number_input(key="skips.block").value == 1 and at.radio(key="skips.value").value == "ratio"
     assert "skips.go" not in at.query_params and "lab.source" not in at.query_params
+    assert at.session_state["lab.model_b"] != HOSTILE["b"][0] and at.selectbox(key="skips.which").value == "attn"
+    for e in at.error:  # shown as written: no Markdown link, image, HTML tag or code span comes alive
+        assert not re.search(r"(?<!\\)[<\[`]", e.value), e.value
 
 
 def test_a_link_with_an_unknown_model_gets_the_pages_own_error():
