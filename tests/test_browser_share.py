@@ -32,6 +32,8 @@ PAGES = {
     "token_norms": ({}, LEAD),
     "similarity": ({"sim.view": "within A"}, LEAD),
     "localization": ({"n": "64"}, LEAD),
+    "attribution": ({"attr.orders": "2"}, "deletion"),
+    "attention-parity": ({}, "logits"),  # the generic page
 }
 
 
@@ -76,7 +78,8 @@ def _link(page) -> str:
 
 
 def _headline(page, marker: str) -> str:
-    text = page.locator('[data-testid="stMarkdownContainer"], [data-testid="stCaptionContainer"]').filter(
+    text = page.locator('[data-testid="stMarkdownContainer"], [data-testid="stCaptionContainer"], '
+                        '[data-testid="stImageCaption"]').filter(
         has_text=marker).first
     text.wait_for()
     return text.inner_text()

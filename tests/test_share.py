@@ -209,6 +209,8 @@ PAGES = {
     "token_norms": ("tn.flags", True, {}),
     "similarity": ("sim.ab", False, {}),
     "localization": ("loc.rate", True, {"n": "64"}),
+    "attribution": ("attr.curves", True, {"attr.orders": "2"}),
+    "analysis": ("attention-parity.attention_parity", True, {}),  # the generic page, on its only row
 }
 
 

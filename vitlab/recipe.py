@@ -65,7 +65,7 @@ def _flag_args(f: dataclasses.Field, value) -> list[str]:
         if not value:  # a switch cannot be turned off on the command line: the only False is its default
             raise VitlabError(f"--{f.name} is a switch that is off by default: leave it out")
         return [flag]
-    if isinstance(value, tuple):
+    if isinstance(value, (tuple, list)):
         return [flag, ",".join(map(str, value))]
     return [flag, str(value)]
 
