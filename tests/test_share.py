@@ -210,7 +210,6 @@ PAGES = {
     "similarity": ("sim.ab", False, {}),
     "localization": ("loc.rate", True, {"n": "64"}),
     "attribution": ("attr.curves", True, {"attr.orders": "2"}),
-    "analysis": ("attention-parity.attention_parity", True, {}),  # the generic page, on its only row
 }
 
 
