@@ -37,6 +37,7 @@ nav = st.navigation(NAV, expanded=True)  # every page listed: collapsed, the sid
 st.session_state["lab.page"] = nav.url_path  # the generic analysis page draws the row of this url
 lab.sidebar()
 nav.run()
+lab.links.finish()  # the view's state into the URL, after every widget of the page is drawn (app/lab/links.py)
 # once per process, after the first page is drawn (not competing with it for 2 cores): heavy imports and the default
 # models for the pages to come (issue 34); `streamlit run app/serve.py` starts it with the server instead
 lab.warm_up()

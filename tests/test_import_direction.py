@@ -27,7 +27,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("analyses", ("analyses",)),
     ("tour", ("tour",)),
     ("table", ("table", "row")),
-    ("front", ("cli", "cli_lecture", "__main__", "")),
+    ("front", ("cli", "cli_lecture", "recipe", "__main__", "")),
 ]
 STATS_MAY_IMPORT = {"errors"}  # stats uses nothing of vitlab but its errors
 

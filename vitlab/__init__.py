@@ -34,9 +34,9 @@ __version__ = "0.1.0"
 # name -> (module, attribute in it; None: the module itself)
 _PUBLIC: dict[str, tuple[str, str | None]] = {
     **{m: (f"vitlab.analyses.{m}", None) for m in (
-        "ablation", "attention", "attribution", "checkpoints", "heads", "interventions", "localization", "logit_lens",
-        "manymodels", "probes", "receptive", "sensitivity", "similarity", "skips", "token_gradient",
-        "token_localization", "token_norms")},
+        "ablation", "attention", "attention_views", "attribution", "checkpoints", "heads", "interventions",
+        "localization", "logit_lens", "manymodels", "probes", "receptive", "sensitivity", "similarity", "skips",
+        "token_gradient", "token_localization", "token_norms")},
     **{m: (f"vitlab.engine.{m}", None) for m in ("activations", "pipeline", "run")},
     **{m: (f"vitlab.inputs.{m}", None) for m in ("data", "hub", "models", "taps")},
     **{m: (f"vitlab.stats.{m}", None) for m in ("agreement", "cka", "evidence", "measures")},

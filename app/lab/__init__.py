@@ -8,7 +8,7 @@ Widget values are copied into plain session-state keys (``lab.*``) on every run,
 keyed widget's state after a run in which it is not drawn (Streamlit 1.67); pages read only :func:`settings`.
 """
 
-from . import pickers, runs, show, state  # noqa: F401 - the parts, for tests that patch their state
+from . import links, pickers, runs, show, state  # noqa: F401 - the parts (pages call lab.links.box)
 from .pickers import (  # noqa: F401
     CLOCK,
     _describe_choice,

@@ -8,6 +8,7 @@ import streamlit as st
 
 import vitlab
 
+from . import links
 from .runs import _loaded_registry, store, weights_status
 from .show import md_plain
 from .state import (
@@ -120,6 +121,7 @@ def upload_problems_ui(uploads: tuple) -> None:
 
 def sidebar() -> None:
     """The shared pickers (drawn by the entrypoint on every page) and the cache status."""
+    links.read_link()  # a link's settings, before the pickers draw (app/lab/links.py)
     with st.sidebar:
         st.subheader("Models")
         model_picker("model_a", "Model A")

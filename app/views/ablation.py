@@ -62,6 +62,7 @@ if result is not None:
     chart = charts.ablation_cka_chart(cka)
     lab.chart(chart, key="abl.cka")
     lab.export(chart, cka, f"head_ablation_cka_{result.model}", "abl.cka")
+    lab.links.box("head-ablation", [s.model_a, s.model_b], opts, "summary", s)
     st.subheader("Does ablating the most local heads hurt more?")
     st.dataframe(result.verdicts(), hide_index=True)
     st.caption("Heads from the most local to the most global (mean attention distance, pixels):")

@@ -87,3 +87,5 @@ if result is not None:
             st.dataframe(frame, hide_index=True)
             st.download_button("CSV", data=frame.to_csv(index=False), file_name=f"{stem}.csv", mime="text/csv",
                                key=f"dl.{a.name}.{stem}.csv")
+    lab.links.box(a.name, [s.model_a] if a.arity == "one" else [(s.model_a, s.model_b)] if a.arity == "pairs"
+              else [s.model_a, s.model_b], opts, next(iter(tables)), s)

@@ -38,6 +38,7 @@ if dist is not None:
     chart = lab.clickable(charts.attention_distance_chart(frame), "head", ["layer", "head"], nearest=True)
     event = lab.chart(chart, on_select="rerun", key="att.dist")
     lab.export(chart, frame, f"attention_distance_{m.label}", "att.dist")
+    lab.links.box("attention-distance", [spec], opts, "attention_distance", s)
 
     st.subheader("Maps of one image")
     lab.follow_click("att", lab.clicked(event, "head", ["layer", "head"]), {"layer": "att.layer", "head": "att.head"})

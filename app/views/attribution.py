@@ -59,6 +59,7 @@ if result is not None:
     chart = charts.faithfulness_curves(frame)
     lab.chart(chart, key="attr.curves")
     lab.export(chart, frame, f"faithfulness_curves_{result.model}_{result.image}", "attr.curves")
+    lab.links.box("attribution", [spec], opts, "curves", s, image=index)
     st.caption(f"target: {result.target_words}; cells of {result.cell_px} px; random order: mean of "
                f"{opts.random_orders} orders. The CLI command `vitlab attribution` averages the scores over images.")
     st.dataframe(result.summary(), hide_index=True)

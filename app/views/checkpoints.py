@@ -55,5 +55,6 @@ if result is not None:
     chart = charts.checkpoint_lines(frame)
     lab.chart(chart, key="ckpt.chart")
     lab.export(chart, frame, f"checkpoints_{preset}", "ckpt.chart")
+    lab.links.box("compare-checkpoints", specs, opts, "checkpoints", s)
     st.caption(findings.interval_caption("batches", result.batches, batch_size=s.batch_size))
     st.caption(lab.run_caption(result.info, result.images))

@@ -54,6 +54,7 @@ if result is not None:
     chart = charts.head_subset_chart(frame)
     lab.chart(chart, key="heads.chart")
     lab.export(chart, frame, f"head_subsets_{result.model_a}_vs_{result.model_b}", "heads.chart")
+    lab.links.box("head-subsets", [s.model_a, s.model_b], opts, "head_subsets", s)
     st.caption(f"{result.images} images; dashed: all heads together; "
                + findings.interval_caption("batches", result.batches, batch_size=s.batch_size)
                + ". Heads from most local to most global:")

@@ -97,6 +97,8 @@ if report is not None:
     rate = charts.localization_rate_chart(rates)
     lab.chart(rate, key="loc.rate")
     lab.export(rate, rates, "localization_rate", "loc.rate")
+    lab.links.box("localization", [s.model_a, s.model_b], opts, "localization_rates", s,
+              None if note is None else data_name)
 
     st.subheader("One token")
     c1, c2 = st.columns([1, 1])

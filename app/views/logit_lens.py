@@ -55,6 +55,7 @@ if report is not None:
     chart = charts.lens_lines(frame)
     lab.chart(chart, key="lens.chart")
     lab.export(chart, frame, "logit_lens", "lens.chart")
+    lab.links.box("logit-lens", specs, opts, "logit_lens", s)
     st.caption(findings.interval_caption("batches", report.results[0].batches, batch_size=s.batch_size,
                                          what="bands")
                + "; dashed: chance, the most common class's share of these images; the last block's readout against "

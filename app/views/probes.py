@@ -55,6 +55,7 @@ if report is not None:
     chart = charts.probe_lines(frame)
     lab.chart(chart, key="probe.chart")
     lab.export(chart, frame, f"probes_{shots}shot", "probe.chart")
+    lab.links.box("probe", [s.model_a, s.model_b], opts, "probe", s)
     sp = report.split
     st.caption(f"{len(sp.train)} training, {len(sp.val)} held-out (to choose λ) and {len(sp.test)} test images, "
                f"{sp.classes} classes; accuracies are means over {draws} few-shot draws of these images; "

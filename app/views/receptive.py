@@ -42,6 +42,7 @@ if result is not None:
     chart = charts.receptive_field_chart(frame, columns=6, size=110)
     lab.chart(chart, key="rf.chart")
     lab.export(chart, frame, f"receptive_fields_{result.model}_{residual}", "rf.chart")
+    lab.links.box("receptive-field", [spec], opts, "receptive_field", s)
     st.caption(f"{result.images} images. Radius of the disc around the centre holding 50 % / 90 % of the gradient ("
                + findings.interval_caption("batches", result.radius_units, "percentile bootstrap", opts.batch_size)
                + "):")

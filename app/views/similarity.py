@@ -188,6 +188,7 @@ if report is not None:
         with lab.guard():
             la, lb = pair_ui(frame, vid, clicked_cell(event))
             detail(result, frame, la, lb, s.batch_size)
+    lab.links.box("cka", [s.model_a, s.model_b], opts, "cka", s)
     if kernel == "linear":
         pa, pb = {"ab": (a, b), "aa": (a, a), "bb": (b, b)}[vid]
         with lab.guard():

@@ -42,6 +42,7 @@ if report is not None:
         lines = skip_charts.skip_lines(summary, value)
         lab.chart(lines, key="skips.lines")
         lab.export(lines, summary, f"skip_{value}_lines", "skips.lines")
+        lab.links.box("skip-ratio", [s.model_a, s.model_b], opts, "skip_ratio_summary", s)
         st.caption(findings.interval_caption("batches", report.results[0].interval_units, batch_size=s.batch_size)
                    + "; spatial: mean over the spatial tokens, cls: the CLS token")
     token_models = [m for m in dict.fromkeys(frame["model"]) if (frame[frame["model"] == m]["token"] >= 0).any()]

@@ -96,6 +96,7 @@ if result is not None:
     chart = charts.flag_summary_chart(frame)
     lab.chart(chart, key="tn.flags")
     lab.export(chart, frame, f"token_flags_{result.model}", "tn.flags")
+    lab.links.box("token-norms", [spec], opts, "token_norms", s)
     c1, c2 = st.columns(2)
     tap = c1.selectbox("Layer", result.layers, index=len(result.layers) - 1, key="tn.tap")
     image = c2.selectbox("Image", list(range(len(result.ids))), key="tn.image", format_func=lab.image_name(src))

@@ -1,0 +1,307 @@
+"""Links that reopen a view, and the code behind it (issue 41).
+
+A view's state lives in the URL query: the sidebar's choices (``a``, ``b``, ``data``, ``n``, ``bs``, ``device``) and
+every widget the page drew (by its key: ``skips.value=cosine``, ``att.head=3``). :func:`read_link` (the sidebar, first
+thing on every run) reads the query once per browser session, checks it as untrusted input and seeds the sidebar's
+plain state; :func:`box` (each analysis page, once) seeds the page's widgets from the link, writes the current state
+back into the URL, and shows the link with the ``vitlab`` command and the Python call that recompute the page's CSV
+(``vitlab.recipe``: the app has no logic of its own for them).
+
+A link's value is never trusted: the sidebar's values are checked against what the sidebar allows (the model
+pickers' text, the image sources, a folder as an absolute path without '..', the number boxes' ranges, the devices);
+a page's value is taken only for a widget this page draws, converted to the type that widget holds, and never for a
+button or an upload. Anything else is named in an error above the page and left at its default.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import re
+import urllib.parse
+from typing import Any
+
+import streamlit as st
+
+import vitlab
+from vitlab import recipe
+
+from .state import DEVICES, ENV_INTS, SOURCES, UPLOADS, Settings, settings
+
+SIDEBAR = {"a": "model_a", "b": "model_b", "data": "source", "n": "images", "bs": "batch_size", "device": "device"}
+KEY = re.compile(r"[A-Za-z][A-Za-z0-9_.\-]{0,79}")
+MAX_KEYS, MAX_VALUE, MAX_ITEMS = 48, 1000, 256
+# no setting of vitlab holds these; in a message shown as Markdown they could open a link, an image or an HTML tag
+UNSAFE = frozenset("`<>[]")
+MARKDOWN = re.compile(r"([\\`*_{}\[\]()<>#+\-.!|~$:])")
+PASSES = 3  # reruns a link may take to reach widgets drawn only after others (a layer once its model ran)
+NOT_VIEW = ("w.", "lab.", "share.", "dl.")  # the sidebar's widgets (linked by SIDEBAR), internals, downloads
+NO_LINK = {"trigger_value", "string_trigger_value", "json_trigger_value", "file_uploader_state_value",
+           "chat_input_value"}
+# the Python type each view key's widget holds, learned from every session that drew it: a link opened later on
+# the same server seeds those widgets before the page's first run, so the linked view is the first one computed
+_KINDS: dict[str, str] = {}
+
+
+def _errors() -> list[str]:
+    return st.session_state.setdefault("share.errors", [])
+
+
+# ------------------------------------------------------------------------------------------- reading a link
+
+
+def _text(name: str, value: str) -> str:
+    if len(value) > MAX_VALUE or any(ord(c) < 32 for c in value):
+        raise ValueError(f"'{name}' in the link is longer than {MAX_VALUE} characters or holds control characters")
+    if UNSAFE & set(value):
+        raise ValueError(f"'{name}' in the link holds one of ` < > [ ], which no setting of vitlab holds")
+    return value.strip()
+
+
+def shown(text: str) -> str:
+    """``text`` with every Markdown character escaped: a link's values are shown as written, never rendered."""
+    return MARKDOWN.sub(r"\\\1", text)
+
+
+def _sidebar_value(name: str, raw: str) -> Any:
+    """A sidebar choice from the link, checked as the sidebar's own widgets would check it."""
+    text = _text(name, raw)
+    if name in ("a", "b"):
+        return text  # any spec the pickers accept as typed text; loading it says what is wrong with it
+    if name == "data":
+        if text == UPLOADS:
+            raise ValueError("the link was made with uploaded images, which a link cannot carry: upload them again")
+        if text in SOURCES:
+            return text
+        if not text.startswith("/") or ".." in text.replace("\\", "/").split("/"):
+            raise ValueError(f"data={text!r} in the link is neither one of {', '.join(k for k in SOURCES)} nor "
+                             f"the absolute path of a folder (without '..')")
+        return text
+    if name == "device":
+        if text not in DEVICES:
+            raise ValueError(f"device={text!r} in the link is not one of {', '.join(DEVICES)}")
+        return text
+    _, default, lo, hi = ENV_INTS[SIDEBAR[name]]
+    if not re.fullmatch(r"\d{1,9}", text) or not lo <= int(text) <= hi:
+        raise ValueError(f"{name}={text[:40]!r} in the link is not a whole number from {lo} to {hi}")
+    return int(text)
+
+
+def _convert(kind: str, raw: str) -> Any:
+    """A link's text as the type ``kind`` a widget holds; ValueError when it is not one."""
+    if kind == "bool":
+        if raw not in ("true", "false"):
+            raise ValueError("true or false")
+        return raw == "true"
+    if kind == "int":
+        if not re.fullmatch(r"-?\d{1,9}", raw):
+            raise ValueError("a whole number")
+        return int(raw)
+    if kind == "float":
+        try:
+            value = float(raw)
+        except ValueError:
+            value = math.nan
+        if not math.isfinite(value):
+            raise ValueError("a finite number")
+        return value
+    if kind == "list":
+        try:
+            items = json.loads(raw)
+        except ValueError:
+            items = None
+        if not isinstance(items, list) or len(items) > MAX_ITEMS or not all(
+                isinstance(x, (int, float)) and not isinstance(x, bool) or isinstance(x, str) and not UNSAFE & set(x)
+                for x in items):
+            raise ValueError(f"a JSON list of at most {MAX_ITEMS} names (without ` < > [ ]) or numbers")
+        return items
+    if UNSAFE & set(raw) or any(ord(c) < 32 for c in raw):
+        raise ValueError("text without ` < > [ ] or control characters")
+    return raw
+
+
+def _kind(value: Any) -> str | None:
+    if isinstance(value, bool):
+        return "bool"
+    if isinstance(value, (int, float, str)):
+        return type(value).__name__
+    if isinstance(value, list) and all(isinstance(x, (str, int, float)) and not isinstance(x, bool) for x in value):
+        return "list"
+    return None
+
+
+def _encode(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return json.dumps(value) if isinstance(value, list) else str(value)
+
+
+def read_link() -> None:
+    """Once per browser session, before the sidebar draws: take the sidebar's choices from the URL and keep the
+    page's for :func:`finish`; then, on every run, seed what a link asked for and name what it could not take."""
+    if "share.read" not in st.session_state:
+        st.session_state["share.read"] = True
+        st.session_state["share.page"] = st.session_state.get("lab.page")
+        _read(dict(st.query_params))
+    for key, value in st.session_state.pop("share.seed", {}).items():
+        st.session_state[key] = value
+    _seed_known()
+    top = st.container()  # above the page: what a link could not take, named by :func:`finish` too
+    st.session_state["share.run"] = {"top": top, "link": None, "shown": len(_errors())}
+    if st.session_state.get("lab.page") == st.session_state.get("share.page"):  # on the linked page only
+        for problem in _errors():
+            top.error(f"Link: {shown(problem)}")
+
+
+def _read(params: dict[str, str]) -> None:
+    if len(params) > MAX_KEYS:
+        _errors().append(f"the link has {len(params)} settings, more than {MAX_KEYS}: it was ignored")
+        return
+    pending = {}
+    for name, raw in params.items():
+        if name in SIDEBAR:
+            try:
+                st.session_state[f"lab.{SIDEBAR[name]}"] = _sidebar_value(name, raw)
+            except ValueError as e:
+                _errors().append(f"{e}; the sidebar keeps its default")
+        elif not KEY.fullmatch(name) or name.startswith(NOT_VIEW):
+            _errors().append(f"'{name[:40]}' is not a setting of vitlab's pages; it was ignored")
+        elif len(raw) > MAX_VALUE:
+            _errors().append(f"the value of '{name}' is longer than {MAX_VALUE} characters; it was ignored")
+        else:
+            pending[name] = raw
+    st.session_state["share.pending"] = {"keys": pending, "passes": 0}
+
+
+def _take(key: str, kind: str, raw: str, seeds: dict) -> None:
+    try:
+        seeds[key] = _convert(kind, raw)
+    except ValueError as e:
+        _errors().append(f"{key}={raw[:40]!r} is not {e}; the page keeps its default")
+
+
+def _seed_known() -> None:
+    """Seed, before the page draws, the widgets whose type this server has seen (:data:`_KINDS`)."""
+    pending = st.session_state.get("share.pending")
+    if not pending or pending["passes"]:
+        return
+    for key in [k for k in pending["keys"] if k in _KINDS]:
+        seeds: dict = {}
+        _take(key, _KINDS[key], pending["keys"].pop(key), seeds)
+        st.session_state.update(seeds)
+
+
+# ---------------------------------------------------------------------------------------- a page's state
+
+
+def view_state() -> dict[str, Any]:
+    """This run's linkable widgets, key -> value: drawn in this run, not the sidebar's, not a button or an upload,
+    holding a plain value (a number, a name, a switch, a list of them)."""
+    from streamlit.runtime.scriptrunner import get_script_run_ctx
+
+    ctx = get_script_run_ctx()
+    try:  # Streamlit's widget registry (1.67): which keys are widgets drawn now, and what kind each one is
+        state = ctx.session_state._state
+        drawn = ctx.shared.widget_ids_this_run  # a set that answers `in` only
+        meta = state._new_widget_state.widget_metadata
+        ids = {k: state._key_id_mapper.get_id_from_key(k, None) for k in st.session_state}
+    except AttributeError:
+        return {}
+    out = {}
+    for key in sorted(k for k, i in ids.items() if i in drawn):
+        md = meta.get(ids.get(key))
+        if md is None or md.value_type in NO_LINK or key.startswith(NOT_VIEW) or not KEY.fullmatch(key):
+            continue
+        value = st.session_state.get(key)
+        if _kind(value) is not None:
+            out[key] = value
+    return out
+
+
+def _follow(view: dict[str, Any]) -> None:
+    """Seed the page's widgets from a link's pending keys (a rerun draws them with the link's values)."""
+    pending = st.session_state.get("share.pending")
+    if not pending or not pending["keys"]:
+        return
+    seeds: dict = {}
+    for key in [k for k in pending["keys"] if k in view]:
+        raw = pending["keys"].pop(key)
+        _take(key, _kind(view[key]), raw, seeds)
+    seeds = {k: v for k, v in seeds.items() if v != view[k]}
+    pending["passes"] += 1
+    if not seeds or pending["passes"] >= PASSES:
+        for key in pending["keys"]:
+            _errors().append(f"this page has no setting '{key}'; it was ignored")
+        pending["keys"].clear()
+    if seeds and pending["passes"] <= PASSES:
+        st.session_state["share.seed"] = seeds
+        st.rerun()
+
+
+def state(s: Settings, view: dict[str, Any]) -> dict[str, str]:
+    """The URL query of this view: the sidebar's choices and the page's widgets."""
+    params = {k: str(getattr(s, v)) for k, v in SIDEBAR.items()}
+    params.update({k: _encode(v) for k, v in view.items()})
+    return params
+
+
+def link(params: dict[str, str]) -> str:
+    """The full URL of this page with ``params``: the browser's own address of the page (``st.context.url``, which
+    Streamlit gives with the current page's path), or localhost under test."""
+    here = st.context.url
+    if not here:
+        page = st.session_state.get("lab.page") or ""
+        here = f"http://localhost:8501/{page}"
+    parts = urllib.parse.urlsplit(here)
+    return urllib.parse.urlunsplit((parts.scheme, parts.netloc, parts.path or "/", urllib.parse.urlencode(params),
+                                    ""))
+
+
+def finish() -> None:
+    """After the page (the entrypoint calls it): follow a link's pending keys on the widgets the page drew, put the
+    view's state in the URL (only when it changed), and fill the page's link box with it."""
+    s = settings()
+    view = view_state()
+    for key, value in view.items():
+        _KINDS[key] = _kind(value)
+    _follow(view)
+    params = state(s, view)
+    if {k: st.query_params.get(k) for k in st.query_params} != params:
+        st.query_params.from_dict(params)
+    run = st.session_state.get("share.run") or {}
+    if run.get("link") is not None:
+        run["link"].code(link(params), language=None, wrap_lines=True)
+    for problem in _errors()[run.get("shown", 0):]:
+        if run.get("top") is not None:
+            run["top"].error(f"Link: {shown(problem)}")
+
+
+# ---------------------------------------------------------------------------------------------- the box
+
+
+def box(analysis: str, models: list, opts, table: str, s: Settings | None = None, data: str | None = None,
+        **changes) -> None:
+    """The page's link, and the ``vitlab`` command and Python call that recompute its CSV ``table`` (a key of
+    the row's tables) from ``analysis`` (a row name) on ``models`` (specs; (A, B) pairs for a 'pairs' row) and
+    ``data`` (default: the sidebar's images; '' when the page's images have no name a command takes), with
+    ``opts`` changed by ``changes`` (what the page holds beside its options, e.g. the image it shows)."""
+    s = s or settings()
+    data = s.source if data is None else data
+    opts = dataclasses.replace(opts, **changes) if changes else opts
+    row = vitlab.ANALYSES[analysis]
+    with st.expander("Link and code: reopen or recompute this view", icon="🔗"):
+        st.caption("Link to this view (models, images and the page's choices; opened elsewhere, it reads the same "
+                   "results from this server's cache). Copy it with the icon at its right.")
+        st.session_state.setdefault("share.run", {})["link"] = st.empty()  # filled by finish(): every widget drawn
+        try:
+            command = recipe.command_line(row, models, data, opts, s.device)
+            python = recipe.python_call(row, models, data, opts, table, s.device)
+        except vitlab.VitlabError as e:
+            st.info(str(e))
+            return
+        st.caption(f"The command that writes this page's table as `{recipe.table_file(row, table)}` (and its "
+                   f"charts, run.json):")
+        st.code(command, language="bash", wrap_lines=True)
+        st.caption(f"The same on vitlab's Python API, writing `{table}.csv`:")
+        st.code(python, language="python")
