@@ -19,17 +19,31 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import numpy as np
 
 from ..engine.run import Statistic
 from ..errors import VitlabError
 from ..inputs import taps as taps_mod
+from ..options import DataOptions, option
 from ..stats import measures as ms
 
-if TYPE_CHECKING:
-    from .similarity import MeasureParams
+
+@dataclass(frozen=True)
+class MeasureParams(DataOptions):
+    """The parameters of the measures (shared by ``vitlab similarity`` and ``vitlab compare-models``)."""
+
+    tokens: str = option("all", "representation: all tokens flattened, CLS token, or mean of spatial tokens",
+                         choices=("all", "cls", "gap"))
+    rbf_threshold: float = option(1.0, "RBF CKA width as a fraction of the median distance")
+    pca_dims: int = option(256, "Procrustes: PCA to k = min(batch - 1, this) dimensions per batch")
+    svd_dims: int = option(20, "SVCCA/PWCCA-SVD20: number of top SVD directions kept per side")
+    sketch_dims: int = option(0, "SVCCA/PWCCA: 0 = the layer's own features when they fit in --cca-memory-mib, "
+                                 "else the widest CountSketch that fits; a positive width forces that sketch")
+    sketch_seed: int = option(0, "SVCCA/PWCCA: seed of the CountSketch")
+    cca_memory_mib: int = option(2048, "SVCCA/PWCCA: memory budget (MiB) for the features of all images")
+    knn_k: int = option(10, "mutual k-NN: neighbours per image, within its batch")
+
 
 @dataclass(frozen=True)
 class FeatureStatistic(Statistic):
