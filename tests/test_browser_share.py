@@ -18,20 +18,21 @@ pytestmark = [pytest.mark.browser, pytest.mark.skipif(not ZOO_READY, reason="the
 
 LINK = {"a": "zoo:vit-cls", "b": "zoo:resnet", "data": "fashion-mnist:test", "n": "32", "bs": "16"}
 LEAD = "On these models:"
+PATTERN = "Pattern:"  # a claim page's lead (app/claim.py): its numbers are on the pattern line, under the statistic
 # page url -> (the page's own choices in the first link, the text that carries the page's headline numbers)
 PAGES = {
-    "skips": ({"skips.value": "cosine"}, LEAD),
+    "skips": ({"skips.value": "cosine"}, PATTERN),
     "logit_lens": ({}, LEAD),
-    "attention": ({"att.layer": "1"}, LEAD),
-    "heads": ({}, LEAD),
-    "receptive": ({}, LEAD),
-    "probes": ({"probe.draws": "2", "probe.test": "50"}, LEAD),
-    "checkpoints": ({"ckpt.preset": "sidebar", "b": "zoo:vit-cls-10pct"}, LEAD),
+    "attention": ({"att.layer": "1"}, PATTERN),
+    "heads": ({}, PATTERN),
+    "receptive": ({}, PATTERN),
+    "probes": ({"probe.draws": "2", "probe.test": "50"}, PATTERN),
+    "checkpoints": ({"ckpt.preset": "sidebar", "b": "zoo:vit-cls-10pct"}, PATTERN),
     "models": ({"mm.models": '["zoo:vit-cls", "zoo:resnet"]'}, "most alike"),
     "ablation": ({"abl.draws": "2"}, "of the intact model"),
     "token_norms": ({}, LEAD),
-    "similarity": ({"sim.view": "within A"}, LEAD),
-    "localization": ({"n": "64"}, LEAD),
+    "similarity": ({"sim.view": "within A"}, PATTERN),
+    "localization": ({"n": "64"}, PATTERN),
     "attribution": ({"attr.orders": "2"}, "deletion"),
     "attention-parity": ({}, "logits"),  # the generic page
 }
