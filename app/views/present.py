@@ -167,7 +167,7 @@ if done is not None:
         if frame is not None and len(frame):
             st.caption("Intervals")
             lab.export(done.charts[row.figure], frame, f"tour_{step}", f"present.{step}")
-    left, right = st.columns([3, 2], gap="medium")
+    left, right = st.columns([5, 4], gap="medium")  # the text column wide enough for Fig 6 at 1280×720
     with right.container(key="present-text"):
         st.html(counts_html(row, report_mod.images_in_words(src.name, images)))
         st.html(slide_text(row))

@@ -70,8 +70,8 @@ STATISTICS: dict[str, str] = {
     "cka": "ViT minus ResNet mean CKA between different layers of the same model",
     "distance": "locality of the most local first-block head: 1 − its mean attention distance / uniform attention's",
     "heads": "−Spearman ρ between a lower-layer head's attention distance and its CKA with the ResNet's lower layers",
-    "receptive": "growth of the 50 % receptive-field radius across the ViT's first attention sublayer, after its "
-                 "residual as the CNN block it is compared with, as a fraction of the input side",
+    "receptive": "growth of the 50 % receptive-field radius across the ViT's first attention sublayer and its "
+                 "residual, as a fraction of the input side",
     "skips": "median ratio ‖z‖ / ‖f(z)‖ of skip to branch norm in the ViT, over sublayers and tokens",
     "removal": "mean CKA between the layers before and after the block retrained without its skips",
     "localization": "chance-corrected localization of the ViT's last layer: (rate − chance) / (1 − chance), the rate "
