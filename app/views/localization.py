@@ -188,7 +188,8 @@ if report is not None:
             raw = names.item_id(pick)
             name = raw if isinstance(images, list) else namer(pick) if raw.startswith(f"{names.name}#") else \
                 Path(raw).name
-            where = f"token (row {row}, col {col}) at {layer_in_words(block)}"  # subtitles in short lines: a long one is cut
+            # subtitles in short lines: a long one is cut
+            where = f"token (row {row}, col {col}) at {layer_in_words(block)}"
             cols = st.columns(3)
             with cols[0]:
                 ref_chart = charts.token_map_chart(

@@ -67,7 +67,8 @@ def reference_plan(given: int, given_name: str, opts: ReferenceOptions) -> tuple
         if enough_images(given):
             return given_name, None
         return DEFAULT_REFERENCE, (f"{given} image(s) given: too few for a data-set statistic (at least {MIN_IMAGES}); "
-                                   f"the CKA map is measured on the reference set, {data_in_sentence(DEFAULT_REFERENCE)}, instead")
+                                   "the CKA map is measured on the reference set, "
+                                   f"{data_in_sentence(DEFAULT_REFERENCE)}, instead")
     if given < MIN_IMAGES:
         return opts.source, (f"{given} image(s) given: too few for a data-set statistic (at least {MIN_IMAGES}); "
                              f"the CKA map is measured on the reference set, {data_in_sentence(opts.source)}")

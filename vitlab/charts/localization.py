@@ -67,7 +67,7 @@ def localization_summary_chart(summary: pd.DataFrame, cell: int = 150, title: st
     spatial = summary[summary["kind"] == "spatial"].copy()
     if spatial.empty:
         raise VitlabError("no spatial tokens to summarise")
-    spatial["panel"] = spatial["model"] + " · " + spatial["layer"]
+    spatial["panel"] = spatial["model"] + " · " + spatial["layer"].map(lambda t: layer_in_words(str(t)))
     side = int(max(spatial["token_row"].max(), spatial["token_col"].max())) + 1
     cell = max(1, cell // side) * side  # whole-pixel cells: a 14x14 grid in 220 px left seams
     base = alt.Chart().encode(x=alt.X("token_col:O", title=None, axis=None),
