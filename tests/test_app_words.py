@@ -74,3 +74,26 @@ def test_home_shows_no_cache_path():
     texts, folder = page_text(at), cache_folder(at)
     assert not [t for t in texts if folder in t or "/usr/share" in t], texts
     assert any("The disk cache holds" in t for t in texts), texts
+
+
+def test_home_escapes_folder_class_and_file_names(tmp_path):
+    """A folder's class (sub-folder) and file names are shown as written, never read as Markdown (an image's caption
+    is Markdown too): '*x*' stays '*x*', not an italic x."""
+    from PIL import Image
+
+    folder = tmp_path / "photos"
+    (folder / "cats_*x*").mkdir(parents=True)
+    for k in range(4):
+        Image.new("RGB", (32, 32), (40 * k, 90, 200)).save(folder / "cats_*x*" / f"[{k}](y).png")
+    at = AppTest.from_file(str(APP / "Home.py"), default_timeout=300)
+    for k, v in {**SETTINGS, "lab.source": str(folder), "lab.images": 4, "lab.batch_size": 4}.items():
+        at.session_state[k] = v
+    at.run()
+    assert not at.exception, [e.message for e in at.exception]
+    images = next((m.value for m in at.main.markdown if "the analysis pages use" in m.value), None)
+    assert images, [m.value for m in at.main.markdown] + [e.value for e in at.error]
+    assert "classes cats\\_\\*x\\*" in images, images
+    captions = [img.caption for e in at.main.get("image") for img in e.proto.imgs]
+    # by its path inside the folder (not the machine's full path) and its class, escaped
+    assert captions[0] == "cats\\_\\*x\\*/\\[0\\]\\(y\\).png \\(cats\\_\\*x\\*\\)", captions
+    assert not [c for c in captions if str(tmp_path) in c], captions
