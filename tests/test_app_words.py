@@ -5,6 +5,7 @@ the sidebar does, for whoever looks after the machine)."""
 
 from __future__ import annotations
 
+import re
 import sys
 from pathlib import Path
 
@@ -97,3 +98,15 @@ def test_home_escapes_folder_class_and_file_names(tmp_path):
     # by its path inside the folder (not the machine's full path) and its class, escaped
     assert captions[0] == "cats\\_\\*x\\*/\\[0\\]\\(y\\).png \\(cats\\_\\*x\\*\\)", captions
     assert not [c for c in captions if str(tmp_path) in c], captions
+
+
+def test_token_norms_page_in_words():
+    at = start("token_norms")
+    assert not at.error, [e.value for e in at.error]
+    texts = page_text(at)
+    shown = [t for t in texts if any(x in t for x in INTERNAL + (cache_folder(at),))]
+    assert not shown, shown
+    left = next(c.value for c in at.main.caption if "left out per layer" in c.value)
+    # 32 images in batches of 16: 2 batches, too few for an interval, said in the one convention
+    assert left.startswith("bars: no interval: too few batches for one (2 < 4)"), left
+    assert re.search(r"left out per layer: block 1 \d+, block \d+ \d+, block \d+ \d+\.$", left), left

@@ -27,8 +27,9 @@ def localization_with_and_without(m, src, s, k: float) -> None:
     chart = localization_rate_chart(rate, title="Localized tokens, with and without flagged positions")
     lab.chart(chart, key="tn.loc")
     lab.export(chart, rate, f"token_norms_localization_{m.label}", "tn.loc")
-    st.caption("A position flagged in any image is left out whole (a token's CKA runs over images); "
-               f"left out per layer: {', '.join(f'{r.layer} {r.left_out}' for r in reports[1].rates().itertuples())}.")
+    left = ", ".join(f"{layer_in_words(r.layer)} {r.left_out}" for r in reports[1].rates().itertuples())
+    st.caption(f"{reports[1].interval_caption(s.batch_size)}. A position flagged in any image is left out whole (a "
+               f"token's CKA runs over images); left out per layer: {left}.")
 
 
 def maps_with_and_without(m, src, result, image: int) -> None:
