@@ -55,7 +55,8 @@ def test_two_uploads_use_the_reference_set_and_the_token_maps_draw():
     at = start(photos(), **{"lab.source": "uploads"})
     assert not at.error, [e.value for e in at.error]
     notes = [i.value for i in at.info]
-    assert any("2 image(s) given: too few" in n and "reference set fashion-mnist:test" in n for n in notes), notes
+    assert any("2 image(s) given: too few" in n and "reference set, the Fashion-MNIST test set" in n
+               for n in notes), notes
     at.number_input(key="loc.row").set_value(1).run()  # a click on the token grid sets these two
     at.number_input(key="loc.col").set_value(2).run()
     assert not at.error and not at.exception, [e.value for e in at.error]
@@ -63,7 +64,7 @@ def test_two_uploads_use_the_reference_set_and_the_token_maps_draw():
     assert len(caps) == 3, caps
     assert "reference set" in caps[0] and "95 % jackknife Fieller" in caps[0] and "[" in caps[0]
     assert "token (1,2)" in caps[1] and "own patch" in caps[1] and "3×3" in caps[1]
-    assert "attention of token (1,2) at blocks." in caps[2]
+    assert "attention of token (1,2) at block 1," in caps[2]
     downloads = [d.label for d in at.get("download_button")]
     assert downloads.count("PNG") >= len(charts(at)) - 1  # every chart but the token picker
 

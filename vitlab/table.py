@@ -96,7 +96,7 @@ def _localization_charts(report, opts) -> dict:
     tokens = list(opts.tokens) if opts.tokens else None
     out = {f"maps_{r.model}_{r.layer}": ch.localization_maps(r.to_frame(), tokens) for r in report.results}
     out["localization_summary"] = ch.localization_summary_chart(report.summary())
-    out["localization_rate"] = ch.localization_rate_chart(report.rates())
+    out["localization_rate"] = ch.localization_rate_chart(report.rates(), bars=report.interval_caption(opts.batch_size))
     return out
 
 

@@ -140,12 +140,15 @@ def follow_click(prefix: str, click: dict | None, keys: dict[str, str]) -> None:
 
 
 def image_name(src) -> Callable[[int], str]:
-    """A select box's name for image i of ``src``: its file name, or "image 12 (Ankle boot)" for a data set's
-    item (never an internal id such as 'fashion-mnist:test#12')."""
+    """A select box's name for image i of ``src``: its file name (a folder's image by its path inside the folder,
+    not the machine's full path), or "image 12 (Ankle boot)" for a data set's item (never an internal id such as
+    'fashion-mnist:test:/usr/share/datasets/fashion-mnist:10000#12')."""
     def name(i: int) -> str:
         text = src.item_id(i)
         if text.startswith(f"{src.name}#"):
             text = f"image {i}"
+        elif text.startswith(f"{src.name.rstrip('/')}/"):
+            text = text[len(src.name.rstrip("/")) + 1:]
         label = src.label(i)
         return f"{text} ({src.classes[label]})" if label is not None and src.classes else text
 

@@ -32,9 +32,9 @@ with right:
     st.subheader("Images")
     with lab.guard():
         src = lab.source(s)
-        named = "uploads" if s.source == lab.UPLOADS else lab.SOURCES.get(s.source, f"`{src.name}`")
+        named = "uploads" if s.source == lab.UPLOADS else lab.SOURCES.get(s.source, lab.md_plain(src.name))
         st.markdown(f"{named}: {len(src)} images"
-                    + (f", classes {', '.join(src.classes[:10])}" if src.classes else "")
+                    + (f", classes {', '.join(lab.md_plain(c) for c in src.classes[:10])}" if src.classes else "")
                     + f"; the analysis pages use the first {min(s.images, len(src))}, in batches of {s.batch_size} "
                     f"(the Paper tour, its slides and the handout their own first "
                     f"{min(vitlab.tour.TOUR_IMAGES, len(src))}, in batches of {vitlab.tour.TOUR_BATCH}).")
@@ -43,9 +43,10 @@ with right:
         index = {src.item_id(i): i for i in range(min(8, len(src)))}
         shown = [(namer(index[name]), img) for name, img in vitlab.data.iter_images(src, list(index.values()), bad, 96)]
         if shown:
-            st.image([img for _, img in shown], caption=[name for name, _ in shown], width=96)
+            # an image's caption is Markdown: a file or folder name is shown as it is written
+            st.image([img for _, img in shown], caption=[lab.md_plain(n) for n, _ in shown], width=96)
         for _, why in bad:
-            st.caption(f"skipped: {why}")
+            st.caption(f"skipped: {lab.md_plain(why)}")
 
 st.subheader("Pages")
 # the title as the link and what the page does as a caption below it: a link's label does not wrap, so a long
@@ -61,5 +62,7 @@ for k, p in enumerate(table.pages()):
 st.subheader("Cache")
 info = lab.store().info()
 if info.get("enabled"):
-    st.markdown(f"`{info['directory']}`: {info['entries']} entries, {info['bytes'] / 2**20:.1f} MiB "
-                f"(budget {info['size_limit'] / 2**30:.0f} GiB; set `VITLAB_CACHE_DIR`, `VITLAB_CACHE_GB`).")
+    # the machine's folder only in Status (the sidebar), where someone looking after the machine looks for it
+    st.markdown(f"The disk cache holds {info['entries']} entries, {info['bytes'] / 2**20:.1f} MiB (budget "
+                f"{info['size_limit'] / 2**30:.0f} GiB; its folder is under Status in the sidebar; set "
+                "`VITLAB_CACHE_DIR`, `VITLAB_CACHE_GB` to change them).")

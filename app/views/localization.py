@@ -14,7 +14,7 @@ import vitlab
 from vitlab import activations, localization
 from vitlab import token_localization as tl
 from vitlab.charts import localization as charts
-
+from vitlab.charts.words import data_in_sentence, layer_in_words
 
 
 def reference_ui() -> tl.ReferenceOptions:
@@ -94,7 +94,7 @@ with lead:
 if report is not None:
     summary = report.summary()
     rates = report.rates()  # per layer: rate, its 95 % interval, chance level, chance-corrected rate
-    rate = charts.localization_rate_chart(rates)
+    rate = charts.localization_rate_chart(rates, bars=report.interval_caption(s.batch_size))
     lab.chart(rate, key="loc.rate")
     lab.export(rate, rates, "localization_rate", "loc.rate")
     lab.links.box("localization", [s.model_a, s.model_b], opts, "localization_rates", s,
@@ -108,7 +108,9 @@ if report is not None:
                     captions=[a.label, b.label])
     m = a if slot == "A" else b
     results = [r for r in report.results if r.model == m.label]
-    layer = c2.selectbox("Layer", [r.layer for r in results], key="loc.layer")
+    layer = c2.selectbox("Layer", [r.layer for r in results], key="loc.layer", format_func=layer_in_words,
+                         help="Blocks counted from 1; the CSV names each layer as vitlab's taps do "
+                              "(block 1 is 'blocks.0.resid_post' of a ViT)")
     result = next(r for r in results if r.layer == layer)
     gh, gw = result.grid
     part = summary[(summary["model"] == m.label) & (summary["layer"] == layer)]
@@ -139,7 +141,7 @@ if report is not None:
     with right, lab.guard():
         maps = charts.localization_maps(frame, tokens=shown, columns=2, cell=max(120, 12 * max(gh, gw)),
                                         title=["CKA of the token with the patch at each position",
-                                               f"{m.label} {layer} (ringed: its own patch)"])
+                                               f"{m.label} {layer_in_words(layer)} (ringed: its own patch)"])
         lab.chart(maps, key="loc.maps")
         lab.export(maps, frame[frame["token"].isin(shown)], f"localization_{m.label}_{layer}_token{token}", "loc.maps")
 
@@ -152,7 +154,9 @@ if report is not None:
         # upload of as many images is neither shown under the previous label nor given the previous maps
         keyed = range(len(names)) if isinstance(images, list) else range(len(ids))  # a source: s.key names it
         content = hashlib.sha1("\0".join(names.item_key(i) for i in keyed).encode()).hexdigest()[:16]
-        pick = st.selectbox("Image", range(len(ids)), key=f"loc.image.{content}", format_func=ids.__getitem__)
+        # a data set's image by its number and class ("image 0 (Ankle boot)"), never its id 'fashion-mnist:10000#0'
+        namer = lab.image_name(names)
+        pick = st.selectbox("Image", range(len(ids)), key=f"loc.image.{content}", format_func=namer)
         block = tl.block_of_tap(m, layer)
         # the token-independent part (CKA of every token over the reference set) once per block; a token change
         # then reads the image's cached activations and one cached gradient
@@ -181,9 +185,13 @@ if report is not None:
             if view.note:
                 st.info(view.note)
             info = view.summary()
-            # an upload's name as given (it may hold a '/'); a folder's image by its file name
-            name = names.item_id(pick) if isinstance(images, list) else Path(names.item_id(pick)).name
-            where = f"token (row {row}, col {col}) at {block}"  # subtitles in short lines: a long one is cut
+            # an upload's name as given (it may hold a '/'); a folder's image by its file name; a data set's by its
+            # number and class
+            raw = names.item_id(pick)
+            name = raw if isinstance(images, list) else namer(pick) if raw.startswith(f"{names.name}#") else \
+                Path(raw).name
+            # subtitles in short lines: a long one is cut
+            where = f"token (row {row}, col {col}) at {layer_in_words(block)}"
             cols = st.columns(3)
             with cols[0]:
                 ref_chart = charts.token_map_chart(
@@ -191,8 +199,9 @@ if report is not None:
                     title=["CKA over the reference set,", "not this image"],
                     subtitle=[where, f"vs each patch, {view.reference.images} images"])
                 lab.chart(ref_chart, key="loc.refcka")
-                st.caption(f"CKA with each patch over {view.reference.images} images of the reference set "
-                           f"{lab.md_plain(ref.source if view.note else given_name)} ({view.reference.batches} "
+                st.caption(f"CKA with each patch over {view.reference.images} images of the reference set, "
+                           f"{lab.md_plain(data_in_sentence(ref.source if view.note else given_name))} "
+                           f"({view.reference.batches} "
                            f"batch{'es' * (view.reference.batches != 1)}): own patch "
                            f"{info['own_cka']:.2f} [{info['own_cka_lo']:.2f}, {info['own_cka_hi']:.2f}] (95 % "
                            "jackknife Fieller over the batches)")
@@ -207,7 +216,8 @@ if report is not None:
                     view.gradient.map, (gh, gw), (row, col), legend="|∂h/∂x| / max", picture=picture,
                     domain=(0, 1), relative=True, title="Gradient on this image", subtitle=[where, name])
                 lab.chart(grad_chart, key="loc.grad")
-                st.caption(f"gradient |∂h/∂x| of token ({row},{col}) at {block} on {lab.md_plain(name)}: "
+                st.caption(f"gradient |∂h/∂x| of token ({row},{col}) at {layer_in_words(block)} on "
+                           f"{lab.md_plain(name)}: "
                            f"{info['own_share']:.0%} in its own patch (uniform {info['own_chance']:.0%}), "
                            f"{info['neighbourhood_share']:.0%} in its 3×3 neighbourhood (uniform "
                            f"{info['neighbourhood_chance']:.0%})")
@@ -221,7 +231,7 @@ if report is not None:
                         view.attention.grid, (gh, gw), (row, col), legend="attention weight", picture=picture,
                         title="Attention on this image", subtitle=[where, "mean over heads"])
                     lab.chart(attn_chart, key="loc.attn")
-                    st.caption(f"attention of token ({row},{col}) at {block}, mean over heads, on "
+                    st.caption(f"attention of token ({row},{col}) at {layer_in_words(block)}, mean over heads, on "
                                f"{lab.md_plain(name)}")
                     lab.export(attn_chart, view.attention.to_frame(), f"attention_{m.label}_{block}_token{row}_{col}",
                                "loc.attn")

@@ -10,6 +10,7 @@ from vitlab.charts import causal as charts
 from vitlab.charts import cka_heatmap
 from vitlab.charts.attention import overlay
 from vitlab.charts.localization import localization_rate_chart
+from vitlab.charts.words import layer_in_words
 
 
 def localization_with_and_without(m, src, s, k: float) -> None:
@@ -26,8 +27,9 @@ def localization_with_and_without(m, src, s, k: float) -> None:
     chart = localization_rate_chart(rate, title="Localized tokens, with and without flagged positions")
     lab.chart(chart, key="tn.loc")
     lab.export(chart, rate, f"token_norms_localization_{m.label}", "tn.loc")
-    st.caption("A position flagged in any image is left out whole (a token's CKA runs over images); "
-               f"left out per layer: {', '.join(f'{r.layer} {r.left_out}' for r in reports[1].rates().itertuples())}.")
+    left = ", ".join(f"{layer_in_words(r.layer)} {r.left_out}" for r in reports[1].rates().itertuples())
+    st.caption(f"{reports[1].interval_caption(s.batch_size)}. A position flagged in any image is left out whole (a "
+               f"token's CKA runs over images); left out per layer: {left}.")
 
 
 def maps_with_and_without(m, src, result, image: int) -> None:
@@ -98,7 +100,9 @@ if result is not None:
     lab.export(chart, frame, f"token_flags_{result.model}", "tn.flags")
     lab.links.box("token-norms", [spec], opts, "token_norms", s)
     c1, c2 = st.columns(2)
-    tap = c1.selectbox("Layer", result.layers, index=len(result.layers) - 1, key="tn.tap")
+    tap = c1.selectbox("Layer", result.layers, index=len(result.layers) - 1, key="tn.tap", format_func=layer_in_words,
+                       help="Blocks counted from 1; the CSV names each layer as vitlab's taps do (e.g. "
+                            "'blocks.0.resid_post')")
     image = c2.selectbox("Image", list(range(len(result.ids))), key="tn.image", format_func=lab.image_name(src))
     hist = result.histogram_frame()
     chart = charts.norm_histogram(hist, tap)
@@ -110,7 +114,7 @@ if result is not None:
         here = flagged[(flagged["tap"] == tap) & (flagged["image"] == result.ids[image])]
         lab.image(overlay(view, result.flag_grid(image, tap), min_side=224), here,
                   f"flagged_{result.model}_{tap}_{result.ids[image]}", "tn.overlay",
-                  caption=f"flagged tokens at {tap} (bright): {len(here)}")
+                  caption=f"flagged tokens at {layer_in_words(tap)} (bright): {len(here)}")
     st.subheader("With and without flagged tokens")
     if result.any_flagged:
         with_and_without(m, src, s, result, image, float(k))

@@ -233,6 +233,15 @@ class LocalizationReport:
         extra = pd.DataFrame([r.rate_evidence() for r in self.results]).drop(columns=["images"])
         return base.merge(extra, on=["model", "layer"], how="left")
 
+    def interval_caption(self, batch_size: int | None = None) -> str:
+        """What the rate chart's bars are, in the one convention of every page (``findings.interval_caption``):
+        "bars: 95 % jackknife t over 4 batches of 16 images"."""
+        from .findings import interval_caption
+
+        if all(r.rate_samples is None for r in self.results):
+            return "bars: none (no interval: --bootstrap 0)"
+        return interval_caption("batches", min(r.rate_units for r in self.results), batch_size=batch_size)
+
     @property
     def images(self) -> int:
         return self.results[0].images

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..charts.words import data_in_sentence
 from ..engine.context import Run
 from ..engine.run import stream
 from ..errors import VitlabError
@@ -27,9 +28,9 @@ from ..inputs import taps as taps_mod
 from ..inputs.data import ImageSource, open_source, select
 from ..inputs.images import ModelInput, describe_model_input
 from ..inputs.models import LoadedModel
-from ..stats.fieller import FIELLER
 from ..stats import cka as cka_mod
 from ..stats.evidence import BootstrapCKA
+from ..stats.fieller import FIELLER
 from . import attention as attention_mod
 from .localization import LocalizationStatistic
 from .receptive import block_names
@@ -66,10 +67,11 @@ def reference_plan(given: int, given_name: str, opts: ReferenceOptions) -> tuple
         if enough_images(given):
             return given_name, None
         return DEFAULT_REFERENCE, (f"{given} image(s) given: too few for a data-set statistic (at least {MIN_IMAGES}); "
-                                   f"the CKA map is measured on the reference set {DEFAULT_REFERENCE} instead")
+                                   "the CKA map is measured on the reference set, "
+                                   f"{data_in_sentence(DEFAULT_REFERENCE)}, instead")
     if given < MIN_IMAGES:
         return opts.source, (f"{given} image(s) given: too few for a data-set statistic (at least {MIN_IMAGES}); "
-                             f"the CKA map is measured on the reference set {opts.source}")
+                             f"the CKA map is measured on the reference set, {data_in_sentence(opts.source)}")
     return opts.source, None
 
 
@@ -278,4 +280,4 @@ def images_for_dataset(given: int, given_name: str, reference: ReferenceOptions)
         return given_name, given, None
     return reference.source, reference.images, (
         f"{given} image(s) given: too few for a data-set statistic (at least {MIN_IMAGES}); the localization maps "
-        f"below are measured on the reference set {reference.source} ({reference.images} images)")
+        f"below are measured on the reference set, {data_in_sentence(reference.source)} ({reference.images} images)")

@@ -8,6 +8,8 @@ from __future__ import annotations
 import altair as alt
 import pandas as pd
 
+from .words import layer_in_words
+
 SELECTION_COLOURS = alt.Scale(domain=["local", "global", "random"], range=["#1b9e77", "#d95f02", "#7570b3"])
 METRIC_TITLES = {"delta_accuracy": "Δ accuracy vs the intact model", "kl": "KL(intact ‖ ablated), nats"}
 
@@ -96,7 +98,8 @@ def norm_histogram(hist: pd.DataFrame, tap: str):
         tooltip=["token", alt.Tooltip("lo:Q", format=".3g"), alt.Tooltip("hi:Q", format=".3g"), "count"])
     rule = alt.Chart().mark_rule(color="red", strokeDash=[4, 3]).encode(
         x="mean(threshold):Q", tooltip=[alt.Tooltip("mean(threshold):Q", format=".4g", title="threshold")])
-    return alt.layer(bars, rule, data=part).properties(width=420, height=200, title=f"Token norms at {tap}")
+    return alt.layer(bars, rule, data=part).properties(width=420, height=200,
+                                                       title=f"Token norms at {layer_in_words(tap)}")
 
 
 def flag_summary_chart(frame: pd.DataFrame):

@@ -8,6 +8,7 @@ import pandas as pd
 
 from ..errors import VitlabError
 from .common import interval_tooltips
+from .words import layer_in_words
 
 OUTLINE = "#00e5ff"  # the chosen token's outline on every map: cyan reads on magma/inferno and on grey photos
 
@@ -66,7 +67,7 @@ def localization_summary_chart(summary: pd.DataFrame, cell: int = 150, title: st
     spatial = summary[summary["kind"] == "spatial"].copy()
     if spatial.empty:
         raise VitlabError("no spatial tokens to summarise")
-    spatial["panel"] = spatial["model"] + " · " + spatial["layer"]
+    spatial["panel"] = spatial["model"] + " · " + spatial["layer"].map(lambda t: layer_in_words(str(t)))
     side = int(max(spatial["token_row"].max(), spatial["token_col"].max())) + 1
     cell = max(1, cell // side) * side  # whole-pixel cells: a 14x14 grid in 220 px left seams
     base = alt.Chart().encode(x=alt.X("token_col:O", title=None, axis=None),
@@ -91,16 +92,33 @@ def localization_summary_chart(summary: pd.DataFrame, cell: int = 150, title: st
     ).properties(title=title or "CKA of each token with its own input patch (dot: own patch is the best match)")
 
 
+LABEL_PX_PER_CHAR = 6.5  # a generous width of one character of an axis label at Vega's default 10 px font
+
+
+def layer_axis(layers, width: int) -> tuple[list[str], alt.Axis]:
+    """The x axis of a per-layer chart in words ("block 1", "stage 2 block 1": ``words.layer_in_words``), in the
+    frame's order: level while every label fits its band of the ``width``, else turned 35° (6 layers of two models
+    at 360 px overlapped level at 1280 px: issue 38)."""
+    words = list(dict.fromkeys(layer_in_words(str(x)) for x in layers))
+    band = width / max(1, len(words))
+    fits = max(len(w) for w in words) * LABEL_PX_PER_CHAR <= band - 4
+    return words, alt.Axis(labelAngle=0 if fits else -35, labelLimit=140, labelOverlap=False)
+
+
 def localization_rate_chart(rate: pd.DataFrame, title: str | None = None, width: int = 360,
-                            corrected: bool | None = None):
+                            corrected: bool | None = None, bars: str = "bars: 95 % interval"):
     """How well tokens localize, per layer and model (``LocalizationReport.rates()``).
 
     ``corrected`` (default: when the frame has it): the chance-corrected rate (rate − chance) / (1 − chance), where
     chance is 1/positions, so grids of different sizes (chance 0.005 at 14×14, 0.06 at 4×4, 0.25 at 2×2) share one
     scale: 0 = chance, 1 = every token's own patch is its best match; its 95 % interval (error bars) is the raw
-    interval mapped the same way. Otherwise the raw fraction of tokens, with chance as a tick on each bar."""
+    interval mapped the same way. Otherwise the raw fraction of tokens, with chance as a tick on each bar.
+    Layers are labelled in words (tooltip and CSV: the tap's name); ``bars`` says what the error bars are
+    (``LocalizationReport.interval_caption``)."""
     corrected = ("corrected" in rate) if corrected is None else corrected
-    x = alt.X("layer:N", sort=list(dict.fromkeys(rate["layer"])), title=None, axis=alt.Axis(labelAngle=0))
+    words, axis = layer_axis(rate["layer"], width)
+    rate = rate.assign(where=[layer_in_words(str(x)) for x in rate["layer"]])
+    x = alt.X("where:N", sort=words, title=None, axis=axis)
     extra = [c for c in ("rate_lo", "rate_hi", "chance", "corrected", "corrected_lo", "corrected_hi") if c in rate]
     tooltip = ["model", "layer", alt.Tooltip("localized:Q", format=".2f", title="rate"),
                alt.Tooltip("own_cka:Q", format=".3f")]
@@ -109,11 +127,11 @@ def localization_rate_chart(rate: pd.DataFrame, title: str | None = None, width:
     label = ("localization above chance" if corrected else
              "tokens whose own patch is the best match")
     low = min(0.0, float(rate[[c for c in (value, lo) if c in rate]].min().min()))
-    bars = alt.Chart(rate).mark_bar().encode(
+    columns = alt.Chart(rate).mark_bar().encode(
         x=x, xOffset="model:N", color="model:N",
-        y=alt.Y(f"{value}:Q", scale=alt.Scale(domain=[low if low == low else 0.0, 1]), title=label),
+        y=alt.Y(f"{value}:Q", scale=alt.Scale(domain=[0.0 if np.isnan(low) else low, 1]), title=label),
         tooltip=tooltip)
-    layers = [bars]
+    layers = [columns]
     if {lo, hi} <= set(rate) and rate[lo].notna().any():
         layers.append(alt.Chart(rate).mark_rule(color="black").encode(x=x, xOffset="model:N", y=f"{lo}:Q",
                                                                       y2=f"{hi}:Q", tooltip=tooltip))
@@ -124,8 +142,8 @@ def localization_rate_chart(rate: pd.DataFrame, title: str | None = None, width:
         layers.append(alt.Chart(rate).mark_tick(color="grey", thickness=2, size=14).encode(
             x=x, xOffset="model:N", y="chance:Q", tooltip=[alt.Tooltip("chance:Q", format=".3f", title="chance")]))
     default = (["How well tokens localize, above chance: (rate − chance) / (1 − chance)",
-                "0 = chance level 1/positions, 1 = every token's own patch is its best match; bars: 95 % interval"]
-               if corrected else "How well tokens localize (tick: chance level)")
+                "0 = chance level 1/positions, 1 = every token's own patch is its best match", bars]
+               if corrected else ["How well tokens localize (tick: chance level)", bars])
     return alt.layer(*layers).properties(width=width, height=220, title=title or default)
 
 

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
+from ..charts.words import data_in_words
 from ..engine.context import Run
 from ..errors import VitlabError
 from ..inputs.data import ImageSource, select
@@ -125,22 +126,12 @@ def provenance(models: list[LoadedModel], source: ImageSource, opts: TourOptions
 
 # ---------------------------------------------------------------- in words
 
-DATASETS = {"fashion-mnist": "Fashion-MNIST", "cifar10": "CIFAR-10", "cifar100": "CIFAR-100"}
-
-
 def images_in_words(name: str, count: int, order: str = "first N") -> str:
     """The images a tour used, for people: "Fashion-MNIST test set, first 256 images", not the internal source name
     ('fashion-mnist:test:/usr/share/datasets/fashion-mnist:10000', a folder path)."""
-    head, _, rest = name.partition(":")
-    if head in DATASETS:
-        split = rest.split(":", 1)[0] or "test"
-        what = f"{DATASETS[head]} {split} set"
-    elif name == "uploads":
-        what = "uploaded images"
-    elif Path(name).name == "samples":
-        what = "vitlab's sample photographs"
-    else:
-        what = f"images in the folder '{Path(name).name or name}'"
+    what = data_in_words(name)
+    if what.startswith("the folder "):
+        what = f"images in {what}"
     images = f"{count} image{'s' * (int(count) != 1)}"
     how = f"first {images}" if order == "first N" else f"{images} ({order})"
     return f"{what}, {how}"
