@@ -15,6 +15,7 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.parse
 import urllib.request
 from io import BytesIO
 from pathlib import Path
@@ -107,7 +108,8 @@ def _goto(page, server: str, path: str) -> None:
 def _nav(page, path: str) -> None:
     """Go to a page through the sidebar navigation: the same session, so the sidebar's choices stay."""
     page.locator(f'[data-testid="stSidebarNav"] a[href$="/{path}"]').first.click()
-    page.wait_for_url(f"**/{path}")
+    # the path only: the page writes its view into the URL's query (a link that reopens it, app/lab/links.py)
+    page.wait_for_url(lambda url: urllib.parse.urlsplit(url).path.endswith(f"/{path}"))
     _settle(page)
 
 

@@ -56,7 +56,7 @@ def test_upload_two_photos_click_a_token_see_the_three_maps(page, server):  # no
     grid = _chart(page, "click a token")
     _click_mark(page, grid, "rect", 0, at=0.2)  # token (0, 0), off the centre dot (a mark of another layer)
     page.wait_for_function("() => !document.body.innerText.includes('of token (2,2)')")
-    _wait_captions(page, ("reference set", "95 % jackknife t"), ("gradient |∂h/∂x| of token (0,0)", "own patch"),
+    _wait_captions(page, ("reference set", "95 % jackknife Fieller"), ("gradient |∂h/∂x| of token (0,0)", "own patch"),
                    ("attention of token (0,0)",))
     captions = _map_captions(page)
     assert any("reference set" in c and "95 % jackknife Fieller" in c for c in captions), captions
