@@ -53,6 +53,8 @@ def _changed(row):
         choices = f.metadata.get("choices")
         if choices and len(choices) > 1:
             values[f.name] = next(c for c in choices if c != f.default)
+        elif f.name == "sketch_dims":  # a forced sketch must be at least as wide as svd_dims (check_params)
+            values[f.name] = 64
         elif base == "int" and not choices:
             values[f.name] = (f.default or 3) + 1
         elif base == "str" and f.metadata.get("required"):
