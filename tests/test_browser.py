@@ -339,11 +339,12 @@ def test_other_pages_render(page, server, path, text):
 
 def test_paper_tour_steps_through_figures(page, server):
     _goto(page, server, "tour")
-    page.get_by_text("The paper").first.wait_for()
+    page.get_by_text("The paper", exact=True).first.wait_for()
     _no_exception(page)
     if not ZOO_READY:
         pytest.skip("the tour compares a ViT with a ResNet; the fallback's model B was switched to a ViT")
-    page.get_by_text("These models").first.wait_for()
+    # the step's own heading (exact: the tour table's hidden "on these models" header also contains the words)
+    page.get_by_text("These models", exact=True).first.wait_for()
     _shot(page, "tour")
     page.get_by_role("button", name="Next ▶").click()
     _settle(page)
