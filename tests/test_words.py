@@ -11,10 +11,10 @@ from vitlab.charts.words import data_in_sentence, data_in_words, layer_in_words
 
 
 @pytest.mark.parametrize("tap, words", [
-    ("blocks.0.resid_post", "block 1"), ("blocks.0", "block 1"), ("blocks.11.resid_mid", "block 12 after attention"),
-    ("blocks.2.resid_pre", "block 3 input"), ("blocks.2.attn_probs", "block 3 attention"),
-    ("layer2.1", "stage 2 block 2"), ("layer4.0.sum", "stage 4 block 1 before ReLU"),
-    ("stages.0.blocks.1", "stage 1 block 2"), ("stem", "stem"), ("blocks.1.unknown", "blocks.1.unknown"),
+    ("blocks.0.resid_post", "block 0"), ("blocks.0", "block 0"), ("blocks.11.resid_mid", "block 11 after attention"),
+    ("blocks.2.resid_pre", "block 2 input"), ("blocks.2.attn_probs", "block 2 attention"),
+    ("layer2.1", "stage 2 block 1"), ("layer4.0.sum", "stage 4 block 0 before ReLU"),
+    ("stages.0.blocks.1", "stage 0 block 1"), ("stem", "stem"), ("blocks.1.unknown", "blocks.1.unknown"),
 ])
 def test_layer_in_words(tap, words):
     assert layer_in_words(tap) == words
@@ -61,12 +61,12 @@ RESNET = ["layer1.0", "layer3.1", "layer4.1"]
 
 
 def test_rate_chart_labels_in_words_and_turned_when_crowded():
-    # ViT and ResNet: six layers at 360 px, 60 px a label: level, "stage 4 block 2" overlapped its neighbours
+    # ViT and ResNet: six layers at 360 px, 60 px a label: level, "stage 4 block 1" overlapped its neighbours
     chart = loc_charts.localization_rate_chart(rates({"zoo:vit-cls": VIT, "zoo:resnet": RESNET}),
                                                bars="bars: 95 % jackknife t over 4 batches of 16 images")
     spec = chart.to_dict()
     axis, labels = x_axis(spec)
-    assert labels == ["block 1", "block 4", "block 8", "stage 1 block 1", "stage 3 block 2", "stage 4 block 2"]
+    assert labels == ["block 0", "block 3", "block 7", "stage 1 block 0", "stage 3 block 1", "stage 4 block 1"]
     assert axis["labelAngle"] == -35 and axis["labelLimit"] >= max(len(w) for w in labels) * 6.5
     # the tap's own name stays in the tooltip (and the CSV: the page exports the frame it was given)
     assert any(t.get("field") == "layer" for t in spec["layer"][0]["encoding"]["tooltip"])
@@ -76,7 +76,7 @@ def test_rate_chart_labels_in_words_and_turned_when_crowded():
 def test_rate_chart_labels_level_when_they_fit():
     spec = loc_charts.localization_rate_chart(rates({"zoo:vit-cls": VIT, "zoo:vit-gap": VIT})).to_dict()
     axis, labels = x_axis(spec)
-    assert labels == ["block 1", "block 4", "block 8"]
+    assert labels == ["block 0", "block 3", "block 7"]
     assert axis["labelAngle"] == 0
     assert max(len(w) for w in labels) * loc_charts.LABEL_PX_PER_CHAR < 360 / len(labels)
 
@@ -93,3 +93,13 @@ def test_report_interval_caption_is_the_one_convention(tiny_vit, fmnist_source, 
                                                                         layers=("blocks.0.resid_post",)),
                            vitlab.Run(store=store))
     assert few.interval_caption(4) == "bars: no interval: too few batches for one (2 < 4)"
+
+
+def test_logit_lens_numbers_blocks_as_the_tour_does():
+    """The logit lens said "block 1/6" for blocks.0 while the tour and the pages said "block 0" (issue 38): one
+    numbering, the model's own."""
+    from vitlab.analyses.logit_lens import _where
+
+    vit = [f"blocks.{i}" for i in range(6)]
+    assert _where(vit, 0) == "block 0 of 0–5" and _where(vit, 5) == "block 5 of 0–5"
+    assert _where(["layer3.1", "layer4.0", "layer4.1"], 1) == "stage 4 block 0"

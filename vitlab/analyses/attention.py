@@ -33,6 +33,7 @@ from ..inputs.data import ImageSource, select, to_tensor
 from ..inputs.models import LoadedModel
 from ..options import DataOptions, option
 from ..progress import scaled
+from .reports import PerModel
 
 # ---------------------------------------------------------------- capture and its parity with the fused forward
 
@@ -343,16 +344,11 @@ def attention_distance(loaded: LoadedModel, source: ImageSource,
 
 
 @dataclass
-class AttentionDistanceReport:
+class AttentionDistanceReport(PerModel):
     """Mean attention distances of several models (``vitlab attention-distance``)."""
 
     results: list[AttentionDistanceResult]
     info: RunInfo = field(default_factory=RunInfo)
-
-    def to_frame(self):
-        import pandas as pd
-
-        return pd.concat([r.to_frame() for r in self.results], ignore_index=True)
 
     def headline(self) -> list[str]:
         blocks = sorted({layer for r in self.results for layer in r.layers})

@@ -36,6 +36,7 @@ from ..inputs.data import Batch, ImageSource, select, to_tensor
 from ..inputs.models import LoadedModel
 from ..options import DataOptions, option
 from ..stats import cka as cka_mod
+from .reports import PerModel
 
 MAX_POSITIONS = 1024  # T x G CKAs per layer; beyond this a CNN stage is too fine-grained to be worth it
 
@@ -203,14 +204,9 @@ class LocalizationResult:
 
 
 @dataclass
-class LocalizationReport:
+class LocalizationReport(PerModel):
     results: list[LocalizationResult]
     info: RunInfo
-
-    def to_frame(self):
-        import pandas as pd
-
-        return pd.concat([r.to_frame() for r in self.results], ignore_index=True)
 
     def summary(self):
         import pandas as pd
@@ -241,10 +237,6 @@ class LocalizationReport:
         if all(r.rate_samples is None for r in self.results):
             return "bars: none (no interval: --bootstrap 0)"
         return interval_caption("batches", min(r.rate_units for r in self.results), batch_size=batch_size)
-
-    @property
-    def images(self) -> int:
-        return self.results[0].images
 
     def headline(self) -> list[str]:
         def interval(r) -> str:

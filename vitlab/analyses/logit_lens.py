@@ -24,11 +24,13 @@ the logit scale of [0, 1] (``vitlab.stats.evidence``; below 4 batches no interva
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..charts.words import layer_in_words
 from ..engine.context import Run, RunInfo
 from ..engine.run import Statistic, stream
 from ..errors import VitlabError
@@ -36,6 +38,7 @@ from ..inputs import taps as taps_mod
 from ..inputs.data import Batch, ImageSource, select
 from ..inputs.models import LoadedModel
 from ..options import DataOptions, option
+from .reports import PerModel
 
 NO_READOUT = -1  # a block's prediction where the head cannot read it
 
@@ -269,27 +272,24 @@ class LensResult:
         for i in range(len(self.layers)):
             e = self.accuracy(i)
             if np.isfinite(e.lo) and e.lo > chance:
-                return i, f"first above chance ({chance:.2f}) at block {i + 1}/{len(self.layers)}"
+                return i, f"first above chance ({chance:.2f}) at {_where(self.layers, i)}"
         return None, f"no block's interval is above chance ({chance:.2f})"
 
 
+def _where(layers: list[str], i: int) -> str:
+    """Layer i in words, numbered as the model names it ("block 2 of 0–5", "stage 4 block 0"): the tour's and the
+    CLI's numbering (``words.layer_in_words``)."""
+    words = layer_in_words(layers[i])
+    if re.fullmatch(r"blocks\.\d+(\.resid_post)?", layers[i]) and all(re.fullmatch(r"blocks\.\d+(\.resid_post)?", t)
+                                                                    for t in layers):
+        return f"{words} of 0–{len(layers) - 1}"
+    return words
+
+
 @dataclass
-class LensReport:
+class LensReport(PerModel):
     results: list[LensResult]
     info: RunInfo
-
-    def to_frame(self):
-        import pandas as pd
-
-        return pd.concat([r.to_frame() for r in self.results], ignore_index=True)
-
-    @property
-    def warnings(self) -> list[str]:
-        return [w for r in self.results for w in r.warnings]
-
-    @property
-    def images(self) -> int:
-        return self.results[0].images
 
     def words_frame(self):
         """One row per model and block, in words: accuracy and agreement as "0.844 [0.668, 0.935]" (or why there is
@@ -303,7 +303,7 @@ class LensReport:
                 acc = r.accuracy(i).text() if not (reasons[i] or r.accuracy_note) else "—"
                 agr = r.agreement(i).text() if not reasons[i] else "—"
                 why = reasons[i] or (f"no accuracy: {r.accuracy_note}" if r.accuracy_note else "")
-                rows.append({"model": r.model, "block": f"{i + 1}/{len(r.layers)}", "layer": layer,
+                rows.append({"model": r.model, "block": layer_in_words(layer), "layer": layer,
                              "accuracy [95 %]": acc, "agreement [95 %]": agr, "no readout because": why})
         return pd.DataFrame(rows)
 
@@ -334,7 +334,7 @@ class LensReport:
             first, last = readable[0], readable[-1]
             skipped = len(r.layers) - len(readable)
             gap = f" (its {skipped} narrower blocks have no readout)" if skipped else ""
-            parts.append(f"{r.model}{gap} {say(r.accuracy(first))} at block {first + 1}/{len(r.layers)} → "
+            parts.append(f"{r.model}{gap} {say(r.accuracy(first))} at {_where(r.layers, first)} → "
                          f"{say(r.accuracy(last))} at the last, {r.first_above_chance()[1]}")
         units = self.results[0].batches
         return Finding(ours="logit-lens top-1 accuracy (each block read by the model's own norm and head): "

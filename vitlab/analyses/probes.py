@@ -33,6 +33,7 @@ from ..inputs import taps as taps_mod
 from ..inputs.data import Batch, ImageSource
 from ..inputs.models import LoadedModel
 from ..options import option
+from .reports import PerModel
 
 L2_GRID = tuple(2.0**i for i in range(-10, 20))
 BIAS_CONSTANT = 100.0
@@ -239,15 +240,10 @@ class ProbeResult:
 
 
 @dataclass
-class ProbeReport:
+class ProbeReport(PerModel):
     results: list[ProbeResult]
     split: Split
     info: RunInfo
-
-    def to_frame(self):
-        import pandas as pd
-
-        return pd.concat([r.to_frame() for r in self.results], ignore_index=True)
 
     def best(self, by: tuple[str, ...] = ("model",)):
         """The best layer's row per group (default: per model; ``("model", "representation")`` for each curve)."""

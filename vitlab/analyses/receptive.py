@@ -37,6 +37,7 @@ from ..inputs.images import needed_side
 from ..inputs.models import LoadedModel
 from ..options import DataOptions, option
 from ..progress import scaled
+from .reports import PerModel
 
 RESIDUALS = ("post", "pre", "pre-mlp")
 RESIDUAL_LABELS = {"post": "after the residual", "pre": "before the residual (attention / branch)",
@@ -370,25 +371,16 @@ def receptive_fields(loaded: LoadedModel, source: ImageSource, opts: ReceptiveOp
 
 
 @dataclass
-class ReceptiveFieldReport:
+class ReceptiveFieldReport(PerModel):
     """Receptive fields after the residual sum, before it, or both (``vitlab receptive-field``)."""
 
     results: list[ReceptiveFieldResult]
     info: RunInfo = field(default_factory=RunInfo)
 
-    def to_frame(self):
-        import pandas as pd
-
-        return pd.concat([r.to_frame() for r in self.results], ignore_index=True)
-
     def summary_frame(self):
         import pandas as pd
 
         return pd.concat([r.summary_frame() for r in self.results], ignore_index=True)
-
-    @property
-    def warnings(self) -> list[str]:
-        return [w for r in self.results for w in r.warnings]
 
     def headline(self) -> list[str]:
         r = self.results[-1]

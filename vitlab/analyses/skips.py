@@ -31,6 +31,7 @@ from ..inputs import taps as taps_mod
 from ..inputs.data import Batch, ImageSource, select
 from ..inputs.models import LoadedModel
 from ..options import DataOptions, option
+from .reports import PerModel
 
 TOKEN_SUBLAYERS = {
     "vit": (("attn", "resid_pre", "attn_out", "resid_mid"), ("mlp", "resid_mid", "mlp_out", "resid_post")),
@@ -251,22 +252,9 @@ class SkipResult:
 
 
 @dataclass
-class SkipReport:
+class SkipReport(PerModel):
     results: list[SkipResult]
     info: RunInfo
-
-    def to_frame(self):
-        import pandas as pd
-
-        return pd.concat([r.to_frame() for r in self.results], ignore_index=True)
-
-    @property
-    def warnings(self) -> list[str]:
-        return [w for r in self.results for w in r.warnings]
-
-    @property
-    def images(self) -> int:
-        return self.results[0].images
 
     def summary(self):
         """Per model and sublayer: mean ratio and cosine over CLS and over spatial tokens (the lines of Fig 7)."""

@@ -23,6 +23,7 @@ from ..analyses.heads import HeadGramStatistic, default_lower_taps
 from ..analyses.localization import LocalizationStatistic, default_layers
 from ..analyses.probes import draw_split
 from ..analyses.skips import SkipStatistic
+from ..charts.words import layer_in_words
 from ..engine.context import Run
 from ..engine.run import GramStatistic, stream
 from ..errors import VitlabError
@@ -352,9 +353,11 @@ def _growth_pair(vit: LoadedModel, cnn: LoadedModel, source, opts, run):
     cg, cb, ca, cr = _growth(cmaps, idx)
     step = 1.0 / np.sqrt(vmaps[0].shape[-2] * vmaps[0].shape[-1])
     effect = T.difference(vg, cg, vr, cr).widened(step)
-    frame = pd.concat([_map_frame(vit, "block 0 input", vmaps[0]),
+    # panels named in words, numbered as the pages and the CLI number them ("block 0 input", "stage 1 block 0 input")
+    cnn_block = layer_in_words(first)
+    frame = pd.concat([_map_frame(vit, layer_in_words("blocks.0.resid_pre"), vmaps[0]),
                        _map_frame(vit, "attention sublayer + residual", vmaps[1]),
-                       _map_frame(cnn, f"{first} input", cmaps[0]), _map_frame(cnn, f"{first} output", cmaps[1])],
+                       _map_frame(cnn, f"{cnn_block} input", cmaps[0]), _map_frame(cnn, f"{cnn_block} output", cmaps[1])],
                       ignore_index=True)
     return (vg, vb, va, cg, cb, ca, effect, first), frame
 
