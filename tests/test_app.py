@@ -20,6 +20,7 @@ pytest.importorskip("streamlit")
 from streamlit.testing.v1 import AppTest
 
 import vitlab
+from vitlab.charts.words import layer_in_words
 
 ZOO_READY = all((ROOT / "assets" / "zoo" / f"{n}.safetensors").is_file() for n in ("vit-cls", "resnet"))
 if ZOO_READY:
@@ -205,10 +206,14 @@ def test_similarity_views_and_layer_pair_detail():
     layers = sorted({r["layer_a"] for r in rows})
     at.selectbox(key="sim.bb.la").set_value(layers[-1]).run()
     at.selectbox(key="sim.bb.lb").set_value(layers[-1]).run()
-    line = next(m.value for m in at.markdown if m.value.startswith("CKA of"))  # "... `L`: **1.000 [lo, hi]**"
-    value = float(line.split("**")[1].split()[0])
+    line = next(m for m in at.markdown if m.value.startswith("CKA of"))  # "CKA of B stage 4 block 1 ...: **1.0 [lo, hi]**"
+    value = float(line.value.split("**")[1].split()[0])
     assert value == pytest.approx(1.0, abs=1e-4)  # a layer with itself
-    assert f"`{layers[-1]}`" in line and ("[" in line or "(no interval)" in line)  # a flat 1 may have none
+    # the layer in words (issue 38: no tap names on the page), the tap's own name in the help beside it
+    words = line.value.split("**")[0].replace("\\", "")
+    assert f" {layer_in_words(layers[-1])} and " in words and layers[-1] not in words, words
+    assert f"`{layers[-1]}`" in line.proto.help
+    assert "[" in line.value or "(no interval)" in line.value  # a flat 1 may have none
 
 
 def test_similarity_tokens_option_drives_the_engine_and_cls_on_a_cnn_is_an_error():

@@ -1,5 +1,5 @@
 """AppTest: pages speak a person's words (issue 38). The Localization page and its upload view name the data set and
-the block in words ("Fashion-MNIST test set", "block 1"), never vitlab's internal names ('fashion-mnist:test',
+the block in words ("Fashion-MNIST test set", "block 0", numbered as the model and the tour number it), never vitlab's internal names ('fashion-mnist:test',
 'blocks.0') nor the machine's paths (the data set's folder, the cache folder); Home shows no cache path (Status in
 the sidebar does, for whoever looks after the machine)."""
 
@@ -65,9 +65,9 @@ def test_localization_captions_in_words():
     caps = [c.value for c in at.main.caption]
     assert any(c.startswith("CKA with each patch") and "the Fashion-MNIST test set" in c for c in caps), caps
     grad = next(c for c in caps if c.startswith("gradient |∂h/∂x|"))
-    assert " at block 1 on image 0 " in grad, grad  # the block and the image in words: 'image 0 (Ankle boot)'
+    assert " at block 0 on image 0 " in grad, grad  # the block and the image in words: 'image 0 (Ankle boot)'
     layer = at.selectbox(key="loc.layer")
-    assert layer.value == "blocks.0.resid_post" and layer.options[0] == "block 1", layer.options
+    assert layer.value == "blocks.0.resid_post" and layer.options[0] == "block 0", layer.options
 
 
 def test_home_shows_no_cache_path():
@@ -109,4 +109,37 @@ def test_token_norms_page_in_words():
     left = next(c.value for c in at.main.caption if "left out per layer" in c.value)
     # 32 images in batches of 16: 2 batches, too few for an interval, said in the one convention
     assert left.startswith("bars: no interval: too few batches for one (2 < 4)"), left
-    assert re.search(r"left out per layer: block 1 \d+, block \d+ \d+, block \d+ \d+\.$", left), left
+    assert re.search(r"left out per layer: block 0 \d+, block \d+ \d+, block \d+ \d+\.$", left), left
+
+
+def _axis_labels(spec, channel: str) -> dict[str, str]:
+    """{value: label} an axis shows, by evaluating its labelExpr's lookup (``words.axis_words``) in Python."""
+    import json
+
+    expr = spec["encoding"][channel]["axis"]["labelExpr"]
+    assert expr.endswith(")[datum.value] || datum.value"), expr
+    return json.loads(expr[1:expr.index(")[datum.value]")])
+
+
+def test_similarity_page_in_words():
+    """Captions, pickers and the heatmap's axes name layers in words ("block 0 after attention", "stage 1 block 0"),
+    numbered as the tour and the CLI number them; the tap's own name stays in the chart's data (tooltip, CSV)."""
+    import json
+
+    from vitlab.charts.words import layer_in_words
+
+    at = start("similarity")
+    assert not at.error, [e.value for e in at.error]
+    taps = ("blocks.", "blocks\\.", "resid_", "resid\\_", "layer1.", "layer1\\.")
+    shown = [t for t in page_text(at) if any(x in t for x in INTERNAL + taps)]
+    assert not shown, shown
+    la, lb = at.selectbox(key="sim.ab.la"), at.selectbox(key="sim.ab.lb")
+    assert la.value == "blocks.0.resid_mid" and la.options[0] == "block 0 after attention", la.options
+    assert lb.value == "layer1.0" and lb.options[0] == "stage 1 block 0", lb.options
+    heat = next(c for c in at.get("vega_lite_chart") if "CKA: " in c.proto.spec)
+    spec = json.loads(heat.proto.spec)
+    for channel, side in (("x", "layer_b"), ("y", "layer_a")):
+        labels = _axis_labels(spec, channel)
+        assert labels and labels == {t: layer_in_words(t) for t in labels}, labels
+        assert spec["encoding"][channel]["field"] == side  # the selection and the CSV keep the tap's name
+    assert set(_axis_labels(spec, "y")) >= {"blocks.0.resid_mid", "blocks.5.resid_post"}

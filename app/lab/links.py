@@ -290,7 +290,7 @@ def box(analysis: str, models: list, opts, table: str, s: Settings | None = None
     data = s.source if data is None else data
     opts = dataclasses.replace(opts, **changes) if changes else opts
     row = vitlab.ANALYSES[analysis]
-    with st.expander("Link and code: reopen or recompute this view", icon="🔗"):
+    with st.expander("Link and code: reopen or recompute this view", icon=":material/link:"):
         st.caption("Link to this view (models, images and the page's choices; opened elsewhere, it reads the same "
                    "results from this server's cache). Copy it with the icon at its right.")
         st.session_state.setdefault("share.run", {})["link"] = st.empty()  # filled by finish(): every widget drawn

@@ -19,7 +19,7 @@ s = lab.settings()
 
 
 def options_ui(depth: int, n_heads: int) -> ablation.AblationOptions:
-    c1, c2, c3, c4, c5 = st.columns([2, 1, 1, 1, 1])
+    c1, c2, c3, c4, c5 = st.columns([1.6, 1, 1, 1, 1.6])  # both ablation modes whole at 1280 px (issue 38)
     blocks = c1.multiselect("Blocks of A", list(range(depth)), default=list(range(max(1, depth // 2))),
                             key="abl.blocks")
     scope = c2.radio("Rank heads", ablation.SCOPES, key="abl.scope",

@@ -60,7 +60,8 @@ if dist is not None:
         query = (int(row), int(col))
     with lab.guard():
         maps = attention.head_maps(m, src, index, int(layer), query, store=lab.store())
-        grid = charts.attention_map_chart(maps, size=120, columns=5)  # five a row fit 1280 px (issue 34)
+        grid = charts.attention_map_chart(maps, size=120, columns=5,  # five a row fit 1280 px (issue 34)
+                                          image=lab.image_name(src)(index))
         lab.chart(grid, key="att.maps")
         lab.export(grid, maps, f"attention_maps_{m.label}_block{layer}", "att.maps")
         view = vitlab.activations.model_view(m, src.load(index))

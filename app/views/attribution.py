@@ -48,17 +48,17 @@ if result is not None:
     view = vitlab.activations.model_view(m, src.load(index))
     cols = st.columns(1 + len(result.maps))
     with cols[0]:
-        lab.image(view, None, f"model_view_{result.model}_{result.image}", "attr.view", caption="what the model sees")
+        lab.image(view, None, f"model_view_{result.model}_{index}", "attr.view", caption="what the model sees")
     for col, (method, grid) in zip(cols[1:], result.maps.items()):
         with col:
             d, i = result.scores[method]
             lab.image(overlay(view, grid, min_side=224), result.map_frame(method),
-                      f"attribution_{result.model}_{result.image}_{method}", f"attr.map.{method}",
+                      f"attribution_{result.model}_{index}_{method}", f"attr.map.{method}",
                       caption=f"{method}: deletion {d:.3f}, insertion {i:.3f}")
     frame = result.to_frame()
-    chart = charts.faithfulness_curves(frame)
+    chart = charts.faithfulness_curves(frame, image=lab.image_name(src)(index))
     lab.chart(chart, key="attr.curves")
-    lab.export(chart, frame, f"faithfulness_curves_{result.model}_{result.image}", "attr.curves")
+    lab.export(chart, frame, f"faithfulness_curves_{result.model}_{index}", "attr.curves")
     lab.links.box("attribution", [spec], opts, "curves", s, image=index)
     st.caption(f"target: {result.target_words}; cells of {result.cell_px} px; random order: mean of "
                f"{opts.random_orders} orders. The CLI command `vitlab attribution` averages the scores over images.")

@@ -14,6 +14,7 @@ from vitlab import charts
 from vitlab.charts import similarity as sim_charts
 from vitlab.analyses import findings
 from vitlab.charts.cka import cka_profile
+from vitlab.charts.words import layer_in_words
 
 VIEWS = {"A vs B": (0, 1), "within A": (0, 0), "within B": (1, 1)}
 VIEW_IDS = {"A vs B": "ab", "within A": "aa", "within B": "bb"}
@@ -35,17 +36,24 @@ def options_ui() -> tuple[str, str, str]:
     return tokens, kernel, measure
 
 
-def pair_ui(frame, view: str, clicked: dict | None) -> tuple[str, str]:
-    """Layer pair pickers, moved to the clicked cell when a new cell is clicked."""
+def in_words(families: dict[str, str], model: str):
+    """A picker's ``format_func`` and a caption's words for the layers of ``model``: "block 0 after attention",
+    "stage 2 block 1" (the tap's own name stays in the tooltip, the CSV and the link)."""
+    return lambda tap: layer_in_words(tap, families.get(model))
+
+
+def pair_ui(frame, view: str, clicked: dict | None, families: dict[str, str]) -> tuple[str, str]:
+    """Layer pair pickers, moved to the clicked cell when a new cell is clicked; one above the other, so a layer's
+    words are never cut at 1280 px."""
     layers_a = list(dict.fromkeys(frame["layer_a"]))
     layers_b = list(dict.fromkeys(frame["layer_b"]))
     ka, kb, last = f"sim.{view}.la", f"sim.{view}.lb", f"sim.{view}.clicked"
     if clicked and clicked != st.session_state.get(last):
         st.session_state[ka], st.session_state[kb] = clicked["layer_a"], clicked["layer_b"]
     st.session_state[last] = clicked
-    c1, c2 = st.columns(2)
-    la = c1.selectbox(f"Layer of {frame['model_a'].iloc[0]}", layers_a, key=ka)
-    lb = c2.selectbox(f"Layer of {frame['model_b'].iloc[0]}", layers_b, key=kb)
+    ma, mb = frame["model_a"].iloc[0], frame["model_b"].iloc[0]
+    la = st.selectbox(f"Layer of {ma}", layers_a, key=ka, format_func=in_words(families, ma))
+    lb = st.selectbox(f"Layer of {mb}", layers_b, key=kb, format_func=in_words(families, mb))
     return la, lb
 
 
@@ -54,27 +62,30 @@ def clicked_cell(event) -> dict | None:
     return {"layer_a": points[0]["layer_a"], "layer_b": points[0]["layer_b"]} if points else None
 
 
-def detail(result, frame, la: str, lb: str, batch_size: int) -> None:
+def detail(result, frame, la: str, lb: str, batch_size: int, families: dict[str, str]) -> None:
     row = frame[(frame["layer_a"] == la) & (frame["layer_b"] == lb)].iloc[0]
     ma, mb = row["model_a"], row["model_b"]
+    wa, wb = in_words(families, ma)(la), in_words(families, mb)(lb)
     cell = vitlab.similarity.cell_estimate(result, result.layers_a.index(la), result.layers_b.index(lb))
     # words that wrap, not st.metric: its label and value are cut at a column's edge (issue 34)
-    st.markdown(f"CKA of {ma} `{la}` and {mb} `{lb}`: **{findings.say(cell, '.4f')}**")
+    st.markdown(lab.md_plain(f"CKA of {ma} {wa} and {mb} {wb}: ") + f"**{findings.say(cell, '.4f')}**",
+                help=f"layers `{la}` and `{lb}` in the CSV and the CLI")
     st.caption(findings.interval_caption("batches", cell.units, cell.method, batch_size=batch_size,
                                          what="interval"))
     across_b = frame[frame["layer_a"] == la].reset_index(drop=True)
     across_a = frame[frame["layer_b"] == lb].reset_index(drop=True)
-    for part, along, what, key in ((across_b, "layer_b", f"{ma} `{la}` against every layer of {mb}", "b"),
-                                   (across_a, "layer_a", f"{mb} `{lb}` against every layer of {ma}", "a")):
-        st.caption(what)
-        bars = cka_profile(part, along=along, width=230, height=120)
+    for part, along, what, key in ((across_b, "layer_b", f"{ma} {wa} against every layer of {mb}", "b"),
+                                   (across_a, "layer_a", f"{mb} {wb} against every layer of {ma}", "a")):
+        st.caption(lab.md_plain(what))
+        bars = cka_profile(part, along=along, width=230, height=120, families=families)
         lab.chart(bars, key=f"sim.profile.{key}")
         fixed = la if along == "layer_b" else lb
         lab.export(bars, part, f"cka_profile_{ma if along == 'layer_b' else mb}_{fixed}", f"sim.profile.{key}")
 
-def sensitivity_ui(a, b, src, s, tokens: str, la: str, lb: str) -> None:
+def sensitivity_ui(a, b, src, s, tokens: str, la: str, lb: str, families: dict[str, str]) -> None:
     """How the clicked cell's linear CKA moves: top PCs removed, a batch or an image left out, Gram energy."""
-    st.markdown("**Sensitivity of this CKA value**")
+    st.markdown(lab.md_plain(f"Sensitivity of the CKA of {a.label} {in_words(families, a.label)(la)} and {b.label} "
+                             f"{in_words(families, b.label)(lb)}").join(("**", "**")))
     opts = vitlab.sensitivity.SensitivityOptions(images=s.images, batch_size=s.batch_size, layer_a=la, layer_b=lb,
                                                  tokens=tokens)
     res = lab.compute(("sens", s.key, tokens, la, lb), lambda run: vitlab.sensitivity.sensitivity(
@@ -82,16 +93,18 @@ def sensitivity_ui(a, b, src, s, tokens: str, la: str, lb: str) -> None:
     if res is None:
         return
     frame = res.to_frame()
-    st.dataframe(frame[["check", "side", "k", "value", "change", "detail"]], hide_index=True,
-                 column_config={"value": st.column_config.NumberColumn(format="%.4f"),
-                                "change": st.column_config.NumberColumn(format="%+.4f")})
+    # a check that was not run shows "not run" (its detail says why), not a bare None
+    shown = frame[["check", "side", "k", "value", "change", "detail"]].assign(
+        value=[f"{v:.4f}" if ok else "not run" for v, ok in zip(frame["value"], frame["value"].notna())],
+        change=[f"{v:+.4f}" if ok else "not run" for v, ok in zip(frame["change"], frame["change"].notna())])
+    st.dataframe(shown, hide_index=True, column_config={"detail": st.column_config.TextColumn(width="large")})
     chart = sim_charts.sensitivity_chart(frame, width=300, height=200)
     lab.chart(chart, key="sim.sensitivity")
     lab.export(chart, frame, f"cka_sensitivity_{la}_{lb}", "sim.sensitivity")
     st.caption(res.summary() + ". PCs are each batch's; the energy share is λ1²/Σλ² of the centred Gram.")
 
 
-def other_measure(a, b, src, s, tokens: str, measure: str) -> None:
+def other_measure(a, b, src, s, tokens: str, measure: str, families: dict[str, str]) -> None:
     """One non-CKA measure's maps, with the clicked cell's value."""
     opts = vitlab.similarity.SimilarityOptions(measures=(measure,), images=s.images, batch_size=s.batch_size,
                                                tokens=tokens)
@@ -107,18 +120,22 @@ def other_measure(a, b, src, s, tokens: str, measure: str) -> None:
     view = st.radio("Heatmap", list(VIEWS), horizontal=True, key="sim.view")
     frame = rep.pair_frame(measure, *VIEWS[view])
     vid = VIEW_IDS[view]
-    chart = sim_charts.measure_heatmap(frame, select="cell", size=HEATMAP)
+    chart = sim_charts.measure_heatmap(frame, select="cell", size=HEATMAP, families=families)
     left, right = st.columns([3, 2])
     with left:
         event = lab.chart(chart, on_select="rerun", key=f"sim.mchart.{vid}")
         lab.export(chart, frame, f"{measure}_{frame['model_a'].iloc[0]}_vs_{frame['model_b'].iloc[0]}", f"simm.{vid}")
     with right, lab.guard():
-        la, lb = pair_ui(frame, vid, clicked_cell(event))
+        la, lb = pair_ui(frame, vid, clicked_cell(event), families)
         row = frame[(frame["layer_a"] == la) & (frame["layer_b"] == lb)].iloc[0]
-        st.metric(f"{info.title} of `{la}` and `{lb}`", f"{row['value']:.4f}")
+        ma, mb = row["model_a"], row["model_b"]
+        # words that wrap, not st.metric: its label is cut at the column's edge (issue 34)
+        st.markdown(lab.md_plain(f"{info.title} of {ma} {in_words(families, ma)(la)} and {mb} "
+                                 f"{in_words(families, mb)(lb)}: ") + f"**{row['value']:.4f}**",
+                    help=f"layers `{la}` and `{lb}` in the CSV and the CLI")
 
 
-def agreement_ui(a, b, src, s, tokens: str) -> None:
+def agreement_ui(a, b, src, s, tokens: str, families: dict[str, str]) -> None:
     """Every measure side by side, their rank correlations, and the paper's Figs 1-2 under each."""
     opts = vitlab.similarity.SimilarityOptions(images=s.images, batch_size=s.batch_size, tokens=tokens)
     rep = lab.compute(("agree", s.key, tokens), lambda run: vitlab.similarity.similarity(
@@ -133,7 +150,7 @@ def agreement_ui(a, b, src, s, tokens: str) -> None:
     st.caption(f"Spearman ρ over the layer pairs of '{view}' (a layer with itself left out): ρ ≥ "
                f"{vitlab.agreement.AGREE} agree, ≥ {vitlab.agreement.PARTLY} partly agree, below that disagree. "
                "Procrustes enters as cos θ.")
-    grid = sim_charts.measure_grid([ag.maps[(m, vid)] for m in ag.measures], size=150, columns=2)
+    grid = sim_charts.measure_grid([ag.maps[(m, vid)] for m in ag.measures], size=150, columns=2, families=families)
     lab.chart(grid, key="sim.agree.grid")
     maps = rep.to_frame()
     lab.export(grid, maps, f"measures_{ag.model_a}_vs_{ag.model_b}_{vid}", "sim.agree.grid")
@@ -157,8 +174,9 @@ report = row = None
 with lab.guard():
     a, b = lab.models(s)
     src = lab.source(s)
+    families = {a.label: a.family, b.label: b.family}  # a Mixer's mid-block tap is after token mixing
     if measure not in ("cka", "cka-rbf"):
-        other_measure(a, b, src, s, tokens, measure)
+        other_measure(a, b, src, s, tokens, measure, families)
     else:
         kernel = "rbf" if measure == "cka-rbf" else kernel
         opts = vitlab.run.CKAOptions(images=s.images, batch_size=s.batch_size, tokens=tokens, kernel=kernel)
@@ -178,7 +196,7 @@ if report is not None:
     result = report.pair(*VIEWS[view])
     frame = result.to_frame()
     vid = VIEW_IDS[view]
-    chart = charts.cka_heatmap(frame, select="cell", size=HEATMAP)
+    chart = charts.cka_heatmap(frame, select="cell", size=HEATMAP, families=families)
     left, right = st.columns([3, 2])
     with left:
         event = lab.chart(chart, on_select="rerun", key=f"sim.chart.{vid}")
@@ -186,16 +204,17 @@ if report is not None:
     with right:
         st.markdown("**Layer pair** (click a cell)")
         with lab.guard():
-            la, lb = pair_ui(frame, vid, clicked_cell(event))
-            detail(result, frame, la, lb, s.batch_size)
+            la, lb = pair_ui(frame, vid, clicked_cell(event), families)
+            detail(result, frame, la, lb, s.batch_size, families)
     lab.links.box("cka", [s.model_a, s.model_b], opts, "cka", s)
     if kernel == "linear":
         pa, pb = {"ab": (a, b), "aa": (a, a), "bb": (b, b)}[vid]
         with lab.guard():
-            sensitivity_ui(pa, pb, src, s, tokens, la, lb)
+            sensitivity_ui(pa, pb, src, s, tokens, la, lb, families)
 
 st.divider()
 if st.toggle("Agreement between measures (every measure side by side; SVCCA/PWCCA need one more pass)",
              key="sim.agree"):
     with lab.guard():
-        agreement_ui(lab.models(s)[0], lab.models(s)[1], lab.source(s), s, tokens)
+        a, b = lab.models(s)
+        agreement_ui(a, b, lab.source(s), s, tokens, {a.label: a.family, b.label: b.family})

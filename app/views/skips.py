@@ -55,10 +55,11 @@ if report is not None:
             lab.export(heat, part, f"skip_{value}_{name}", f"skips.heat.{name}")
 
 st.subheader("Remove a skip connection")
-c1, c2, c3, c4 = st.columns([2, 1, 1, 1])
+c1, c2, c3, c4 = st.columns([2, 1, 1.8, 1])  # the sublayer's words whole at 1280 px (issue 38)
 slot = c1.radio("Model", ["A", "B"], horizontal=True, key="skips.slot",
                 format_func=lambda k: f"{k}: {s.model_a if k == 'A' else s.model_b}")
-block = c2.number_input("Block", 0, 200, 1, key="skips.block")
+block = c2.number_input("Block", 0, 200, 1, key="skips.block", help="counted from 0, as the model's own layer names, "
+                        "the charts and the CLI's --block count them")
 which = c3.selectbox("Sublayer", interventions.WHICH, key="skips.which",
                      format_func={"attn": "attention (token mixing)", "mlp": "MLP (channel mixing)",
                                   "both": "both"}.get)

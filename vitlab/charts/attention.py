@@ -12,6 +12,7 @@ import pandas as pd
 
 from ..errors import VitlabError
 from .common import interval_tooltips
+from .words import labels_in_words
 
 # anchor colours of "inferno" (dark -> bright), interpolated linearly: enough for an overlay, no matplotlib needed
 _INFERNO = np.array([[0, 0, 4], [40, 11, 84], [101, 21, 110], [159, 42, 99], [212, 72, 66], [245, 125, 21],
@@ -137,10 +138,12 @@ def parity_chart(frame: pd.DataFrame):
                  title=f"Attention capture parity: {frame['model'].iloc[0]}")
 
 
-def attention_map_chart(frame: pd.DataFrame, size: int = 180, columns: int = 7, select: str | None = None):
+def attention_map_chart(frame: pd.DataFrame, size: int = 180, columns: int = 7, select: str | None = None,
+                        image: str | None = None):
     """Heatmap of an AttentionMap frame over the patch grid; one panel per head when several; query marked.
 
     ``select`` names a point selection on (row, col): the app reads the clicked patch as the next query token.
+    ``image``: the image in a person's words for the title ("image 0 (Ankle boot)"); default: its id's last part.
     """
     gh = int(frame["row"].max()) + 1
     heads = list(dict.fromkeys(frame["head"]))
@@ -157,7 +160,7 @@ def attention_map_chart(frame: pd.DataFrame, size: int = 180, columns: int = 7, 
     cell = max(1, size // max(gh, gw))  # whole-pixel cells: fractional ones leave seams in PNGs
     layer = alt.layer(rect, query, data=frame).properties(width=cell * gw, height=cell * gh)
     first = frame.iloc[0]
-    image = str(first["image"]).replace("\\", "/").rsplit("/", 1)[-1]
+    image = image or str(first["image"]).replace("\\", "/").rsplit("/", 1)[-1]
     title = f"{first['model']} · {image} · block {first['layer']} · query {first['query']}"
     if len(heads) > 1:
         return layer.facet(facet=alt.Facet("head:N", sort=heads, title="head"), columns=columns, title=title)
@@ -169,7 +172,8 @@ def head_subset_chart(frame: pd.DataFrame):
     order = list(dict.fromkeys(frame["layer_b"]))
     subsets = frame[~frame["all_heads"]]
     lines = alt.Chart(subsets).mark_line(point=True).encode(
-        x=alt.X("layer_b:N", sort=order, title=f"{frame['model_b'].iloc[0]} layer", axis=alt.Axis(labelAngle=-45)),
+        x=alt.X("layer_b:N", sort=order, title=f"{frame['model_b'].iloc[0]} layer",
+                axis=alt.Axis(labelAngle=-45, labelLimit=170, labelExpr=labels_in_words(order))),
         y=alt.Y("cka:Q", title="CKA"),
         color=alt.Color("mean_distance_px:Q", scale=alt.Scale(scheme="viridis"), title="mean distance (px)",
                         legend=alt.Legend(type="gradient")),
@@ -200,7 +204,8 @@ def receptive_field_chart(frame: pd.DataFrame, columns: int = 6, size: int = 128
         tooltip=["layer", "row", "col", alt.Tooltip("value:Q", format=".3f")],
     ).properties(width=cell * gw, height=cell * gh)
     first = frame.iloc[0]
-    return chart.facet(facet=alt.Facet("layer:N", sort=order, title=None), columns=columns,
+    return chart.facet(facet=alt.Facet("layer:N", sort=order, title=None,
+                                       header=alt.Header(labelExpr=labels_in_words(order))), columns=columns,
                        title=f"Effective receptive fields ({first['residual']}-residual): {first['model']}")
 
 
@@ -220,7 +225,8 @@ def receptive_radius_chart(summary: pd.DataFrame, width: int = 420):
         tooltip += [alt.Tooltip(f"{lo}:Q", format=".3f", title="95 % lo"),
                     alt.Tooltip(f"{hi}:Q", format=".3f", title="95 % hi")] if ranged else []
         base = alt.Chart(summary).transform_calculate(mass=f"'{mass} % of the gradient'").encode(
-            x=alt.X("layer:N", sort=order, title="layer", axis=alt.Axis(labelAngle=-45, labelLimit=140)),
+            x=alt.X("layer:N", sort=order, title="layer",
+                    axis=alt.Axis(labelAngle=-45, labelLimit=170, labelExpr=labels_in_words(order))),
             y=alt.Y(f"{col}:Q", title="radius / input side", scale=alt.Scale(domain=[0, 1])),
             color=alt.Color("mass:N", title=None), detail="model:N", tooltip=tooltip)
         # points in a layer of their own, as in the probe chart: with point=True the dash legend loses its symbols

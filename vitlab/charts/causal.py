@@ -8,7 +8,7 @@ from __future__ import annotations
 import altair as alt
 import pandas as pd
 
-from .words import layer_in_words
+from .words import labels_in_words, layer_in_words
 
 SELECTION_COLOURS = alt.Scale(domain=["local", "global", "random"], range=["#1b9e77", "#d95f02", "#7570b3"])
 METRIC_TITLES = {"delta_accuracy": "Δ accuracy vs the intact model", "kl": "KL(intact ‖ ablated), nats"}
@@ -46,7 +46,8 @@ def ablation_cka_chart(cka: pd.DataFrame, k: int | None = None):
                                                        "cka_other": "other model's lower layers (mean)"})
     order = list(dict.fromkeys(part.sort_values("depth")["layer"]))
     return alt.Chart(long).mark_line(point=True).encode(
-        x=alt.X("layer:N", sort=order, title="block output", axis=alt.Axis(labelAngle=-45)),
+        x=alt.X("layer:N", sort=order, title="block output",
+                axis=alt.Axis(labelAngle=-45, labelExpr=labels_in_words(order))),
         y=alt.Y("cka:Q", title="CKA", scale=alt.Scale(zero=False)),
         color=alt.Color("selection:N", scale=SELECTION_COLOURS, title="heads"),
         strokeDash=alt.StrokeDash("compared_with:N", title=None, legend=alt.Legend(orient="bottom", labelLimit=0)),
@@ -55,8 +56,9 @@ def ablation_cka_chart(cka: pd.DataFrame, k: int | None = None):
                                                title=f"CKA after ablating {k} heads")
 
 
-def faithfulness_curves(frame: pd.DataFrame):
-    """Deletion and insertion curves of one image: probability of the target class vs fraction of cells."""
+def faithfulness_curves(frame: pd.DataFrame, image: str | None = None):
+    """Deletion and insertion curves of one image: probability of the target class vs fraction of cells.
+    ``image``: the image in a person's words for the title ("image 0 (Ankle boot)"); default: its id."""
     dashed = alt.condition(alt.datum.method == "random order", alt.value([4, 3]), alt.value([1, 0]))
     first = frame.iloc[0]
     return alt.Chart(frame).mark_line(point=alt.OverlayMarkDef(size=18)).encode(
@@ -66,7 +68,7 @@ def faithfulness_curves(frame: pd.DataFrame):
         tooltip=["method", "curve", "step", alt.Tooltip("fraction:Q", format=".3f"),
                  alt.Tooltip("probability:Q", format=".4f")],
     ).properties(width=260, height=220).facet(column=alt.Column("curve:N", title=None),
-                                               title=f"{first['model']} · {first['image']}")
+                                               title=f"{first['model']} · {image or first['image']}")
 
 
 def faithfulness_summary_chart(summary: pd.DataFrame):
@@ -108,7 +110,8 @@ def flag_summary_chart(frame: pd.DataFrame):
                       value_name="value")
     long["share"] = long["share"].map({"flagged_share": "of spatial tokens", "energy_share": "of the Gram's energy"})
     return alt.Chart(long).mark_bar().encode(
-        x=alt.X("tap:N", sort=list(frame["tap"]), title=None, axis=alt.Axis(labelAngle=-60)),
+        x=alt.X("tap:N", sort=list(frame["tap"]), title=None,
+                axis=alt.Axis(labelAngle=-60, labelExpr=labels_in_words(frame["tap"]))),
         xOffset="share:N", y=alt.Y("value:Q", title="flagged share"),
         color=alt.Color("share:N", title=None, legend=alt.Legend(orient="bottom", labelLimit=0)),
         tooltip=["tap", "share", alt.Tooltip("value:Q", format=".4f")],

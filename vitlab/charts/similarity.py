@@ -8,6 +8,7 @@ import altair as alt
 import pandas as pd
 
 from ..stats.measures import MEASURES
+from .cka import layer_labels
 
 
 def _scale(measure: str) -> alt.Scale:
@@ -17,15 +18,17 @@ def _scale(measure: str) -> alt.Scale:
     return alt.Scale(scheme="magma", domain=[0, 1])
 
 
-def measure_heatmap(frame: pd.DataFrame, size: int = 360, select: str | None = None, title: str | None = None):
-    """One (model_a, model_b, measure) map from ``SimilarityReport.pair_frame``: layer_b across, layer_a up."""
+def measure_heatmap(frame: pd.DataFrame, size: int = 360, select: str | None = None, title: str | None = None,
+                    families: dict[str, str] | None = None):
+    """One (model_a, model_b, measure) map from ``SimilarityReport.pair_frame``: layer_b across, layer_a up, layers
+    in words (``cka.layer_labels``)."""
     measure = frame["measure"].iloc[0]
     ma, mb = frame["model_a"].iloc[0], frame["model_b"].iloc[0]
     chart = alt.Chart(frame).mark_rect().encode(
         x=alt.X("layer_b:N", sort=list(dict.fromkeys(frame["layer_b"])), title=f"{mb} layer",
-                axis=alt.Axis(labelAngle=-60, labelLimit=120)),
+                axis=alt.Axis(labelAngle=-60, labelLimit=170, labelExpr=layer_labels(frame, "b", families))),
         y=alt.Y("layer_a:N", sort=list(reversed(list(dict.fromkeys(frame["layer_a"])))), title=f"{ma} layer",
-                axis=alt.Axis(labelLimit=120)),
+                axis=alt.Axis(labelLimit=170, labelExpr=layer_labels(frame, "a", families))),
         color=alt.Color("value:Q", scale=_scale(measure), title=MEASURES[measure].title),
         tooltip=["measure", "model_a", "layer_a", "model_b", "layer_b", alt.Tooltip("value:Q", format=".4f")],
     ).properties(width=size, height=size, title=title or f"{MEASURES[measure].title}: {ma} vs {mb}")
@@ -35,9 +38,10 @@ def measure_heatmap(frame: pd.DataFrame, size: int = 360, select: str | None = N
     return chart
 
 
-def measure_grid(frames: list[pd.DataFrame], size: int = 170, columns: int = 3):
+def measure_grid(frames: list[pd.DataFrame], size: int = 170, columns: int = 3, families: dict[str, str] | None = None):
     """Every measure's map of one view side by side (independent colour scales, each titled by its measure)."""
-    cells = [measure_heatmap(f, size=size, title=MEASURES[f["measure"].iloc[0]].title) for f in frames]
+    cells = [measure_heatmap(f, size=size, title=MEASURES[f["measure"].iloc[0]].title, families=families)
+             for f in frames]
     # each row and the stack resolve apart: nested concats otherwise merge the measures' colour domains
     rows = [alt.hconcat(*cells[i:i + columns]).resolve_scale(color="independent")
             for i in range(0, len(cells), columns)]
@@ -70,7 +74,13 @@ def sensitivity_chart(frame: pd.DataFrame, width: int = 320, height: int = 180):
         tooltip=["check", "side", "k", alt.Tooltip("value:Q", format=".4f"), alt.Tooltip("change:Q", format="+.4f"),
                  "detail"])
     rule = alt.Chart(pd.DataFrame({"value": [base]})).mark_rule(strokeDash=[4, 3]).encode(x="value:Q")
-    return (bars + rule).properties(width=width, height=height, title="CKA under each check (dashed: as measured)")
+    layers = [bars, rule]
+    skipped = rows[rows["value"].isna()].assign(value=0.0, said="not run")
+    if len(skipped):  # a check that was not run has no bar: its row says so rather than looking like CKA 0
+        layers.append(alt.Chart(skipped).mark_text(align="left", dx=3, fontSize=11, color="#555").encode(
+            y=alt.Y("label:N", sort=list(rows["label"])), x="value:Q", text="said:N", tooltip=["detail"]))
+    return alt.layer(*layers).properties(width=width, height=height,
+                                         title="CKA under each check (dashed: as measured)")
 
 
 def models_heatmap(frame: pd.DataFrame, size: int = 300):

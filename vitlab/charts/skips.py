@@ -7,6 +7,7 @@ import pandas as pd
 
 from ..errors import VitlabError
 from .common import interval_tooltips
+from .words import labels_in_words
 
 VALUES = {"ratio": "‖z‖ / ‖f(z)‖", "cosine": "cos(z, f(z))"}
 
@@ -37,7 +38,7 @@ def skip_heatmap(frame: pd.DataFrame, value: str = "ratio", title: str | None = 
     scale = alt.Scale(type="log", scheme="viridis") if value == "ratio" else alt.Scale(scheme="redblue", domain=[-1, 1])
     return alt.Chart(part).mark_rect().encode(
         x=alt.X("token:O", title="token (0 = CLS when present)", axis=alt.Axis(labelOverlap=True)),
-        y=alt.Y("layer:N", sort=order, title="sublayer"),
+        y=alt.Y("layer:N", sort=order, title="sublayer", axis=alt.Axis(labelExpr=labels_in_words(order))),
         color=alt.Color(f"{value}:Q", scale=scale, title=VALUES[value], legend=alt.Legend(format=".3~g")),
         tooltip=["model", "layer", "token", "kind", alt.Tooltip("ratio:Q", format=".3f"), *_interval(part),
                  alt.Tooltip("cosine:Q", format=".3f")],
