@@ -7,6 +7,7 @@ used in the README (docs/img/app_*.png when VITLAB_SCREENSHOTS=docs). Marked `br
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import os
 import re
@@ -52,22 +53,27 @@ def _healthy(url: str) -> bool:
         return False
 
 
-@pytest.fixture(scope="module")
-def server(tmp_path_factory):
+def require_browser() -> None:
+    """Skip (or, under CI's VITLAB_REQUIRE_BROWSER=1, fail) when Chromium or Playwright is missing."""
     if not Path(CHROMIUM).exists() or importlib.util.find_spec("playwright") is None:
         why = f"{CHROMIUM} or the playwright package is missing (apt-get install chromium; pip install playwright)"
         if os.environ.get("VITLAB_REQUIRE_BROWSER") == "1":  # CI: a missing browser must not pass as a skip
             pytest.fail(why)
         pytest.skip(why)
-    tmp = tmp_path_factory.mktemp("app")
+
+
+@contextlib.contextmanager
+def serve_app(tmp: Path, env: dict[str, str]):
+    """`streamlit run app/Home.py` on a free local port under ``env`` (on top of this process's), niced, its log in
+    ``tmp``; yields the URL once healthy, and stops the server's whole process group after."""
     port = _free_port()
     url = f"http://127.0.0.1:{port}"
-    env = {**os.environ, **ENV, "VITLAB_CACHE_DIR": str(tmp / "cache"), "HF_HUB_OFFLINE": "1"}
     log = open(tmp / "streamlit.log", "wb")  # noqa: SIM115 (closed in the finally below)
     cmd = ["nice", sys.executable, "-m", "streamlit", "run", str(ROOT / "app" / "Home.py"), "--server.headless",
            "true", "--server.port", str(port), "--server.address", "127.0.0.1", "--server.fileWatcherType", "none",
            "--browser.gatherUsageStats", "false"]
-    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    proc = subprocess.Popen(cmd, cwd=ROOT, env={**os.environ, **env}, stdout=log, stderr=subprocess.STDOUT,
+                            start_new_session=True)
     try:
         deadline = time.time() + 120
         while not _healthy(url):
@@ -83,6 +89,14 @@ def server(tmp_path_factory):
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait(5)
         log.close()
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    require_browser()
+    tmp = tmp_path_factory.mktemp("app")
+    with serve_app(tmp, {**ENV, "VITLAB_CACHE_DIR": str(tmp / "cache"), "HF_HUB_OFFLINE": "1"}) as url:
+        yield url
 
 
 @pytest.fixture(scope="module")
@@ -125,6 +139,41 @@ def _no_exception(page) -> None:
         '[data-testid="stException"]').first.inner_text()
     unexpected = page.locator('[data-testid="stAlert"]').filter(has_text="Unexpected error")
     assert unexpected.count() == 0, unexpected.first.inner_text()
+
+
+# what a page shows is in a person's words (issue 38): no tap, stage or data-set id outside code, tables and tooltips
+INTERNAL_NAME = re.compile(r"blocks\.\d|resid_(?:pre|mid|post)|\blayer\d\.\d|stages\.\d|fashion-mnist:")
+
+
+def _clipped(page) -> list[str]:
+    """Text the page cuts at its current width: a widget's value wider than its box (a select box's choice, a
+    multiselect's tag) or a label whose own text overflows a clipping box. Code, tables and charts are left out
+    (a table cell scrolls; a chart's labels are its own: tests/test_layout.py)."""
+    return page.evaluate("""() => [...document.querySelectorAll('[data-testid="stMain"] *')].filter(e => {
+        if (e.offsetParent === null || e.closest('pre, code, svg, [data-testid="stDataFrame"]')) return false;
+        if (e.tagName === 'INPUT') return e.type !== 'file' && e.scrollWidth > e.clientWidth + 1;
+        if (![...e.childNodes].some(n => n.nodeType === 3 && n.textContent.trim())) return false;
+        const s = getComputedStyle(e);
+        return (s.overflowX !== 'visible' || s.textOverflow === 'ellipsis') && e.scrollWidth > e.clientWidth + 1;
+    }).map(e => `${e.tagName}: ${(e.value || e.innerText).slice(0, 60)} (${e.scrollWidth} px in ${e.clientWidth})`)""")
+
+
+def _internal_names(page) -> list[str]:
+    """The page's shown text (charts' SVG labels included; code, tables and hidden parts left out) that names a tap,
+    a stage or a data set by vitlab's internal id."""
+    texts = page.evaluate("""() => {
+        const out = [], walk = document.createTreeWalker(document.querySelector('[data-testid="stMain"]'),
+                                                         NodeFilter.SHOW_TEXT);
+        while (walk.nextNode()) {
+            const e = walk.currentNode.parentElement;
+            if (!e || e.closest('pre, code, script, style, [data-testid="stDataFrame"]')) continue;
+            const svg = e.closest('svg');
+            if ((svg || e).getBoundingClientRect().width === 0) continue;  // not shown (a closed expander)
+            out.push(walk.currentNode.textContent);
+        }
+        return out;
+    }""")
+    return [t for t in texts if INTERNAL_NAME.search(t)]
 
 
 def _shot(page, name: str) -> None:

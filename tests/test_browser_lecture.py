@@ -7,46 +7,21 @@ loaded in the background either). Screenshots of a step before and after its rev
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import re
-import signal
-import socket
 import subprocess
 import sys
-import time
-import urllib.request
 from html import escape
 from pathlib import Path
 
 import pytest
 
+from tests.test_browser import ARGS, CHROMIUM, ROOT, SHOTS, SLOW, ZOO_READY, require_browser, serve_app
 from vitlab.tour import CLAIMS, lecture
 
 pytestmark = pytest.mark.browser
 
-ROOT = Path(__file__).resolve().parent.parent
 DOCS = os.environ.get("VITLAB_SCREENSHOTS") == "docs"
-SHOTS = ROOT / "docs" / "img" if DOCS else ROOT / "tests" / "_artifacts"
-CHROMIUM = "/usr/bin/chromium"
-ARGS = ["--no-sandbox", "--headless", "--disable-gpu", "--disable-dev-shm-usage", "--disable-background-networking",
-        "--disable-component-update", "--disable-sync", "--no-first-run"]
-ZOO_READY = all((ROOT / "assets" / "zoo" / f"{n}.safetensors").is_file() for n in ("vit-cls", "resnet"))
-SLOW = 240_000  # ms
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _healthy(url: str) -> bool:
-    try:
-        with urllib.request.urlopen(f"{url}/_stcore/health", timeout=2) as r:
-            return r.status == 200
-    except OSError:
-        return False
 
 
 def _settle(page) -> None:
@@ -56,43 +31,20 @@ def _settle(page) -> None:
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    if not Path(CHROMIUM).exists() or importlib.util.find_spec("playwright") is None:
-        why = f"{CHROMIUM} or the playwright package is missing (apt-get install chromium; pip install playwright)"
-        if os.environ.get("VITLAB_REQUIRE_BROWSER") == "1":
-            pytest.fail(why)
-        pytest.skip(why)
+    require_browser()
     if not ZOO_READY:
         pytest.skip("the zoo's checkpoints are not trained")
     tmp = tmp_path_factory.mktemp("lecture")
-    env = {**os.environ, "VITLAB_CACHE_DIR": str(tmp / "cache"), "HF_HUB_OFFLINE": "1", "VITLAB_WARMUP": "0",
+    env = {"VITLAB_CACHE_DIR": str(tmp / "cache"), "HF_HUB_OFFLINE": "1", "VITLAB_WARMUP": "0",
            "PYTHONPATH": str(ROOT)}
     # prepared ahead of class, by the command the docs give (small settings: 64 images in 4 batches)
-    prep = subprocess.run([sys.executable, "-m", "vitlab", "lecture", "--prepare", "-n", "64", "-b", "16"], env=env,
-                          cwd=ROOT, capture_output=True, text=True, timeout=1200, check=False)
+    prep = subprocess.run([sys.executable, "-m", "vitlab", "lecture", "--prepare", "-n", "64", "-b", "16"],
+                          env={**os.environ, **env}, cwd=ROOT, capture_output=True, text=True, timeout=1200,
+                          check=False)
     assert prep.returncode == 0, prep.stderr[-3000:]
     assert "lecture kept in the cache" in prep.stdout
-    port = _free_port()
-    url = f"http://127.0.0.1:{port}"
-    log = open(tmp / "streamlit.log", "wb")  # noqa: SIM115 (closed in the finally below)
-    cmd = ["nice", sys.executable, "-m", "streamlit", "run", str(ROOT / "app" / "Home.py"), "--server.headless",
-           "true", "--server.port", str(port), "--server.address", "127.0.0.1", "--server.fileWatcherType", "none",
-           "--browser.gatherUsageStats", "false"]
-    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-    try:
-        deadline = time.time() + 120
-        while not _healthy(url):
-            if proc.poll() is not None or time.time() > deadline:
-                pytest.fail(f"streamlit did not start: {(tmp / 'streamlit.log').read_text()[-2000:]}")
-            time.sleep(0.5)
+    with serve_app(tmp, env) as url:  # tests/test_browser.py's server, on this cache and environment
         yield url
-    finally:
-        os.killpg(proc.pid, signal.SIGTERM)  # the group started above: streamlit and nothing else
-        try:
-            proc.wait(15)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(5)
-        log.close()
 
 
 def _no_exception(page) -> None:

@@ -12,7 +12,18 @@ import urllib.parse
 
 import pytest
 
-from tests.test_browser import ARGS, CHROMIUM, SHOTS, SLOW, ZOO_READY, _no_exception, _settle, server  # noqa: F401
+from tests.test_browser import (  # noqa: F401
+    ARGS,
+    CHROMIUM,
+    SHOTS,
+    SLOW,
+    ZOO_READY,
+    _clipped,
+    _internal_names,
+    _no_exception,
+    _settle,
+    server,
+)
 
 pytestmark = [pytest.mark.browser, pytest.mark.skipif(not ZOO_READY, reason="the zoo's checkpoints are missing")]
 
@@ -120,5 +131,10 @@ def test_a_copied_link_reopens_the_same_view_in_a_new_browser(browser, server, p
         runs = again.locator('[data-testid="stCaptionContainer"]').filter(has_text="batches computed")
         if runs.count():
             assert "0 batches computed" in runs.first.inner_text(), runs.first.inner_text()
+        # the same view as a 1280-px laptop sees it (issue 38): nothing cut, everything named in words
+        again.set_viewport_size({"width": 1280, "height": 720})
+        again.wait_for_function("() => window.innerWidth === 1280")
+        assert not _clipped(again), _clipped(again)
+        assert not _internal_names(again), _internal_names(again)
     finally:
         second.close()
