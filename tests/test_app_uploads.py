@@ -64,7 +64,7 @@ def test_two_uploads_use_the_reference_set_and_the_token_maps_draw():
     assert len(caps) == 3, caps
     assert "reference set" in caps[0] and "95 % jackknife Fieller" in caps[0] and "[" in caps[0]
     assert "token (1,2)" in caps[1] and "own patch" in caps[1] and "3×3" in caps[1]
-    assert "attention of token (1,2) at block 1," in caps[2]
+    assert "attention of token (1,2) at block 0," in caps[2]
     downloads = [d.label for d in at.get("download_button")]
     assert downloads.count("PNG") >= len(charts(at)) - 1  # every chart but the token picker
 
