@@ -125,7 +125,9 @@ def test_a_copied_link_reopens_the_same_view_in_a_new_browser(browser, server, p
         _no_exception(again)
         from playwright.sync_api import expect
 
-        expect(again.get_by_role("spinbutton", name="Images", exact=True)).to_have_value({**LINK, **view}["n"])
+        # expect() keeps its own 5-s default, not the page's: the sidebar may draw after the main column when loaded
+        expect(again.get_by_role("spinbutton", name="Images", exact=True)).to_have_value({**LINK, **view}["n"],
+                                                                                         timeout=SLOW)
         assert _headline(again, marker) == headline
         assert _query(_link(again)) == query  # every setting, the page's own included, came back
         runs = again.locator('[data-testid="stCaptionContainer"]').filter(has_text="batches computed")
