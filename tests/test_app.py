@@ -7,6 +7,7 @@ random models on the bundled photographs, so the suite runs on a fresh checkout 
 from __future__ import annotations
 
 import ast
+import json
 import sys
 from pathlib import Path
 
@@ -327,7 +328,12 @@ def test_skips_page_ratios_and_removal():
     at.button(key="skips.go").click().run()
     assert not at.error, [e.value for e in at.error]
     maps = [chart_values(c) for c in charts(at)]
-    assert any("no-skip[1.attn]" in str(r.get("model_b", "")) for rows in maps for r in rows)
+    # the ablated model in words on the chart (its title says which skip); the CSV keeps its label (to_frame)
+    assert any(str(r.get("model_b", "")).endswith(", skip removed") for rows in maps for r in rows)
+    assert not any("no-skip[" in str(r.get("model_b", "")) for rows in maps for r in rows)
+    specs = [json.loads(c.proto.spec) for c in charts(at)]
+    assert any(sp.get("title") == "without block 1's attention skip" for sp in specs), [sp.get("title") for sp in specs]
+    assert any("with block 1's attention skip removed" in m.value for m in at.markdown)
     at.radio(key="skips.slot").set_value("B").run()
     at.button(key="skips.go").click().run()
     assert any("ViT and Mixer" in e.value for e in at.error), [e.value for e in at.error]

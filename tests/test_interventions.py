@@ -144,3 +144,10 @@ def test_zoo_retrained_without_skip(store):
     res = iv.skip_removal(normal, source, iv.RemoveSkipOptions(block=3, images=64, batch_size=32),
                           vitlab.Run(store=store))
     assert res.accuracy_before > res.accuracy_after
+
+
+def test_a_removal_in_words_numbers_its_block_as_the_model_does():
+    assert iv.SkipRemoval(1, "attn").words == "block 1's attention skip"
+    assert iv.SkipRemoval(0, "mlp").words == "block 0's MLP skip"
+    assert iv.SkipRemoval(3).words == "block 3's attention and MLP skips"
+    assert iv.SkipRemoval(1, "attn").label == "no-skip[1.attn]"  # the CSV's and the model's name is unchanged

@@ -85,9 +85,13 @@ if chosen:
         # two a row: three heatmaps with their layer names do not fit one row at 1280 px (issue 34)
         cells = st.columns(2) + st.columns(2)
         for col, name, what in zip(cells, ("before", "after", "before_vs_after"),
-                                   ("unmodified", f"without {removal.label}", "unmodified vs ablated")):
+                                   ("unmodified", f"without {removal.words}", "unmodified vs ablated")):
             part = frame[frame["map"] == name].drop(columns="map").reset_index(drop=True)
-            heat = charts.cka_heatmap(part, title=what, size=200)
+            # the axis titles name the ablated model in words (the title says which skip); the CSV keeps its label
+            # ("zoo:vit-cls no-skip[1.attn]")
+            gone = "skips removed" if removal.which == "both" else "skip removed"
+            shown = part.replace({c: {f"{m.label} {removal.label}": f"{m.label}, {gone}"} for c in ("model_a", "model_b")})
+            heat = charts.cka_heatmap(shown, title=what, size=200)
             with col:
                 lab.chart(heat, key=f"skips.rm.{name}")
                 lab.export(heat, part, f"skip_removal_{name}", f"skips.rm.{name}")

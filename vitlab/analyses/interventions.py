@@ -47,7 +47,15 @@ class SkipRemoval:
 
     @property
     def label(self) -> str:
+        """The short name a model and the CSV carry ("no-skip[1.attn]")."""
         return f"no-skip[{self.block}.{self.which}]"
+
+    @property
+    def words(self) -> str:
+        """The removal for people, its block numbered as the model names it: "block 1's attention skip"."""
+        what = {"attn": "attention skip", "mlp": "MLP skip", "both": "attention and MLP skips"}.get(
+            self.which, f"{self.which} skip")
+        return f"block {self.block}'s {what}"
 
 
 def _vit_forward(drop_attn: bool, drop_mlp: bool):
@@ -243,10 +251,8 @@ class SkipRemovalResult:
         with the unmodified model, each with its 95 % interval over images."""
         from .findings import Finding, interval_basis, rate_over_images, say
 
-        what = {"attn": "attention", "mlp": "MLP", "both": "attention and MLP"}.get(self.removal.which,
-                                                                                  self.removal.which)
         agree = say(rate_over_images(self.agreement, self.images))
-        text = f"{self.model} with block {self.removal.block}'s {what} skip removed (post hoc, not retrained): "
+        text = f"{self.model} with {self.removal.words} removed (post hoc, not retrained): "
         if self.accuracy_before is not None:
             text += (f"top-1 accuracy {say(rate_over_images(self.accuracy_before, self.images))} before, "
                      f"{say(rate_over_images(self.accuracy_after, self.images))} after; ")
