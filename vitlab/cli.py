@@ -144,9 +144,15 @@ def open_store(args):
 
 
 def load_models(analysis: Analysis, args) -> tuple[object, list]:
-    """(what the engine takes, every distinct model in order), each named as typed on the command line."""
-    from .inputs.models import load
+    """(what the engine takes, every distinct model in order), each named as typed on the command line. All of them
+    are sized together first (meta device): models that would not fit in memory together are refused before the
+    first is built."""
+    from .inputs.models import check_fits, load, resolve_device
 
+    specs = [s.strip() for pair in args.pair for s in pair] if analysis.arity == "pairs" else (
+        (args.model if isinstance(args.model, list) else [args.model])
+        + ([args.other] if analysis.arity == "pair" else []))
+    check_fits(list(dict.fromkeys(s.strip() for s in specs)), resolve_device(args.device))
     if analysis.arity == "pairs":
         loaded: dict[str, object] = {}
         for spec in (s.strip() for pair in args.pair for s in pair):
@@ -432,8 +438,9 @@ def run_lecture(args) -> int:
 
     settings = classroom.settings(args.model, args.data, options_from_args(ANALYSES["tour"], args), args.bootstrap,
                                   args.seed)
-    store = open_store(args)
-    return cli_lecture.prepare(args, settings, store) if args.prepare else cli_lecture.read_back(store, settings)
+    if not args.prepare:  # reading back creates nothing (issue 46): not even a missing --cache-dir
+        return cli_lecture.read_only(args, settings)
+    return cli_lecture.prepare(args, settings, open_store(args))
 
 
 # ---------------------------------------------------------------- report: the tour as one HTML file (an output of
@@ -470,7 +477,7 @@ def run_report_command(args) -> int:
     from .engine.context import Run
     from .errors import VitlabError
     from .inputs.data import open_source
-    from .inputs.models import load
+    from .inputs.models import check_fits, load, resolve_device
     from .tour.report import ReportOptions, report
 
     out = Path(args.out)
@@ -482,6 +489,7 @@ def run_report_command(args) -> int:
     ctx = dist.context(args)  # torchrun: the tour's batches split across ranks, as `vitlab tour`
     tour_opts = options_from_args(ANALYSES["tour"], args)
     source = open_source(args.data)
+    check_fits(list(dict.fromkeys(s.strip() for s in args.model)), resolve_device(args.device))  # all, before any
     models = [load(s, args.device) for s in args.model]
     relabel(models, args.model)
     opts = ReportOptions(tour_opts, args.title) if args.title else ReportOptions(tour_opts)

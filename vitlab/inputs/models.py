@@ -13,10 +13,13 @@ bytes, the seed, or the pretrained tag (hub weights are immutable per tag) plus 
 
 from __future__ import annotations
 
+import difflib
+import functools
 import hashlib
 import json
 import os
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -62,34 +65,81 @@ class ModelSpec:
         return f"{self.name}@{Path(self.weights).name}"
 
 
+# torch.manual_seed takes 0 <= seed < 2**64 (a larger one: "ValueError: Overflow when unpacking long long")
+SEED_LIMIT = 2**64
+MAX_SPEC_CHARS = 4096  # a checkpoint path may be as long as the system's longest path (PATH_MAX)
+# timm's names and pretrained tags hold only these (every name and tag of timm 1.0: [a-z0-9_]); a '/' or ':' would
+# make timm read the name as a hub repository or a folder ('hf-hub:', 'local-dir:'), which vitlab never loads
+TIMM_NAME = re.compile(r"[A-Za-z0-9_]+(?:\.[A-Za-z0-9_]+)?")
+ZOO_NAME = re.compile(r"[A-Za-z0-9_-]+")
+
+
+def shown(text: str, limit: int = 80) -> str:
+    """``text`` as a message shows it: at most ``limit`` characters, control characters escaped (a 1 MB name or a
+    newline from a link never floods or splits an error line)."""
+    text = str(text)
+    cut = text[:limit] + ("…" if len(text) > limit else "")
+    return "".join(c if c.isprintable() else ascii(c)[1:-1] for c in cut)
+
+
+def _check_name(text: str, name: str, zoo: bool) -> None:
+    if not name:
+        raise VitlabError(f"model spec '{shown(text)}': no model name before '@'; give a timm name, e.g. "
+                          "vit_base_patch32_224.augreg_in21k")
+    if zoo:
+        if not ZOO_NAME.fullmatch(name):
+            raise VitlabError(f"zoo model '{shown(name)}': a zoo name holds only letters, digits, '-' and '_'; "
+                              "`vitlab zoo list` names them")
+        return
+    if TIMM_NAME.fullmatch(name):
+        return
+    if "/" in name or ":" in name or "\\" in name:
+        raise VitlabError(f"model spec '{shown(text)}': '{shown(name)}' looks like a hub repository or a path, not a "
+                          "timm name; vitlab loads timm names only (NAME or NAME.TAG of letters, digits and '_'); for "
+                          "your own weights give a checkpoint file: NAME@/path/to/weights.safetensors")
+    raise VitlabError(f"model spec '{shown(text)}': '{shown(name)}' is not a timm name; a timm name is NAME or "
+                      "NAME.TAG of letters, digits and '_' (e.g. vit_base_patch16_224.augreg_in21k)")
+
+
 def parse_spec(text: str) -> ModelSpec:
-    """Parse ``NAME[@WEIGHTS]`` or ``zoo:NAME[@random[:SEED]]`` into a :class:`ModelSpec`."""
+    """Parse ``NAME[@WEIGHTS]`` or ``zoo:NAME[@random[:SEED]]`` into a :class:`ModelSpec`.
+
+    Everything that can be checked without timm is checked here (the name's characters, the seed's range, the
+    checkpoint's suffix); :func:`size` and :func:`load` check the name and tag against timm."""
+    if not isinstance(text, str):
+        raise VitlabError(f"model spec {shown(repr(text))}: give the model as text, e.g. zoo:vit-cls")
     text = text.strip()
     if not text:
         raise VitlabError("empty model spec: give a timm model name, e.g. vit_base_patch32_224.augreg_in21k")
+    if len(text) > MAX_SPEC_CHARS:
+        raise VitlabError(f"model spec '{shown(text)}' is {len(text):,} characters long (at most {MAX_SPEC_CHARS:,}): "
+                          "give a timm model name, e.g. vit_base_patch32_224.augreg_in21k")
     if text in PAPER_MODELS:
         return ModelSpec(PAPER_MODELS[text])
     zoo = text.startswith("zoo:")
     name, _, weights = (text[4:] if zoo else text).partition("@")
+    _check_name(text, name, zoo)
     weights = weights or ("zoo" if zoo else "pretrained")
     if weights == "random":
         weights = "random:0"
     if weights.startswith("random:"):
         seed = weights[7:]
-        if not seed.isdigit():
-            raise VitlabError(f"model spec '{text}': the seed after 'random:' must be a non-negative integer")
+        if not re.fullmatch(r"[0-9]{1,20}", seed) or int(seed) >= SEED_LIMIT:
+            raise VitlabError(f"model spec '{shown(text)}': the seed after 'random:' must be a whole number from 0 to "
+                              f"{SEED_LIMIT - 1} (the range torch.manual_seed takes), e.g. {shown(name)}@random:0")
+        weights = f"random:{int(seed)}"  # 'random:007' is 'random:7': one seed, one spec, one cache key
         if zoo:
             return ModelSpec(name, f"zoo@{weights}")
     if zoo:
         if weights != "zoo":
-            raise VitlabError(f"model spec '{text}': a zoo model takes no weights but '@random[:SEED]' (its untrained "
-                              "twin)")
+            raise VitlabError(f"model spec '{shown(text)}': a zoo model takes no weights but '@random[:SEED]' (its "
+                              "untrained twin)")
         return ModelSpec(name, "zoo")
     if weights != "pretrained" and not weights.startswith("random:"):
         path = Path(weights).expanduser()
         if path.suffix.lower() not in CHECKPOINT_SUFFIXES:
             raise VitlabError(
-                f"model spec '{text}': weights must be 'pretrained', 'random[:SEED]' or a checkpoint file "
+                f"model spec '{shown(text)}': weights must be 'pretrained', 'random[:SEED]' or a checkpoint file "
                 f"ending in {', '.join(CHECKPOINT_SUFFIXES)}"
             )
         weights = str(path)
@@ -219,48 +269,225 @@ def read_state_dict(path: str | Path) -> dict:
     return state
 
 
-def _create(spec: ModelSpec):
+def check_timm_name(name: str) -> None:
+    """A VitlabError unless timm knows ``name`` (``NAME`` or ``NAME.TAG``), with the nearest names or tags."""
     import timm
-    import torch
 
-    kwargs: dict[str, Any] = {}
+    base, _, tag = name.partition(".")
+    if not timm.is_model(base):
+        close = difflib.get_close_matches(base, timm.list_models(), n=5, cutoff=0.6)
+        hint = (f" (similar: {', '.join(close)})" if close else
+                "; python -c \"import timm; print(timm.list_models('*vit*'))\" lists them")
+        raise VitlabError(f"unknown model '{shown(name)}': not a timm model name{hint}")
+    if tag:
+        tags = [n.partition(".")[2] for n in timm.list_models(base, include_tags=True)]
+        if tag not in tags:
+            close = difflib.get_close_matches(tag, tags, n=3, cutoff=0.5)
+            known = (f"did you mean {' or '.join(f'{base}.{t}' for t in close)}?" if close else
+                     f"its tags: {', '.join(tags[:8])}{', …' if len(tags) > 8 else ''}" if tags else
+                     "it has none")
+            raise VitlabError(f"model '{shown(name)}': timm knows no pretrained tag '{shown(tag)}' for {base} "
+                              f"({known}): correct the tag, or leave it out ({base})")
+
+
+def _timm_failure(spec: ModelSpec, e: Exception) -> VitlabError:
+    """A timm exception raised while building ``spec``, in words (the spec, timm's first line, what to do)."""
+    first = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:300]
+    return VitlabError(f"timm cannot build '{shown(spec.label)}' ({first}); check the model name and tag "
+                       "(timm.list_models() names them) or pick another model")
+
+
+# timm's own failures while building a model from a name: a bad tag (RuntimeError), a name read as a hub repo or a
+# folder (ValueError), a missing config key (KeyError), a keyword the architecture does not take (TypeError), ...
+TIMM_ERRORS = (RuntimeError, ValueError, KeyError, TypeError, AssertionError, NotImplementedError, AttributeError,
+               IndexError)
+
+
+def _out_of_memory(e: BaseException) -> bool:
+    text = str(e).lower()
+    return isinstance(e, MemoryError) or "out of memory" in text or "can't allocate" in text
+
+
+def _timm_build(spec: ModelSpec, pretrained: bool, **kwargs: Any):
+    """``timm.create_model(spec.name, pretrained=...)`` with every failure of the spec as a VitlabError."""
+    import timm
+
     if spec.img_size is not None:
         kwargs["img_size"] = spec.img_size
-    base = spec.name.split(".")[0]
-    if not timm.is_model(base):
-        close = timm.list_models(f"*{base.split('_')[0]}*")[:5]
-        hint = f" (similar: {', '.join(close)})" if close else ""
-        raise VitlabError(f"unknown model '{spec.name}': not a timm model name{hint}")
     try:
-        if spec.weights == "pretrained":
-            set_offline_if_needed()
-            try:
-                return timm.create_model(spec.name, pretrained=True, **kwargs)
-            except OSError as e:
-                raise VitlabError(
-                    f"pretrained weights for '{spec.name}' are not in the local Hugging Face cache and the hub "
-                    "cannot be reached. Go online once (the weights are then cached), or pass a checkpoint "
-                    f"file: --model {spec.name}@/path/to/weights.safetensors"
-                ) from e
-            except RuntimeError as e:
-                if "No pretrained weights" in str(e) or "pretrained" in str(e).lower():
-                    raise VitlabError(f"'{spec.name}' has no pretrained weights in timm: {e}") from e
-                raise
-        if spec.weights.startswith("random:"):
-            torch.manual_seed(int(spec.weights[7:]))
-            return timm.create_model(spec.name, pretrained=False, **kwargs)
-        model = timm.create_model(spec.name, pretrained=False, **kwargs)
-        state = read_state_dict(spec.weights)
-        try:
-            model.load_state_dict(state, strict=True)
-        except RuntimeError as e:
-            first = str(e).split("\n")
-            raise VitlabError(
-                f"checkpoint '{Path(spec.weights).name}' does not fit '{spec.name}': {' '.join(first[:3])[:400]}"
-            ) from e
-        return model
+        return timm.create_model(spec.name, pretrained=pretrained, **kwargs)
+    except VitlabError:
+        raise
+    except OSError:
+        raise  # pretrained weights not found or not reachable: the caller says what to do
     except TypeError as e:  # e.g. img_size= on a ResNet
-        raise VitlabError(f"cannot build '{spec.name}' with {kwargs}: {e}") from e
+        if "img_size" in kwargs and "img_size" in str(e):
+            raise VitlabError(f"cannot build '{shown(spec.name)}' at img_size={spec.img_size}: this architecture "
+                              "takes no img_size (CNNs take any input size); leave it out") from e
+        raise _timm_failure(spec, e) from e
+    except TIMM_ERRORS as e:
+        if _out_of_memory(e):
+            raise  # the CLI and the app say "out of memory" in words
+        if pretrained and "pretrained" in str(e).lower():
+            raise VitlabError(f"'{shown(spec.name)}' has no pretrained weights in timm ({str(e).splitlines()[0]}): "
+                              f"use {shown(spec.name)}@random for the untrained architecture, or a checkpoint file"
+                              ) from e
+        raise _timm_failure(spec, e) from e
+
+
+def _offline_message(spec: ModelSpec) -> str:
+    where = "torch" if hub.hub_file(spec.name) is None else "Hugging Face"
+    return (f"pretrained weights for '{shown(spec.name)}' are not in the local {where} cache and this process is "
+            "offline "
+            f"({hub.offline_reason()}): nothing is downloaded. Fetch them once where the network is allowed (unset "
+            f"HF_HUB_OFFLINE / VITLAB_OFFLINE), or pass a checkpoint file: {shown(spec.name)}@/path/to/weights."
+            f"safetensors, or take the untrained architecture: {shown(spec.name)}@random")
+
+
+def _create(spec: ModelSpec):
+    import torch
+
+    check_timm_name(spec.name)
+    if spec.weights == "pretrained":
+        if hub.offline() and needs_download(spec):  # no lookup at all, not even timm's first attempt
+            raise VitlabError(_offline_message(spec))
+        set_offline_if_needed()
+        try:
+            return _timm_build(spec, pretrained=True)
+        except OSError as e:
+            if hub.offline():
+                raise VitlabError(_offline_message(spec)) from e
+            raise VitlabError(
+                f"pretrained weights for '{shown(spec.name)}' are not in the local Hugging Face cache and the hub "
+                "cannot be reached. Go online once (the weights are then cached), or pass a checkpoint "
+                f"file: --model {shown(spec.name)}@/path/to/weights.safetensors"
+            ) from e
+    if spec.weights.startswith("random:"):
+        torch.manual_seed(int(spec.weights[7:]))
+        return _timm_build(spec, pretrained=False)
+    state = read_state_dict(spec.weights)
+    model = _timm_build(spec, pretrained=False)
+    try:
+        model.load_state_dict(state, strict=True)
+    except RuntimeError as e:
+        if _out_of_memory(e):
+            raise
+        first = str(e).split("\n")
+        raise VitlabError(
+            f"checkpoint '{shown(Path(spec.weights).name)}' does not fit '{shown(spec.name)}': "
+            f"{' '.join(first[:3])[:400]}"
+        ) from e
+    return model
+
+
+# ---------------------------------------------------------------- size before you allocate (STYLE habit 15)
+
+
+@dataclass(frozen=True)
+class ModelSize:
+    """A model's parameter count and the bytes its parameters and buffers hold (float32 for timm and the zoo)."""
+
+    params: int
+    bytes: int
+
+    def __add__(self, other: ModelSize) -> ModelSize:
+        return ModelSize(self.params + other.params, self.bytes + other.bytes)
+
+    @property
+    def words(self) -> str:
+        """'6.7 B parameters (25.0 GiB in float32)'."""
+        return f"{count_words(self.params)} parameters ({gib(self.bytes)} in float32)"
+
+
+def count_words(n: int) -> str:
+    for unit, scale in (("B", 1e9), ("M", 1e6), ("k", 1e3)):
+        if n >= scale:
+            return f"{n / scale:.1f} {unit}"
+    return str(n)
+
+
+def gib(n: float) -> str:
+    return f"{n / 2**30:.1f} GiB" if n >= 2**30 / 10 else f"{n / 2**20:.1f} MiB"
+
+
+def _meta_model(spec: ModelSpec):
+    """The architecture of ``spec`` on the meta device: shapes and dtypes, no memory, no weights read."""
+    import torch
+
+    with torch.device("meta"):
+        if spec.weights == "zoo" or spec.weights.startswith("zoo@"):
+            from .. import zoo
+
+            return zoo.create(zoo.recipe(spec.name))
+        check_timm_name(spec.name)
+        return _timm_build(spec, pretrained=False)
+
+
+@functools.lru_cache(maxsize=512)
+def _size(spec: ModelSpec) -> ModelSize:
+    model = _meta_model(spec)
+    tensors = [*model.parameters(), *model.buffers()]
+    return ModelSize(sum(p.numel() for p in model.parameters()),
+                     sum(t.numel() * t.element_size() for t in tensors))
+
+
+def size(spec: ModelSpec | str) -> ModelSize:
+    """Parameters and bytes of ``spec``'s model, counted on the meta device before anything is built (timm builds
+    vit_7b's 6.7 B parameters there in 0.16 s, FACTS.md); never reads weights or touches the network. Cached per
+    spec; a bad name or tag is a VitlabError, as for :func:`load`."""
+    return _size(parse_spec(spec) if isinstance(spec, str) else spec)
+
+
+# A model needs its weights once more while it loads or runs: a pretrained or checkpoint load holds the state dict
+# read from the file beside the built model until it is copied in (safetensors / torch.load give a full second
+# copy), and a forward's working memory is of the same order (ViT-B/16 at batch 64: ~6 MB per image, FACTS.md,
+# about its 350 MB of weights). So free memory must hold the weights twice; the models budget counts what stays held,
+# the weights once.
+WORKING_FACTOR = 2.0
+
+
+def check_fits(specs: ModelSpec | str | Sequence[ModelSpec | str], device: str | None = "cpu",
+               loaded_bytes: int = 0) -> ModelSize:
+    """Refuse, before anything is built, models that do not fit: a VitlabError unless this machine's free memory
+    (and a CUDA device's) holds the weights of ``specs`` together plus the largest once more
+    (:data:`WORKING_FACTOR`), and the models budget (``VITLAB_MODELS_GB``, vitlab.inputs.budget) holds them beside
+    ``loaded_bytes`` (what the caller already holds: the app's model cache). Returns their size together."""
+    from . import budget
+
+    many = [specs] if isinstance(specs, (str, ModelSpec)) else list(specs)
+    if not many:
+        return ModelSize(0, 0)
+    sizes = [size(s) for s in many]
+    total = functools.reduce(ModelSize.__add__, sizes)
+    need = total.bytes + (WORKING_FACTOR - 1) * max(s.bytes for s in sizes)
+    limit = budget.models_budget_gb() * budget.GIB
+    problems = []
+    free = budget.free_bytes()
+    if free is not None and need > free:
+        problems.append(f"this machine has {gib(free)} free")
+    gpu_free = budget.device_free_bytes(device) if device else None
+    if gpu_free is not None and need > gpu_free:
+        problems.append(f"{device} has {gib(gpu_free)} free")
+    if loaded_bytes + total.bytes > limit:
+        held = f" beside the {gib(loaded_bytes)} loaded models already hold" if loaded_bytes else ""
+        problems.append(f"the models budget ({budget.budget_words()}) leaves {gib(max(0, limit - loaded_bytes))}"
+                        f"{held}")
+    if not problems:
+        return total
+    what = (shown(spec_label(many[0])) if len(many) == 1 else
+            f"{len(many)} models together ({', '.join(shown(spec_label(s), 40) for s in many)})")
+    todo = "pick a smaller model" + (", or raise VITLAB_MODELS_GB on a machine with the memory"
+                                     if any(p.startswith("the models budget") for p in problems) else
+                                     " or free memory on this machine")
+    if loaded_bytes and any(p.startswith("the models budget") for p in problems):
+        todo += " (or unload a model)"
+    raise VitlabError(f"{what} {'has' if len(many) == 1 else 'have'} {total.words}; loading "
+                      f"{'it' if len(many) == 1 else 'them'} needs {gib(need)} free (the weights, and as much again "
+                      f"while a checkpoint is read or a forward runs), but {' and '.join(problems)}: {todo}")
+
+
+def spec_label(spec: ModelSpec | str) -> str:
+    return spec.strip() if isinstance(spec, str) else spec.label
 
 
 def twin_spec(spec: ModelSpec | str, seed: int = 0) -> ModelSpec:
@@ -323,13 +550,17 @@ def resolve_device(device: str | None = None) -> str:
     return device
 
 
-def load(spec: ModelSpec | str, device: str | None = None) -> LoadedModel:
-    """Build the model of ``spec`` in eval mode on ``device`` with timm's eval transform."""
+def load(spec: ModelSpec | str, device: str | None = None, loaded_bytes: int = 0) -> LoadedModel:
+    """Build the model of ``spec`` in eval mode on ``device`` with timm's eval transform.
+
+    The model is sized on the meta device first and refused (a VitlabError, nothing built) when it does not fit
+    this machine's free memory or the models budget beside ``loaded_bytes`` (:func:`check_fits`)."""
     import timm.data
 
     if isinstance(spec, str):
         spec = parse_spec(spec)
     device = resolve_device(device)
+    check_fits(spec, device, loaded_bytes)
     if spec.weights == "zoo":
         from .. import zoo
 
@@ -388,8 +619,27 @@ def wants_channels_last(model, device: str = "cpu") -> bool:
 # ---------------------------------------------------------------- pretrained weights from the hub, before loading
 
 
+def needs_download(spec: ModelSpec | str) -> bool:
+    """Whether loading ``spec`` would fetch weights over the network: pretrained weights that are in neither the
+    local Hugging Face cache nor torch's (for timm's few weights outside the hub). Never opens a socket; an invalid
+    spec needs no download (loading it fails in words)."""
+    try:
+        ms = parse_spec(spec) if isinstance(spec, str) else spec
+    except VitlabError:
+        return False
+    if ms.weights != "pretrained":
+        return False
+    found = hub.hub_file(ms.name)
+    if found is not None:
+        return not hub.hub_cached(*found)
+    url = hub.url_file(ms.name)
+    return url is not None and not hub.url_cached(url)
+
+
 def weights_status(spec: str) -> str:
-    """Where a spec's weights come from, in words; 'download needed' when the hub must be asked (before loading)."""
+    """Where a spec's weights come from, in words; 'download needed' when the hub must be asked (before loading).
+    Offline (``HF_HUB_OFFLINE=1`` / ``VITLAB_OFFLINE=1``) uncached weights are 'not cached; offline (...): no
+    download'. Never opens a socket."""
     try:
         ms = parse_spec(spec)
     except VitlabError as e:
@@ -405,10 +655,12 @@ def weights_status(spec: str) -> str:
         return "random weights"
     if ms.weights != "pretrained":
         return "local checkpoint"
-    found = hub.hub_file(ms.name)
-    if found is None:
-        return "timm download (not from the Hugging Face hub)"
-    return "in the local hub cache" if hub.hub_cached(*found) else "download needed"
+    if needs_download(ms):
+        return f"not cached; offline ({hub.offline_reason()}): no download" if hub.offline() else "download needed"
+    if hub.hub_file(ms.name) is None:
+        return ("in the local torch cache" if hub.url_file(ms.name) else
+                "no pretrained weights in timm")
+    return "in the local hub cache"
 
 
 def download_weights(spec: str, progress: Progress | None = None) -> bool:
@@ -421,7 +673,7 @@ def download_weights(spec: str, progress: Progress | None = None) -> bool:
     from tqdm.auto import tqdm
 
     repo, files = hub.hub_file(parse_spec(spec).name) or (None, [])
-    if repo is None or not hub.hub_reachable():
+    if repo is None or hub.offline() or not hub.hub_reachable():
         return False
 
     class _Bar(tqdm):
