@@ -13,6 +13,21 @@ import time
 from .errors import VitlabError
 
 
+def read_only(args, settings) -> int:
+    """``vitlab lecture`` without ``--prepare``: read the lecture back from the cache ``--cache-dir`` names, creating
+    nothing (issue 46): a folder that holds no cache is said, in words, with the command that prepares one."""
+    from pathlib import Path
+
+    from .inputs.cache import Store, default_dir
+
+    where = Path(args.cache_dir or default_dir()).expanduser()
+    if not (where / "cache.db").is_file():
+        what = "no such folder" if not where.exists() else "no vitlab cache in it"
+        raise VitlabError(f"no cache at {where} ({what}): nothing is prepared there; prepare the lecture with "
+                          f"`{settings.command(str(where))}`, or name the cache it went to with --cache-dir")
+    return read_back(Store(where), settings)
+
+
 def read_back(store, settings) -> int:
     """Print the lecture prepared at ``settings`` from ``store``; the exact command to run when there is none."""
     from .tour import classroom

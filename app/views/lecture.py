@@ -5,7 +5,10 @@ the end, a summary to download (predictions beside the answers, with the figures
 
 Everything comes from a lecture prepared ahead of class (`vitlab lecture --prepare`, vitlab.tour.classroom): this
 page reads the disk cache and never loads a model or runs a check. Free mode (Paper tour, Present the tour) is
-unchanged."""
+unchanged. A prepared lecture is someone else's hand (issue 46): it is checked when it is read (its figures plain SVG,
+its answers words of their closed sets), one that fails is said in words with the command that prepares it again,
+and every text it carries (its data folder, model names, evidence) is shown escaped (lab.md_plain), its command in a
+code block."""
 
 import functools
 import time
@@ -31,21 +34,34 @@ class NotPrepared(Exception):
 
 
 @st.cache_resource(show_spinner=False, max_entries=4)
-def _read(settings: classroom.LectureSettings, directory: str, made: str) -> tuple[classroom.Lecture, float]:
-    """The prepared lecture, shared by every student's session on this server, and the seconds its read took
-    (``made``, from the index, is part of the key: a lecture prepared again is read again)."""
+def _read(settings: classroom.LectureSettings, directory: str,
+          made: str) -> tuple[classroom.Lecture | None, float, str | None]:
+    """The prepared lecture, shared by every student's session on this server, the seconds its read took, and why
+    it failed its check (then no lecture; kept, so that every session says the same until it is prepared again:
+    ``made``, from the index, is part of the key, and a lecture prepared again is read again)."""
     t0 = time.perf_counter()
-    found = classroom.read(lab.store(), settings)
+    try:
+        found = classroom.read(lab.store(), settings)
+    except classroom.BadLecture as e:
+        return None, time.perf_counter() - t0, str(e)
     if found is None:
         raise NotPrepared
-    return found, time.perf_counter() - t0
+    return found, time.perf_counter() - t0, None
+
+
+def not_shown(text: str, command: str) -> None:
+    """Why there is no lecture to teach (``text``, which names folders and models: escaped) and the command that
+    prepares it, in a code block (quoted for the shell: a backtick or a space in a folder name cannot break it)."""
+    st.title("Lecture")
+    st.error(lab.md_plain(text.replace(f"`{command}`", "the command below")))
+    st.code(command, language="bash")
 
 
 def choose(entries: list) -> classroom.LectureEntry:
     """The prepared lecture to teach (the newest by default); a new choice starts the path again."""
     if len(entries) == 1:
         return entries[0]
-    labels = {i: f"{e.settings.describe()} (prepared {e.made})" for i, e in enumerate(entries)}
+    labels = {i: f"{e.settings.describe()} (prepared {e.made})" for i, e in enumerate(entries)}  # plain text
     i = st.selectbox("Prepared lecture", list(labels), format_func=labels.get, key="lecture.pick")
     return entries[i]
 
@@ -76,11 +92,12 @@ def restart() -> None:
 
 
 def status(lec: classroom.Lecture, seconds: float) -> None:
-    info = lec.tour.info
-    st.caption(f"Prepared {lec.made} with `{lec.settings.command()}`: {info.batches_computed} batches computed then, "
+    info, plain = lec.tour.info, lab.md_plain
+    st.caption(f"Prepared {plain(lec.made)} with the command below: {info.batches_computed} batches computed then, "
                f"{info.batches_from_cache} from the cache, {lec.seconds:.0f} s. Now: 0 batches computed, read from "
                f"the disk cache ({seconds:.1f} s); nothing on this page runs a model. Models and data: "
-               f"{lec.settings.describe()} (the sidebar's choices do not apply here).")
+               f"{plain(lec.settings.describe())} (the sidebar's choices do not apply here).")
+    st.code(lec.settings.command(), language="bash")
 
 
 def header_ui(key: str, k: int, lec: classroom.Lecture, revealed: bool) -> None:
@@ -125,17 +142,19 @@ def answer_ui(key: str, lec: classroom.Lecture) -> None:
     their numbers, the control; the figures beside them."""
     row, q = lec.row(key), lecture.QUESTIONS[key]
     said, words = lecture.outcome(key, st.session_state["lecture.choices"].get(key), row), row.lines()
+    plain = lab.md_plain  # the numbers' words, models and evidence came with the lecture: shown as written
     left, right = st.columns([3, 2], gap="medium")
     with right:
         st.caption(q.ask)
         box = st.success if said["matches_paper"] else st.error
         box(f"**You predicted:** {said['prediction']}. **The paper:** {said['paper']}.")
         st.markdown(f"> {words['paper']}")
-        VERDICT_BOX[row.pattern](f"**Pattern: {row.pattern}**: {said['models']}. {words['pattern_numbers']}")
-        LEARNED_BOX[row.learned](f"**Learned: {row.learned}.** {words['learned_numbers']}")
-        st.markdown(words["control_note"])
-        st.caption(f"Statistic: {words['statistic']}. {words['interval_text']}. Models: {words['models'] or 'none'}. "
-                   f"Data: {words['data']}. {row.evidence}")
+        # the answers are words of their closed sets (checked when the lecture was read, classroom.checked)
+        VERDICT_BOX[row.pattern](f"**Pattern: {row.pattern}**: {said['models']}. {plain(words['pattern_numbers'])}")
+        LEARNED_BOX[row.learned](f"**Learned: {row.learned}.** {plain(words['learned_numbers'])}")
+        st.markdown(plain(words["control_note"]))
+        st.caption(f"Statistic: {plain(words['statistic'])}. {plain(words['interval_text'])}. Models: "
+                   f"{plain(words['models']) or 'none'}. Data: {plain(words['data'])}. {plain(row.evidence)}")
     with left:
         figure_ui(key, lec)
 
@@ -195,17 +214,20 @@ with lab.guard():
     if not entries:
         st.title("Lecture")
         default = classroom.settings()
-        st.error(f"No lecture is prepared in the cache {store.directory}. Prepare one ahead of class (it runs the "
-                   "whole tour once; this page then only reads it):")
+        st.error(f"No lecture is prepared in the cache {lab.md_plain(store.directory)}. Prepare one ahead of class "
+                 "(it runs the whole tour once; this page then only reads it):")
         st.code(default.command(str(store.directory)), language="bash")
     else:
         entry = choose(entries)
+        command = entry.settings.command(str(store.directory))
         try:
-            lec, seconds = _read(entry.settings, str(store.directory), entry.made)
+            lec, seconds, bad = _read(entry.settings, str(store.directory), entry.made)
         except NotPrepared:
-            st.title("Lecture")
-            st.error(classroom.missing(entry.settings, store))
+            not_shown(classroom.missing(entry.settings, store), command)
         else:
-            begin(entry.settings.key())
-            path_ui(lec)
-            status(lec, seconds)
+            if bad:
+                not_shown(bad, command)
+            else:
+                begin(entry.settings.key())
+                path_ui(lec)
+                status(lec, seconds)

@@ -190,10 +190,72 @@ def prepared(store: Store) -> list[LectureEntry]:
     return list(index.entries) if isinstance(index, LectureIndex) else []
 
 
+class BadLecture(VitlabError):
+    """A prepared lecture in the cache that failed its check (a planted figure, an unknown verdict): a miss, said
+    with what was wrong and the command that prepares it again."""
+
+
+def checked(lecture: Lecture) -> Lecture:
+    """``lecture`` as read back, checked as untrusted input (issue 46), with every figure written out again as plain
+    SVG (:func:`vitlab.tour.plainsvg.plain_svg`); :class:`~vitlab.inputs.cache.BadEntry` naming the first thing
+    wrong. Its steps are claims of :data:`~vitlab.tour.CLAIMS` in the paper's order, each once, with the paper's
+    own title and words; its answers are words of their closed sets (:data:`~vitlab.stats.evidence.VERDICTS`,
+    :data:`~vitlab.tour.checks.LEARNED`); its figures belong to its steps and are plain SVG."""
+    from ..inputs.cache import BadEntry
+    from ..stats.evidence import VERDICTS
+    from .checks import CLAIMS, LEARNED
+    from .plainsvg import BadFigure, plain_svg
+
+    keys = {c.figure: k for k, c in CLAIMS.items()}
+    order = [keys.get(r.figure) for r in lecture.tour.rows]
+    for row, key in zip(lecture.tour.rows, order):
+        if key is None:
+            raise BadEntry(f"a step of the figure '{row.figure[:40]}', which no claim has")
+        if (row.title, row.claim) != (CLAIMS[key].title, CLAIMS[key].claim):
+            raise BadEntry(f"{row.figure}'s title or claim is not the paper's")
+        if row.pattern not in VERDICTS:
+            raise BadEntry(f"{row.figure}'s pattern answer '{row.pattern[:40]}' is not one of {', '.join(VERDICTS)}")
+        if row.learned not in LEARNED:
+            raise BadEntry(f"{row.figure}'s learned answer '{row.learned[:40]}' is not one of {', '.join(LEARNED)}")
+    if order != [k for k in CLAIMS if k in order] or len(set(order)) != len(order):
+        raise BadEntry("its steps are not the paper's claims in the paper's order, each once")
+    figures = {r.figure for r in lecture.tour.rows}
+    clean: dict[str, dict[str, str]] = {"papers": {}, "intervals": {}}
+    for part, kept in (("papers", lecture.papers), ("intervals", lecture.intervals)):
+        for figure, svg in kept.items():
+            if figure not in figures:
+                raise BadEntry(f"a figure for '{str(figure)[:40]}', which is none of its steps")
+            try:
+                clean[part][figure] = plain_svg(svg)
+            except BadFigure as e:
+                kind = "paper-style figure" if part == "papers" else "interval chart"
+                raise BadEntry(f"the {kind} of {figure} {e}") from None
+    return replace(lecture, **clean)
+
+
 def read(store: Store, settings: LectureSettings) -> Lecture | None:
-    """The lecture prepared at ``settings``, or None (never prepared, evicted, or prepared by another vitlab)."""
+    """The lecture prepared at ``settings``, checked (:func:`checked`), or None (never prepared, evicted, or
+    prepared by another vitlab). An entry that fails a check is dropped and said once in the store's warnings, and
+    :class:`BadLecture` says what was wrong (the page and the command show it in words; the next read is a plain
+    miss)."""
+    bad = store.bad_reads if store is not None and store.enabled else 0
     lecture = saved.load(store, settings.key())
-    return lecture if isinstance(lecture, Lecture) and lecture.settings == settings else None
+    if store is not None and store.enabled and store.bad_reads > bad:
+        raise BadLecture(failed(settings, store, "edited or damaged: its saved data did not match its checksum or "
+                                                 "its types"))
+    if not (isinstance(lecture, Lecture) and lecture.settings == settings):
+        return None
+    try:
+        return checked(lecture)
+    except ValueError as e:  # BadEntry, and anything malformed in the words it checks
+        store.bad_entry("saved results", e, "a:" + settings.key())
+        raise BadLecture(failed(settings, store, str(e))) from None
+
+
+def failed(settings: LectureSettings, store: Store, why: str) -> str:
+    """The lecture at ``settings`` in ``store`` failed its check for ``why``, and the command to prepare it again."""
+    return (f"the prepared lecture in the cache {store.directory} failed its check ({why}): it is not shown; "
+            f"prepare it again with `{settings.command(str(store.directory))}`")
 
 
 def missing(settings: LectureSettings, store: Store) -> str:

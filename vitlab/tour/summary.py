@@ -23,6 +23,10 @@ EXTRA_STYLE = """
 .none{background:#e8eaf0;color:#333}.pick{display:inline-block;padding:.05em .5em;border-radius:.3em}
 .ask{font-size:1.1em;margin:.2em 0 .6em}.steps td,.steps th{font-size:.8em;border-bottom:1px solid #eee}
 """
+# The summary is opened from a student's disk: it runs nothing and fetches nothing, whatever a figure in it holds
+# (the figures are checked as plain SVG when the lecture is read back, vitlab.tour.plainsvg; this is the second
+# wall). Inline styles are all it needs; no script source is named, so none runs.
+CSP = "default-src 'none'; style-src 'unsafe-inline'; base-uri 'none'; form-action 'none'"
 MARK = {True: ("match", "✓ as the paper"), False: ("miss", "✗ not the paper's answer"), None: ("none", "—")}
 
 
@@ -117,6 +121,7 @@ def summary_html(lecture: Lecture, choices: dict[str, int | None],
     answer, the answers for these models with their numbers, the figures), provenance."""
     e = html.escape
     steps = "".join(_step(k, key, lecture, choices.get(key)) for k, key in enumerate(lecture.steps))
-    return (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><title>{e(title)}</title>'
+    return (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+            f'<meta http-equiv="Content-Security-Policy" content="{CSP}"><title>{e(title)}</title>'
             f'<meta name="viewport" content="width=device-width, initial-scale=1"><style>{STYLE}{EXTRA_STYLE}</style>'
             f'</head><body>{_cover(lecture, choices, title)}{steps}{_provenance(lecture)}</body></html>\n')
