@@ -52,6 +52,7 @@ from ..options import DataOptions, option
 from ..stats import cka as cka_mod
 from .attention import AttentionDistanceAccumulator, AttentionDistanceStatistic, image_side, probs_taps, require_vit
 from .heads import default_lower_taps, head_outputs
+from .readout import class_match
 
 MODES = ("zero", "mean")
 SELECTIONS = ("local", "global", "random")
@@ -297,6 +298,7 @@ class AblationResult:
     bootstrap: np.ndarray  # (R, n) resampled image indices, shared by every condition (paired intervals)
     info: object = None
     warnings: list[str] = field(default_factory=list)
+    accuracy_note: str = ""  # why the labels are not used ('' when they are)
 
     def to_frame(self):
         """One row per ablated set: mode, selection, k, draw, heads, accuracy, delta_accuracy, kl, agreement."""
@@ -326,7 +328,8 @@ class AblationResult:
 
     def headline(self) -> list[str]:
         return [self.verdicts().to_string(index=False),
-                f"{self.accuracy_kind} of the intact model {self.intact_correct.mean():.4f} over {self.images} images"]
+                f"{self.accuracy_kind} of the intact model {self.intact_correct.mean():.4f} over {self.images} images"
+                + (f" (no accuracy: {self.accuracy_note})" if self.accuracy_note else "")]
 
     def _interval(self, conds: list[dict], key: str, paired_with: np.ndarray | None) -> tuple[float, float, float]:
         """(mean, lo, hi): over draws (random) or a bootstrap over images (one set), minus ``paired_with``."""
@@ -420,6 +423,8 @@ def head_ablation(vit: LoadedModel, other: LoadedModel, source: ImageSource, opt
     """Ablate the k most local / most global / random heads of ``vit``'s chosen blocks (module docstring)."""
     run = run or Run()
     require_vit(vit, "head ablation")
+    # before any forward pass: accuracy and KL are read from the head; labels become head indices (by name)
+    match = class_match(vit, source, "head ablation (its accuracy and KL of the output)")
     depth = len(vit.model.blocks)
     blocks = list(opts.blocks) if opts.blocks else list(range(max(1, depth // 2)))
     probs_taps(vit, blocks)
@@ -435,8 +440,8 @@ def head_ablation(vit: LoadedModel, other: LoadedModel, source: ImageSource, opt
     intact, labels = _pass(vit, source, indices, opts, gram, run)
     other_pass, _ = _pass(other, source, indices, opts, GramStatistic(tuple(other_layers)), run)
     top1 = intact.logp.argmax(1)
-    usable = source.has_labels and len(source.classes) == intact.logp.shape[1] and None not in labels
-    truth = np.asarray(labels) if usable else top1
+    usable = match.usable and None not in labels
+    truth = match.to_head(labels) if usable else top1
     means = head_means(vit, source, indices, blocks, opts.batch_size, run) if "mean" in opts.modes else None
     p0 = np.exp(intact.logp)
     for i, cond in enumerate(plan):
@@ -457,4 +462,4 @@ def head_ablation(vit: LoadedModel, other: LoadedModel, source: ImageSource, opt
     return AblationResult(vit.label, other.label, blocks, opts.scope, names, layers, other_layers, plan,
                           top1 == truth, _cka_rows(intact, other_pass.centred, layers, other_layers, run).mean(1),
                           "top-1 accuracy" if usable else "agreement with the intact model's top-1", n, boot,
-                          run.info)
+                          run.info, accuracy_note="" if usable else match.reason or "some images have no label")

@@ -41,6 +41,7 @@ from ..inputs.data import ImageSource, select, to_tensor
 from ..inputs.models import LoadedModel
 from ..options import DataOptions, option
 from .attention import probs_taps, rollout_matrix
+from .readout import ClassMatch, class_match, require_head
 from .deletion import BASELINES, auc, cell_grid, cell_order, cell_scores, curves, default_cell_px
 
 FUSIONS = ("mean", "max", "min")
@@ -213,10 +214,19 @@ def _targets(loaded: LoadedModel, opts: FaithfulnessOptions, source: ImageSource
         return None
     if opts.target != "label":
         raise VitlabError(f"target must be one of {', '.join(TARGETS)}, not '{opts.target}'")
-    if not source.has_labels or len(source.classes) != getattr(loaded.model, "num_classes", -1):
-        raise VitlabError(f"target 'label' needs labels whose classes match the model's outputs; '{source.name}' "
-                          "has none that do: use target 'pred'")
-    return [int(source.label(i)) for i in indices]
+    match = class_match(loaded, source, "attribution of a class").require(
+        "target 'label'", "use target 'pred' (the model's top-1)")
+    return [int(t) for t in match.to_head([int(source.label(i)) for i in indices])]
+
+
+def _target_name(match: ClassMatch, source: ImageSource, target: int) -> str:
+    """Head class ``target`` in words: the head's own name, or the source's where its labels are the head's
+    indices in the data set's own order ('' otherwise)."""
+    if match.names:
+        return match.name(target)
+    if match.usable and match.how == "in the data set's own order":
+        return str(source.classes[target])
+    return ""
 
 
 def _score_batch(loaded, x, targets, methods, opts: FaithfulnessOptions, cell_px: int, rng) -> list[dict]:
@@ -290,6 +300,8 @@ def attribution(loaded: LoadedModel, images, index: int = 0, opts: FaithfulnessO
     source = as_source(images)
     if not 0 <= index < len(source):
         raise VitlabError(f"image {index} does not exist: the source has images 0..{len(source) - 1}")
+    # a headless model has no class to attribute: refused here, before any forward pass
+    match = class_match(loaded, source, "attribution of a class")
     methods = _methods(loaded, opts)
     cell_px = int(opts.cell_px or default_cell_px(loaded))
     x = to_tensor([source.load(index)], loaded)
@@ -298,11 +310,8 @@ def attribution(loaded: LoadedModel, images, index: int = 0, opts: FaithfulnessO
     curves_ = {m: row["curves"][k] for k, m in enumerate(methods)} | {"random order": row["random_curve"]}
     scores = {m: tuple(float(v) for v in row["auc"][k]) for k, m in enumerate(methods)}
     scores["random order"] = tuple(float(v) for v in row["random_auc"])
-    classes = source.classes if source.has_labels and len(source.classes) == getattr(loaded.model, "num_classes",
-                                                                                      -1) else None
-    name = classes[int(row["target"])] if classes and 0 <= int(row["target"]) < len(classes) else ""
     return AttributionResult(loaded.label, source.item_id(index), row["target"], row["maps"], curves_, scores,
-                             cell_px, opts.baseline, name)
+                             cell_px, opts.baseline, _target_name(match, source, int(row["target"])))
 
 
 @dataclass
@@ -355,6 +364,7 @@ def faithfulness(loaded: LoadedModel, source: ImageSource, opts: FaithfulnessOpt
                  run: Run | None = None) -> FaithfulnessResult:
     """Deletion/insertion AUCs of every method over ``opts.images`` images of ``source``, against random orders."""
     run = run or Run()
+    require_head(loaded, "attribution of a class")
     methods = _methods(loaded, opts)
     for m in methods:
         parse_method(loaded, m)

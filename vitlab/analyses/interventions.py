@@ -34,6 +34,7 @@ from ..inputs.models import LoadedModel, load
 from ..options import DataOptions, option
 from ..progress import Progress
 from ..stats import cka as cka_mod
+from .readout import class_match
 
 WHICH = ("attn", "mlp", "both")
 
@@ -195,8 +196,6 @@ class PredictionCounts:
     agree = property(lambda self: self._get("agree"))
 
 
-def _labels_usable(loaded: LoadedModel, source: ImageSource) -> bool:
-    return source.has_labels and len(source.classes) == getattr(loaded.model, "num_classes", -1)
 
 
 @dataclass
@@ -214,6 +213,7 @@ class SkipRemovalResult:
     images: int
     info: RunInfo
     kind: str = "post-hoc ablation (the trained model with the skip removed, not a model retrained without it)"
+    accuracy_note: str = ""  # why there is no accuracy ('' when there is)
 
     def to_frame(self):
         """CKA rows (model_a, layer_a, model_b, layer_b, cka) with ``map`` = before | after | before_vs_after."""
@@ -256,6 +256,8 @@ class SkipRemovalResult:
         if self.accuracy_before is not None:
             text += (f"top-1 accuracy {say(rate_over_images(self.accuracy_before, self.images))} before, "
                      f"{say(rate_over_images(self.accuracy_after, self.images))} after; ")
+        elif self.accuracy_note:
+            text += f"no accuracy ({self.accuracy_note}); "
         text += (f"top-1 agreement with the unmodified model {agree}; "
                  f"{interval_basis('images', self.images)} (each image right or wrong).")
         return Finding(ours=text)
@@ -284,6 +286,8 @@ def skip_removal(loaded: LoadedModel, source: ImageSource, opts: RemoveSkipOptio
     """
     removal, run = opts.removal, run or Run()
     _patched_forward(loaded.model, removal)  # validate before any forward pass
+    # agreement and accuracy are read from the head: a headless model is refused here; labels become head indices
+    match = class_match(loaded, source, "the skip removal (its accuracy and top-1 agreement)")
     gram = gram or GramStatistic()
     indices = select(source, opts.images, opts.shuffle)
     g0, p0, labels = _pass(loaded, source, indices, opts.batch_size, gram, run)
@@ -291,16 +295,17 @@ def skip_removal(loaded: LoadedModel, source: ImageSource, opts: RemoveSkipOptio
         g1, p1, _ = _pass(ablated, source, indices, opts.batch_size, gram, run)
     layers = gram.taps(loaded)
     name0, name1 = loaded.label, ablated.label
-    usable = _labels_usable(loaded, source)
+    usable = match.usable and None not in labels
     maps = [_cka_acc(g0, None, layers, layers), _cka_acc(g1, None, layers, layers), _cka_acc(g0, g1, layers, layers)]
-    counts = PredictionCounts().update(p0, p1, labels if usable else None)
+    counts = PredictionCounts().update(p0, p1, match.to_head(labels) if usable else None)
     run.reduce_accumulators([*maps, counts])
     acc0 = acc1 = None
     if usable:
         acc0, acc1 = counts.right_before / counts.images, counts.right_after / counts.images
     return SkipRemovalResult(
         loaded.label, removal, maps[0].compute(name0, name0), maps[1].compute(name1, name1),
-        maps[2].compute(name0, name1), acc0, acc1, counts.agree / counts.images, counts.images, run.info)
+        maps[2].compute(name0, name1), acc0, acc1, counts.agree / counts.images, counts.images, run.info,
+        accuracy_note="" if usable else match.reason or "some images have no label")
 
 
 @dataclass
@@ -331,14 +336,16 @@ class RetrainedComparison:
 
 def accuracy(loaded: LoadedModel, source: ImageSource, indices: Sequence[int], batch_size: int = 64,
              run: Run | None = None) -> float | None:
-    """Top-1 accuracy over ``indices`` (None when the source's classes do not match the model's outputs)."""
-    if not _labels_usable(loaded, source):
+    """Top-1 accuracy over ``indices`` (None when the source's labels cannot be read as the model's classes:
+    :func:`vitlab.analyses.readout.class_match`; VitlabError for a model with no head)."""
+    match = class_match(loaded, source, "top-1 accuracy")
+    if not match.usable:
         return None
     run = run or Run()
     lp = LogProbStatistic()
     counts = PredictionCounts()
     for batch, found in stream([loaded], source, indices, batch_size, [[lp]], run):
-        counts.update(found[0][lp.name]["logp"].argmax(-1), labels=batch.labels)
+        counts.update(found[0][lp.name]["logp"].argmax(-1), labels=match.to_head(batch.labels))
     run.reduce_accumulators(counts)
     return counts.right_before / counts.images if counts.images else None
 

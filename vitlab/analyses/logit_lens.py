@@ -38,6 +38,7 @@ from ..inputs import taps as taps_mod
 from ..inputs.data import Batch, ImageSource, select
 from ..inputs.models import LoadedModel
 from ..options import DataOptions, option
+from .readout import ClassMatch, class_match
 from .reports import PerModel
 
 NO_READOUT = -1  # a block's prediction where the head cannot read it
@@ -359,6 +360,8 @@ def logit_lens(models: Sequence[LoadedModel], source: ImageSource, opts: LensOpt
     if not models:
         raise VitlabError("give at least one model")
     run = run or Run()
+    # before any forward pass: a headless model has nothing to read out; labels become head indices (by name)
+    matches = [class_match(m, source, "the logit lens") for m in models]
     stat = LensStatistic()
     accs = [LensAccumulator(block_taps(m.model)) for m in models]
     meta: list[dict] = [{} for _ in models]
@@ -370,25 +373,28 @@ def logit_lens(models: Sequence[LoadedModel], source: ImageSource, opts: LensOpt
             classes = int(np.asarray(s["classes"]).ravel()[0])
             meta[k] = {"widths": np.asarray(s["width"]).tolist(), "classes": classes}
             errs[k].append(float(np.asarray(s["last_err"]).ravel()[0]))
-            acc.update(batch_counts(s["pred"], s["final"], batch.labels, classes), batch.index)
+            acc.update(batch_counts(s["pred"], s["final"], _head_labels(matches[k], batch.labels), classes),
+                       batch.index)
     run.reduce_accumulators(accs)
     # every rank gathers (a rank without batches too): the widths and the largest error of all batches
     parts = run.gather_objects((meta, errs))
     meta = [next((p[0][k] for p in parts if p[0][k]), {}) for k in range(len(models))]
     errs = [max((x for p in parts for x in p[1][k]), default=np.nan) for k in range(len(models))]
-    return LensReport([_result(m, acc, meta[k], errs[k], source) for k, (m, acc) in enumerate(zip(models, accs))],
+    return LensReport([_result(m, acc, meta[k], errs[k], matches[k]) for k, (m, acc) in enumerate(zip(models, accs))],
                       run.info)
 
 
-def _result(m: LoadedModel, acc: LensAccumulator, meta: dict, err: float, source: ImageSource) -> LensResult:
+def _head_labels(match: ClassMatch, labels) -> np.ndarray | None:
+    """A batch's labels as head indices; None (no accuracy) where they cannot be read as the head's classes."""
+    if not match.usable or labels is None or any(y is None for y in labels):
+        return None
+    return match.to_head(labels)
+
+
+def _result(m: LoadedModel, acc: LensAccumulator, meta: dict, err: float, match: ClassMatch) -> LensResult:
     correct, agree, counts, per_class = acc.compute()
     classes, family = meta["classes"], taps_mod.family(m.model)
-    note = ""
-    if not source.has_labels:
-        note = "these images have no labels"
-    elif len(source.classes or ()) != classes:
-        note = (f"the head predicts {classes} classes and these images have {len(source.classes or ())}: their labels "
-                "are not the head's classes")
+    note = match.reason
     warnings = []
     if not err <= EXACT_TOL:
         warnings.append(f"{m.label}: the last block's readout differs from the model's logits by {err:.2e} "
