@@ -49,7 +49,8 @@ with lab.guard():
 if result is not None:
     summary = result.summary()
     st.caption(f"{result.images} images; {result.accuracy_kind} of the intact model {result.intact_accuracy}. "
-               "Curves side by side: most local, most global, random heads; "
+               + (f"No accuracy: {lab.md_plain(result.accuracy_note)}. " if result.accuracy_note else "")
+               + "Curves side by side: most local, most global, random heads; "
                + findings.interval_caption("images", result.images, "percentile bootstrap")
                + " (most local and most global heads); random heads: the 2.5-97.5 % range over "
                f"{opts.draws} random draws.")

@@ -46,7 +46,10 @@ with lead:
     if report is None:
         st.info(f"**{lab.OURS_LEAD}** nothing was read out (see below).")
     else:
-        st.markdown(f"**{lab.OURS_LEAD}** {report.finding(s.batch_size).ours}")
+        ours = report.finding(s.batch_size).ours
+        # a reason for no accuracy names the data's classes (a folder's sub-folders): shown as typed
+        noted = any(r.accuracy_note for r in report.results)
+        st.markdown(f"**{lab.OURS_LEAD}** {lab.md_plain(ours) if noted else ours}")
 
 if report is not None:
     for w in report.warnings:
