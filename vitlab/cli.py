@@ -16,8 +16,9 @@ import time
 from pathlib import Path
 
 from .errors import VitlabError
-from .inputs.outdir import OutputNames, check_out, write_file
+from .inputs.outdir import OutputNames, check_free, check_out, remember, write_file
 from .options import parse_ints, parse_strs
+from .resources import VersionAction
 from .table import ANALYSES, Analysis
 
 MODEL_HELP = ("model spec NAME[@WEIGHTS] or zoo:NAME[@random[:SEED]]; WEIGHTS: pretrained (default), "
@@ -192,6 +193,7 @@ def run_analysis(analysis: Analysis, args) -> int:
         print(f"vitlab {analysis.name} does not split over processes (one image, or a check): under torchrun rank 0 "
               f"runs it alone and the other {ctx.world - 1} rank(s) wait", file=sys.stderr)
     out = check_out(args.out)  # before any model runs: a file named as the folder is a typo, not a late traceback
+    check_free(out, [out / "run.json"])  # a run.json vitlab did not write stops the run before it computes
     opts = options_from_args(analysis, args)
     source = open_source(args.data)
     engine_models, models = load_models(analysis, args)
@@ -230,14 +232,21 @@ def write_outputs(analysis: Analysis, result, opts, out: Path, names: OutputName
     from .charts.common import to_bytes
 
     names = names or OutputNames(out)
-    # every file through write_file (atomic, never through a symbolic link: vitlab.inputs.outdir)
+    # every name is given out (and checked: a file vitlab did not write stops the run, OutputNames) before the
+    # first file is written; every file through write_file (atomic, never through a symbolic link)
+    tables = [(names.path(stem, "csv"), frame) for stem, frame in analysis.tables(result).items()]
+    charts = [(names.paths(stem, "png", "svg"), chart) for stem, chart in analysis.charts(result, opts).items()]
     written = []
-    for stem, frame in analysis.tables(result).items():
-        written.append(write_file(names.path(stem, "csv"), frame.to_csv(index=False)))
-    for stem, chart in analysis.charts(result, opts).items():
-        written += [write_file(p, to_bytes(chart, p.suffix[1:])) for p in names.paths(stem, "png", "svg")]
-    if analysis.files:
-        written += analysis.files(result, names)
+    try:
+        if analysis.files:
+            written += analysis.files(result, names)
+        for path, frame in tables:
+            written.append(write_file(path, frame.to_csv(index=False)))
+        for paths, chart in charts:
+            written += [write_file(p, to_bytes(chart, p.suffix[1:])) for p in paths]
+    except BaseException:
+        remember(out, names.given)  # what this run wrote before it stopped stays vitlab's for the next run
+        raise
     if len({os.path.normcase(os.path.abspath(p)) for p in written}) != len(written):
         raise VitlabError(f"vitlab {analysis.name} wrote one file twice in {out}: a bug; please report it")
     return written
@@ -265,9 +274,10 @@ def write_run_json(out: Path, command: str, models: list, args, info, t0: float,
     forward passes, skipped images, seconds, input workers); then skipped images and warnings are reported on
     stderr. ``written``: the files the command's writers returned, recorded with run.json (vitlab.inputs.outdir)."""
     from .engine import dist
+    from .resources import version
 
     write_json(out / "run.json", {
-        "command": command,
+        "command": command, "vitlab": version(),
         "models": [{"spec": m.label, "label": m.spec.label, "fingerprint": m.fingerprint,
                     "memory_format": m.memory_format,
                     **({"taps": model_taps[i]} if model_taps and i < len(model_taps) else {})}
@@ -389,10 +399,12 @@ def app_command(extra: list[str]) -> list[str]:
 
     # serve.py: Home.py as an ASGI app that imports torch/timm and loads the default models when the server starts,
     # so the first page after a (re)start does not wait for them (issue 34, bench/warm_bench.py)
-    home = Path(__file__).resolve().parent.parent / "app" / "serve.py"
+    from .resources import app_dir
+
+    home = app_dir() / "serve.py"  # inside the wheel, or the checkout's app/ (vitlab.resources)
     if not home.is_file():
-        raise VitlabError(f"the app (app/serve.py) is not beside this vitlab ({Path(__file__).parent}); install it from "
-                          "a checkout of the repository: python -m pip install -e .")
+        raise VitlabError(f"the app ({home}) is missing from this vitlab ({Path(__file__).parent}); reinstall it: "
+                          "python -m pip install --force-reinstall vitlab (or python -m pip install -e . in a checkout)")
     given = {a.split("=", 1)[0] for a in extra if a.startswith("--")}
     defaults = {**APP_FLAGS, "--server.maxUploadSize": str(MAX_UPLOAD_BYTES // 2**20)}
     flags = [x for k, v in defaults.items() if k not in given for x in (k, v)]
@@ -400,9 +412,78 @@ def app_command(extra: list[str]) -> list[str]:
 
 
 def run_app(args) -> int:
-    import subprocess
+    return serve(app_command(list(args.streamlit_args)))
 
-    return subprocess.call(app_command(list(args.streamlit_args)))
+
+STOP_SIGNALS = ("SIGTERM", "SIGINT", "SIGHUP")  # what a service manager, Ctrl-C, `kill PID` or a closed terminal send
+GRACE_S = 10.0  # how long the server may take to stop after a forwarded signal before it is killed
+
+
+def _die_with_parent():
+    """A ``preexec_fn`` (Linux) that makes the kernel send SIGTERM to the child when vitlab dies, even by SIGKILL
+    (``prctl(PR_SET_PDEATHSIG)``); None elsewhere. libc is looked up here, in the parent: the child only calls it."""
+    if not sys.platform.startswith("linux"):
+        return None
+    import ctypes
+    import signal
+
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+    parent = os.getpid()
+
+    def preexec() -> None:
+        prctl(1, int(signal.SIGTERM), 0, 0, 0)  # 1: PR_SET_PDEATHSIG
+        if os.getppid() != parent:  # vitlab died between fork and prctl: nobody would end this server
+            os._exit(1)
+
+    return preexec
+
+
+def serve(cmd: list[str]) -> int:
+    """Run the server ``cmd`` as vitlab's child and stay its parent: SIGTERM, SIGINT and SIGHUP sent to vitlab go on
+    to the server, which stops (Streamlit's own handler); vitlab returns its status once it has gone, killing it if
+    it is still there :data:`GRACE_S` seconds after the signal (or at a second signal). On Linux the server also
+    ends when vitlab is killed outright. So no orphan server ever keeps the port."""
+    import signal
+    import subprocess
+    import threading
+
+    child = subprocess.Popen(cmd, preexec_fn=_die_with_parent())  # noqa: S603 - our own command line
+    deadline: list[float] = []
+
+    def forward(signum, _frame) -> None:
+        if child.poll() is not None:
+            return
+        if deadline:  # asked twice: stop now
+            child.kill()
+            return
+        deadline.append(time.monotonic() + GRACE_S)
+        try:
+            child.send_signal(signum)
+        except ProcessLookupError:
+            pass
+
+    stops = [getattr(signal, name) for name in STOP_SIGNALS if hasattr(signal, name)]
+    before = {}
+    if threading.current_thread() is threading.main_thread():  # signal handlers can only be set there
+        before = {sig: signal.signal(sig, forward) for sig in stops}
+    try:
+        while True:
+            try:
+                code = child.wait(timeout=0.2)
+                break
+            except subprocess.TimeoutExpired:
+                if deadline and time.monotonic() > deadline[0]:
+                    child.kill()
+    finally:
+        for sig, handler in before.items():
+            signal.signal(sig, handler)
+        if child.poll() is None:  # vitlab itself is stopping (an exception here): never leave the server behind
+            child.kill()
+            child.wait()
+    return 128 - code if code < 0 else code  # killed by signal N: the shell's 128 + N
 
 
 def add_zoo(sub) -> None:
@@ -514,6 +595,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     one-line help, which needs no analysis module: ``vitlab --help`` imports neither torch nor timm, and
     ``vitlab COMMAND`` imports what COMMAND runs."""
     parser = argparse.ArgumentParser(prog="vitlab", description=__doc__.split("\n")[0])
+    parser.add_argument("--version", action=VersionAction)
     sub = parser.add_subparsers(dest="command", required=True)
     for analysis in ANALYSES.values():
         if command in (None, analysis.name):

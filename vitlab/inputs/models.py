@@ -557,10 +557,11 @@ def load(spec: ModelSpec | str, device: str | None = None, loaded_bytes: int = 0
     this machine's free memory or the models budget beside ``loaded_bytes`` (:func:`check_fits`)."""
     import timm.data
 
+    given = spec  # messages name the model as it was given
     if isinstance(spec, str):
         spec = parse_spec(spec)
     device = resolve_device(device)
-    check_fits(spec, device, loaded_bytes)
+    check_fits(given, device, loaded_bytes)
     if spec.weights == "zoo":
         from .. import zoo
 

@@ -12,7 +12,11 @@ those of them it did not write again. The folder may be one the user also keeps 
 - a record that is not what vitlab writes (hand-edited, an older format, ``{"files": 5}``) is ignored with a
   notice: nothing is removed on its word;
 - every file is written to a temporary file in the folder and renamed over its name (:func:`write_file`): a symbolic
-  link named like an output (``run.json`` -> ``~/.bashrc``) is replaced by the file, its target is never written.
+  link named like an output (``run.json`` -> ``~/.bashrc``) is replaced by the file, its target is never written;
+- a file vitlab did not write is never written over: a regular file (or a folder) with the name of an output that
+  the record does not list with its current size and modification time (the user's ``cka.csv``, or vitlab's own
+  edited since) stops the run with a VitlabError naming it, before anything is written (``run.json`` before
+  anything is computed, the other names as they are given out, :class:`OutputNames`).
 
 The names of one run's files are unique by construction (:class:`OutputNames`): two outputs never share a file, and
 the count a command prints is the count of files it wrote.
@@ -68,6 +72,8 @@ class OutputNames:
         self.out = Path(out)
         self.notes: list[str] = []
         self._owner: dict[str, str] = {n.casefold(): "vitlab's own record" for n in self.RESERVED}
+        self.given: list[Path] = []  # every path given out, in order (recorded if the run stops half-written)
+        self._record: dict[str, list[int]] | None = None
 
     def paths(self, stem: str, *exts: str) -> list[Path]:
         """One path per extension for ``stem``, all with one base name that no earlier call was given."""
@@ -85,9 +91,14 @@ class OutputNames:
             taken = next(self._owner[f"{base}.{e}".casefold()] for e in exts if f"{base}.{e}".casefold() in self._owner)
             self.notes.append(f"output {stem!r} would share the file name '{base}' with {taken!r}: written as "
                               f"'{cand}'")
+        paths = [self.out / f"{cand}.{e}" for e in exts]
+        if self._record is None:
+            self._record = read_record(self.out)[0]
+        check_free(self.out, paths, self._record)  # before the caller writes any of them
         for e in exts:
             self._owner[f"{cand}.{e}".casefold()] = stem
-        return [self.out / f"{cand}.{e}" for e in exts]
+        self.given += paths
+        return paths
 
     def path(self, stem: str, ext: str) -> Path:
         """The path for ``stem`` with extension ``ext`` (see :meth:`paths`)."""
@@ -152,6 +163,61 @@ def read_record(out: Path) -> tuple[dict[str, list[int]], str | None]:
     if not ok:
         return {}, f"ignored {path}: not a record vitlab writes (format {FORMAT!r}); no earlier output removed"
     return files, None
+
+
+def not_ours(out: Path, path: Path, record: dict[str, list[int]]) -> str | None:
+    """Why vitlab may not write over ``path`` in ``out`` (None: nothing is there, a symbolic link is there, which
+    :func:`write_file` replaces without following, or a regular file the record lists as vitlab wrote it)."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return None
+    except OSError as e:
+        return f"cannot be looked at ({e.strerror or e})"
+    if stat.S_ISLNK(st.st_mode):
+        return None
+    rel = _relative(out, path)
+    if stat.S_ISREG(st.st_mode):
+        if rel is not None and rel in record and _removable(out, rel, record[rel]) is not None:
+            return None
+        return "was changed since vitlab wrote it" if rel in record else "is a file vitlab did not write"
+    return "is a folder" if stat.S_ISDIR(st.st_mode) else "is not a regular file"
+
+
+def check_free(out: str | Path, paths: list[str | Path], record: dict[str, list[int]] | None = None) -> None:
+    """A VitlabError naming the first of ``paths`` that vitlab may not write over (:func:`not_ours`); ``record``:
+    the folder's record of vitlab's files (read when not given). Called before anything is written."""
+    from ..errors import VitlabError
+
+    out = Path(out)
+    if record is None:
+        record = read_record(out)[0]
+    for p in map(Path, paths):
+        why = not_ours(out, p, record)
+        if why is not None:
+            raise VitlabError(f"--out '{out}': '{p.name}' is already there and {why}; vitlab never writes over a "
+                              f"file it did not write: move '{p.name}' away, or choose another --out")
+
+
+def remember(out: str | Path, paths: list[str | Path]) -> None:
+    """Add the regular files among ``paths`` to ``out``'s record, beside what it lists: a run stopped after writing
+    some files leaves them recorded as vitlab's, so that the next run may replace them."""
+    out = Path(out)
+    files, notice = read_record(out)
+    if notice:
+        files = {}
+    for p in paths:
+        rel = _relative(out, p)
+        try:
+            st = os.lstat(out / rel) if rel is not None else None
+        except OSError:
+            continue
+        if st is not None and stat.S_ISREG(st.st_mode):
+            files[rel] = [st.st_size, st.st_mtime_ns]
+    try:
+        write_file(out / MANIFEST, json.dumps({"format": FORMAT, "files": dict(sorted(files.items()))}, indent=1))
+    except OSError:
+        pass  # the folder cannot be written: then nothing new is in it either
 
 
 def _removable(out: Path, rel: str, size_mtime: list[int]) -> Path | None:
