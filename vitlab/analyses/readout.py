@@ -195,7 +195,9 @@ def _why(source: ImageSource, classes: list[str], k: int, heads) -> str:
     missing = [c for c in classes if not index.get(name_key(c))]
     ambiguous = [c for c in classes if len(index.get(name_key(c), ())) > 1]
     detail = []
-    if missing:
+    if missing and len(missing) == len(classes):
+        detail.append("none of them names one of the head's classes")
+    elif missing:
         detail.append(f"{_listed(missing)} {'names' if len(missing) == 1 else 'name'} none of the head's classes")
     if ambiguous:
         detail.append(f"{_listed(ambiguous)} {'names' if len(ambiguous) == 1 else 'name'} more than one")
