@@ -68,7 +68,8 @@ def test_plain_svg_comes_back_as_drawn_and_what_a_browser_reads_is_what_was_chec
     drawn = (f'<svg {NS} {XNS} version="1.1" viewBox="0 0 10 10"><defs><linearGradient id="gradient_0" x1="0" '
              f'y1="0"><stop offset="0" stop-color="#fff"/></linearGradient></defs><g transform="translate(1,2)">'
              f'<path d="M0,0h1" fill="url(#gradient_0)" aria-label="Title text \'a &amp; b\'"/><use href="#g"/>'
-             f'<text font-size="10px" data-x="1">0.5 &lt; 1</text></g><g id="g"/></svg>')
+             f'<text font-size="10px" data-x="1" aria-label="url(x) javascript: words">0.5 &lt; 1</text></g>'
+             f'<g id="g"/></svg>')
     assert plain_svg(drawn) == drawn
     assert plain_svg(f'<svg {NS} data-fig="cka"><rect/></svg>') == f'<svg {NS} data-fig="cka"><rect/></svg>'
     # comments, processing instructions and CDATA are read by the checker and written back as text: a browser's
