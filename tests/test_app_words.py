@@ -77,11 +77,12 @@ def test_home_shows_no_cache_path():
     assert any("The disk cache holds" in t for t in texts), texts
 
 
-def test_home_escapes_folder_class_and_file_names(tmp_path):
+def test_home_escapes_folder_class_and_file_names(tmp_path, monkeypatch):
     """A folder's class (sub-folder) and file names are shown as written, never read as Markdown (an image's caption
     is Markdown too): '*x*' stays '*x*', not an italic x."""
     from PIL import Image
 
+    monkeypatch.setenv("VITLAB_FOLDERS", str(tmp_path))  # the app reads folders only there (vitlab.inputs.folders)
     folder = tmp_path / "photos"
     (folder / "cats_*x*").mkdir(parents=True)
     for k in range(4):

@@ -267,8 +267,9 @@ def test_6_two_processes_on_one_cache_agree_and_a_killed_one_leaves_a_usable_cac
 # ------------------------------------------------------------------------------------------ 7. app keys
 
 
-def test_7_app_inputs_are_keyed_by_content_and_listing(tmp_path):
+def test_7_app_inputs_are_keyed_by_content_and_listing(tmp_path, monkeypatch):
     pytest.importorskip("streamlit")
+    monkeypatch.setenv("VITLAB_FOLDERS", str(tmp_path))  # the app reads folders only there (vitlab.inputs.folders)
     sys.path.insert(0, str(ROOT / "app"))
     import lab
 

@@ -38,7 +38,7 @@ _PUBLIC: dict[str, tuple[str, str | None]] = {
         "localization", "logit_lens", "manymodels", "probes", "receptive", "sensitivity", "similarity", "skips",
         "token_gradient", "token_localization", "token_norms")},
     **{m: (f"vitlab.engine.{m}", None) for m in ("activations", "pipeline", "run")},
-    **{m: (f"vitlab.inputs.{m}", None) for m in ("data", "hub", "models", "taps")},
+    **{m: (f"vitlab.inputs.{m}", None) for m in ("data", "folders", "hub", "models", "taps")},
     **{m: (f"vitlab.stats.{m}", None) for m in ("agreement", "cka", "evidence", "measures")},
     **{m: (f"vitlab.{m}", None) for m in ("options", "table", "tour", "zoo")},
     "report": ("vitlab.tour.report", None),

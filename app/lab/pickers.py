@@ -84,9 +84,12 @@ def source_picker() -> str:
     if choice == FOLDER:
         seed = _plain("folder") or ("" if source in SOURCES else source)
         folder = st.text_input("Folder", key=_seed("w.folder", seed),
-                               placeholder="/path/to/images (sub-folders = classes)")
+                               placeholder="/path/to/images (sub-folders = classes)", help=folders_help())
         st.session_state["lab.folder"] = folder.strip()
         source = folder.strip()
+        # a folder is listed once and again when one of its folders changes; a file rewritten in place needs this
+        st.button("Reload folder", key="w.folder.reload", on_click=vitlab.folders.forget,
+                  help="List the folder again now (new, removed and renamed files are seen without it)")
     elif choice == UPLOADS:
         files = st.file_uploader("Upload images", type=[s.lstrip(".") for s in vitlab.data.IMAGE_SUFFIXES],
                                  accept_multiple_files=True, key="w.uploads")
@@ -98,6 +101,13 @@ def source_picker() -> str:
         source = choice
     st.session_state["lab.source"] = source
     return source
+
+
+def folders_help() -> str:
+    """A folder box's help: where this server reads folders from (VITLAB_FOLDERS), escaped."""
+    roots = ", ".join(str(r) for r in vitlab.folders.allowed_roots()) or "none"
+    return md_plain(f"A folder under the folders this server reads ({roots}); VITLAB_FOLDERS names others. "
+                    "Not the root of the file system, no '..'.")
 
 
 def upload_problems_ui(uploads: tuple) -> None:

@@ -91,14 +91,16 @@ def source(s: Settings) -> vitlab.ImageSource:
         return _dataset(s.source)
     if not s.source:
         raise vitlab.VitlabError("no folder given: type the path of a folder of images in the sidebar")
-    return vitlab.open_source(s.source)  # a folder: listed afresh, so new files are seen
+    # a folder only under the server's image folders (VITLAB_FOLDERS), never '/' or '..'; its listing is bounded and
+    # remembered until a folder in it changes (new files are seen; vitlab.inputs.folders), so a rerun walks nothing
+    return vitlab.open_source(s.source, checked=True)
 
 
 def named_source(text: str) -> vitlab.ImageSource:
     """A dataset or folder by name (the bundled datasets cached), e.g. a page's reference set."""
     if not text:
         raise vitlab.VitlabError("no folder given: type the path of a folder of images")
-    return _dataset(text) if text in SOURCES else vitlab.open_source(text)
+    return _dataset(text) if text in SOURCES else vitlab.open_source(text, checked=True)  # a folder: as source()
 
 
 WARMUP_ENV = "VITLAB_WARMUP"  # 0: nothing is warmed in the background (the bench's baseline)

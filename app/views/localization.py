@@ -24,7 +24,13 @@ def reference_ui() -> tl.ReferenceOptions:
         choice = c1.selectbox("Reference set", list(tl.REFERENCES) + ["folder"], key="loc.ref",
                               format_func=lambda k: lab.SOURCES.get(k, "A folder of images…"))
         if choice == "folder":
-            choice = st.text_input("Reference folder", key="loc.ref.folder", placeholder="/path/to/images").strip()
+            choice = st.text_input("Reference folder", key="loc.ref.folder", placeholder="/path/to/images",
+                                   help=lab.pickers.folders_help()).strip()
+            try:  # said where it was typed (the set is opened only when needed); the sidebar's rules
+                if choice:
+                    vitlab.folders.check_folder(choice)
+            except vitlab.VitlabError as e:
+                st.error(lab.md_plain(str(e)))
         n = c2.number_input("Reference images", tl.MIN_IMAGES, 100_000, 256, step=64, key="loc.ref.images")
     return tl.ReferenceOptions(choice, int(n))
 

@@ -23,7 +23,7 @@ from typing import Iterator, Sequence
 
 import numpy as np
 
-from . import evaltransform
+from . import evaltransform, folders
 from ..errors import VitlabError
 
 ASSETS = Path(__file__).resolve().parents[2] / "assets"
@@ -96,6 +96,7 @@ class FilesSource(ImageSource):
     """A list of image files, or of uploaded (name, bytes) pairs, with optional labels."""
 
     may_fail = True
+    listing: str | None = None  # a folder's: fingerprint of its names, sizes and mtimes when listed (listing_key)
 
     def __init__(self, items: Sequence, labels: Sequence[int] | None = None, classes: Sequence[str] | None = None,
                  name: str = "files"):
@@ -140,45 +141,62 @@ def _list_images(root: Path) -> list[Path]:
     camera RAW files, which are then used or named as skipped), sorted: regular files, and also pipes, dead links
     and link loops, which then fail to load with their reason instead of vanishing (symlinked folders not followed:
     a loop cannot recurse). Names that are not UTF-8 are kept (sorted by their bytes)."""
-    found = []
-    for folder, _, names in os.walk(root, followlinks=False):
-        found += [Path(folder) / n for n in names if Path(n).suffix.lower() in LISTED_SUFFIXES]
+    found = folders.walk(root, LISTED_SUFFIXES).files  # bounded in entries and seconds (vitlab.inputs.folders)
     return sorted(found, key=lambda p: key_bytes(str(p)))
 
 
 def listing_key(text: str) -> str:
-    """Changes whenever a folder source gains, loses or changes an image (names, sizes, mtimes); for other
-    sources (data sets, 'samples'), the text itself. Cheap: one stat per file, nothing is read."""
-    root = Path(str(text).strip()).expanduser()
-    if not root.is_dir():
-        return str(text)
+    """The app's key of a source: for a folder the server may read (``folders.check_folder``), a fingerprint of its
+    listing (names, sizes, mtimes: changes when an image is added, removed or renamed), from the listing
+    remembered by :func:`folder_source`, so a rerun walks nothing; for other sources (data sets, 'samples'), and for a
+    folder that cannot be opened (the page says why when it opens it), the text itself."""
+    text = str(text).strip()
+    if text == "samples" or text.partition(":")[0] in DATASET_HEADS:
+        return text
+    try:
+        source = folder_source(folders.check_folder(text))
+    except VitlabError:
+        return text
+    return f"{text}#{source.listing}"
+
+
+def _folder_listing(root: Path) -> tuple[FilesSource | VitlabError, folders.Dirs]:
+    """A folder's source and the folders walked, for :func:`folders.cached`; listed once per change of the folder."""
+    walked = folders.walk(root, LISTED_SUFFIXES)
+    files = sorted(walked.files, key=lambda p: key_bytes(str(p)))
+    if not files:
+        return VitlabError(f"folder '{display_name(str(root))}' holds no images ({', '.join(IMAGE_SUFFIXES)})"
+                           ), walked.dirs
     h = hashlib.sha256(key_bytes(str(root.resolve())))
-    for p in _list_images(root):
+    for p in files:
         try:
             st = os.stat(p)
             h.update(key_bytes(f"{p}\0{st.st_size}\0{st.st_mtime_ns}\0"))
         except OSError as e:
             h.update(key_bytes(f"{p}\0{e.errno}\0"))
-    return f"{text}#{h.hexdigest()[:16]}"
+    rel = [f.relative_to(root) for f in files]
+    if all(len(r.parts) >= 2 for r in rel):
+        classes = sorted({r.parts[0] for r in rel})
+        index = {c: k for k, c in enumerate(classes)}
+        source = FilesSource(files, [index[r.parts[0]] for r in rel], classes, name=str(root))
+    else:
+        source = FilesSource(files, name=str(root))
+    source.listing = h.hexdigest()[:16]
+    return source, walked.dirs
 
 
 def folder_source(path: str | Path) -> FilesSource:
-    """Images under ``path`` (recursive, sorted); class labels from first-level sub-folders when all have one."""
+    """Images under ``path`` (recursive, sorted); class labels from first-level sub-folders when all have one.
+
+    The listing is bounded (``VITLAB_FOLDER_FILES`` entries, ``VITLAB_FOLDER_SECONDS``) and remembered until a folder
+    in it changes (:mod:`vitlab.inputs.folders`): the same folder again gives the same source object, shared."""
     root = Path(path).expanduser()
     if not root.is_dir():
         raise VitlabError(
             f"data source '{path}' is neither a folder nor a known data set "
             "(samples, fashion-mnist[:train|test], cifar10, cifar100)"
         )
-    files = _list_images(root)
-    if not files:
-        raise VitlabError(f"folder '{display_name(str(root))}' holds no images ({', '.join(IMAGE_SUFFIXES)})")
-    rel = [f.relative_to(root) for f in files]
-    if all(len(r.parts) >= 2 for r in rel):
-        classes = sorted({r.parts[0] for r in rel})
-        index = {c: k for k, c in enumerate(classes)}
-        return FilesSource(files, [index[r.parts[0]] for r in rel], classes, name=str(root))
-    return FilesSource(files, name=str(root))
+    return folders.cached(root, _folder_listing)
 
 
 class ArraySource(ImageSource):
@@ -241,18 +259,25 @@ def _cifar(which: str, split: str) -> ArraySource:
     return source
 
 
-def open_source(text: str) -> ImageSource:
-    """Open a data source by name (see the module docstring)."""
+DATASET_HEADS = ("fashion-mnist", "fmnist", "cifar10", "cifar100")
+
+
+def open_source(text: str, *, checked: bool = False) -> ImageSource:
+    """Open a data source by name (see the module docstring). ``checked``: every folder the name reads (a folder of
+    images, Fashion-MNIST's idx folder) must be one the app may read (``folders.check_folder``: under
+    ``VITLAB_FOLDERS``, no root, no '..'); the app sets it, the command line reads what its user types."""
     text = str(text).strip()
     head, _, rest = text.partition(":")
     if text == "samples":
         return folder_source(ASSETS / "samples")
     if head in ("fashion-mnist", "fmnist"):
         split, _, folder = rest.partition(":")
+        if folder and checked:
+            folder = str(folders.check_folder(folder))
         return _fashion_mnist(split or "test", folder or None)
     if head in ("cifar10", "cifar100"):
         return _cifar(head, rest or "test")
-    return folder_source(text)
+    return folder_source(folders.check_folder(text) if checked else text)
 
 
 def uploads_source(uploads: Sequence[tuple[str, bytes]]) -> FilesSource:
