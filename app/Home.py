@@ -10,8 +10,9 @@ from pathlib import Path
 import streamlit as st
 
 APP = Path(__file__).resolve().parent
-# `import lab` from the pages (also under AppTest), and `import vitlab` from this checkout
-for p in (str(APP.parent), str(APP)):
+# `import lab` from the pages (also under AppTest), and `import vitlab` from this checkout; installed (vitlab/_app),
+# the folder above is the vitlab package itself, which must not become a folder of top-level modules
+for p in (str(APP.parent), str(APP)) if (APP.parent / "vitlab").is_dir() else (str(APP),):
     if p not in sys.path:
         sys.path.insert(0, p)
 

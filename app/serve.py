@@ -19,7 +19,7 @@ APP = Path(__file__).resolve().parent
 
 @asynccontextmanager
 async def lifespan(_app):
-    for p in (str(APP.parent), str(APP)):
+    for p in (str(APP.parent), str(APP)) if (APP.parent / "vitlab").is_dir() else (str(APP),):  # as in Home.py
         if p not in sys.path:
             sys.path.insert(0, p)
     try:

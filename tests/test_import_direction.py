@@ -1,6 +1,6 @@
 """The folders of ``vitlab`` import one way only, lowest first (imports inside functions count too):
 
-    errors, options, progress   shared leaves
+    errors, options, progress   shared leaves (and resources: which vitlab this is, where its app and assets are)
     stats                       pure kernels and folds: import nothing of vitlab but ``errors``
     charts                      DataFrame -> Altair chart; know measure names (stats), nothing of models or passes
     inputs, zoo                 models and their taps, images, data sources, cache, hub, output folders; the zoo's
@@ -19,7 +19,7 @@ from __future__ import annotations
 from .test_imports import import_graph
 
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
-    ("leaves", ("errors", "options", "progress")),
+    ("leaves", ("errors", "options", "progress", "resources")),
     ("stats", ("stats",)),
     ("charts", ("charts",)),
     ("inputs", ("inputs", "zoo")),

@@ -29,8 +29,6 @@ from __future__ import annotations
 
 import importlib
 
-__version__ = "0.1.0"
-
 # name -> (module, attribute in it; None: the module itself)
 _PUBLIC: dict[str, tuple[str, str | None]] = {
     **{m: (f"vitlab.analyses.{m}", None) for m in (
@@ -57,6 +55,11 @@ __all__ = [*_PUBLIC]  # noqa: PLE0604 - the names above, listed once
 
 def __getattr__(name: str):
     """A public name, imported on first use (PEP 562)."""
+    if name == "__version__":  # the installed distribution's, else the checkout's pyproject.toml (vitlab.resources)
+        from .resources import version
+
+        globals()[name] = version()
+        return globals()[name]
     try:
         module, attr = _PUBLIC[name]
     except KeyError:

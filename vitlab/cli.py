@@ -396,15 +396,15 @@ def add_app(sub) -> None:
 def app_command(extra: list[str]) -> list[str]:
     """The ``streamlit run`` command line of ``vitlab app`` with ``extra`` arguments (which win over the defaults)."""
     from .inputs.images import MAX_UPLOAD_BYTES
-
-    # serve.py: Home.py as an ASGI app that imports torch/timm and loads the default models when the server starts,
-    # so the first page after a (re)start does not wait for them (issue 34, bench/warm_bench.py)
     from .resources import app_dir
 
-    home = app_dir() / "serve.py"  # inside the wheel, or the checkout's app/ (vitlab.resources)
+    # serve.py: Home.py as an ASGI app that imports torch/timm and loads the default models when the server starts,
+    # so the first page after a (re)start does not wait for them (issue 34, bench/warm_bench.py); inside the wheel,
+    # or the checkout's app/ (vitlab.resources)
+    home = app_dir() / "serve.py"
     if not home.is_file():
-        raise VitlabError(f"the app ({home}) is missing from this vitlab ({Path(__file__).parent}); reinstall it: "
-                          "python -m pip install --force-reinstall vitlab (or python -m pip install -e . in a checkout)")
+        raise VitlabError(f"the app ({home}) is missing from this vitlab ({Path(__file__).parent}); reinstall it from "
+                          "its wheel (docs/development.md, 'Installing'), or python -m pip install -e . in a checkout")
     given = {a.split("=", 1)[0] for a in extra if a.startswith("--")}
     defaults = {**APP_FLAGS, "--server.maxUploadSize": str(MAX_UPLOAD_BYTES // 2**20)}
     flags = [x for k, v in defaults.items() if k not in given for x in (k, v)]

@@ -7,6 +7,7 @@ import hashlib
 import streamlit as st
 
 import vitlab
+from vitlab.resources import describe
 
 from . import links
 from .runs import _loaded_registry, store, weights_status
@@ -188,6 +189,7 @@ CLOCK = """<script>(() => {
 def status_ui() -> None:
     s = settings()
     with st.expander("Status", expanded=False):
+        st.caption(md_plain(describe()))  # which vitlab serves this page: its version, where it is installed from
         for slot, spec in (("A", s.model_a), ("B", s.model_b)):
             st.caption(f"Model {slot} `{spec or '—'}`: {weights_status(spec) if spec else 'not chosen'}")
         loaded = _loaded_registry()

@@ -25,8 +25,9 @@ import numpy as np
 
 from . import evaltransform, folders
 from ..errors import VitlabError
+from ..resources import assets_dir
 
-ASSETS = Path(__file__).resolve().parents[2] / "assets"
+ASSETS = assets_dir()  # the bundled samples, in the wheel and in an editable checkout alike
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".gif", ".tif", ".tiff", ".webp", ".ppm", ".pgm")
 # image files a folder may hold that Pillow may not read (phones save HEIC; cameras RAW): listed, so that each is
 # used when Pillow can read it (AVIF, with Pillow >= 11.3) or named as skipped with what to do (vitlab.inputs.images)

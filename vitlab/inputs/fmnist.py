@@ -39,7 +39,9 @@ _INSTALL_HINT = "install it with `apt-get install dataset-fashion-mnist`, or pas
 
 def bundled_dir() -> Path:
     """The folder of the bundled test slice (IDX gz files and the dataset's licence)."""
-    return Path(__file__).resolve().parents[2] / "assets" / "fashion-mnist"
+    from ..resources import assets_dir
+
+    return assets_dir() / "fashion-mnist"
 
 
 def _file(folder: Path, split: str, kind: str) -> Path | None:

@@ -67,7 +67,9 @@ def code_fingerprint() -> str:
     """SHA-256 of vitlab's own ``.py`` files (names and contents): any change to the package is a new key."""
     root = Path(__file__).resolve().parent.parent
     h = hashlib.sha256()
-    for p in sorted(root.rglob("*.py")):
+    # the app and the assets a wheel carries inside the package (vitlab._app, vitlab._assets) are not the engine's code:
+    # left out, an installed vitlab and an editable checkout of the same code make the same keys
+    for p in sorted(p for p in root.rglob("*.py") if p.relative_to(root).parts[0] not in ("_app", "_assets")):
         h.update(str(p.relative_to(root)).encode() + b"\0" + p.read_bytes() + b"\0")
     return h.hexdigest()[:20]
 

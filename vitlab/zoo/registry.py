@@ -12,8 +12,9 @@ from pathlib import Path
 from typing import Any
 
 from vitlab.errors import VitlabError
+from vitlab.resources import assets_dir
 
-ZOO_DIR = Path(__file__).resolve().parent.parent.parent / "assets" / "zoo"
+ZOO_DIR = assets_dir() / "zoo"  # in the wheel and in an editable checkout alike (vitlab.resources)
 
 # Fashion-MNIST training-set pixel mean and std on [0, 1] (60k images; 0.28604, 0.35302).
 MEAN = (0.2860,)
