@@ -337,17 +337,32 @@ def _serve(tmp_path, mode: str) -> tuple[subprocess.Popen, int, Path]:
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
 def test_5_serve_passes_the_signal_on_and_exits_when_the_child_does(sig, tmp_path):
     parent, child, log = _serve(tmp_path, "handles")
-    parent.send_signal(sig)
-    assert parent.wait(timeout=15) == 0  # the child's own status
-    assert f"got {int(sig)}" in log.read_text() and _wait_gone(child, 5)
+    try:
+        parent.send_signal(sig)
+        assert parent.wait(timeout=15) == 0  # the child's own status
+        assert f"got {int(sig)}" in log.read_text() and _wait_gone(child, 5)
+    finally:
+        _end(parent, child)
+
+
+def _end(parent: subprocess.Popen, child: int) -> None:
+    """Whatever a failing test left running, ended by its pid."""
+    if parent.poll() is None:
+        parent.kill()
+        parent.wait()
+    if _alive(child):
+        os.kill(child, signal.SIGKILL)
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
 def test_5_a_killed_vitlab_takes_its_server_with_it(tmp_path):
     parent, child, _ = _serve(tmp_path, "default")
-    parent.kill()
-    parent.wait(timeout=15)
-    assert _wait_gone(child, 10)
+    try:
+        parent.kill()
+        parent.wait(timeout=15)
+        assert _wait_gone(child, 10)
+    finally:
+        _end(parent, child)
 
 
 def _children(pid: int) -> list[int]:
@@ -366,6 +381,7 @@ def test_5_vitlab_app_stops_on_sigterm_and_frees_the_port(tmp_path):
     proc = subprocess.Popen([sys.executable, "-m", "vitlab", "app", "--server.port", str(port), "--server.address",
                              "127.0.0.1", "--server.headless", "true"], cwd=tmp_path, env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    server: list[int] = []
     try:
         deadline, up = time.time() + 120, False
         while time.time() < deadline and proc.poll() is None and not up:
@@ -375,7 +391,7 @@ def test_5_vitlab_app_stops_on_sigterm_and_frees_the_port(tmp_path):
             except OSError:
                 time.sleep(0.3)
         assert up, "the server did not start"
-        server = _children(proc.pid)
+        server += _children(proc.pid)
         assert len(server) == 1
         proc.send_signal(signal.SIGTERM)
         proc.wait(timeout=20)
@@ -385,6 +401,7 @@ def test_5_vitlab_app_stops_on_sigterm_and_frees_the_port(tmp_path):
     finally:
         if proc.poll() is None:
             proc.kill()
-        for pid in _children(proc.pid):
-            os.kill(pid, signal.SIGKILL)
+        for pid in server + _children(proc.pid):  # never leave a server behind, even when the test fails
+            if _alive(pid):
+                os.kill(pid, signal.SIGKILL)
     assert "Traceback" not in proc.stderr.read()
