@@ -38,7 +38,10 @@ DEFAULT_FILES = 100_000  # ImageNet's validation set (50,000) fits; a home folde
 DEFAULT_SECONDS = 10.0
 CACHE_SIZE = 4  # folders remembered per process; a listing of 100,000 paths holds ~20 MB
 
-_START = Path.cwd()  # "the working folder at server start": a later chdir does not widen what is read
+try:
+    _START = Path.cwd()  # "the working folder at server start": a later chdir does not widen what is read
+except OSError:  # started in a folder since removed: relative paths and the default roots go without it
+    _START = Path.home()
 
 
 def _is_fs_root(path: Path) -> bool:
