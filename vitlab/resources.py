@@ -14,12 +14,8 @@ from __future__ import annotations
 import argparse
 import functools
 import importlib.resources
-import json
 import re
-from importlib import metadata
 from pathlib import Path
-from urllib.parse import unquote, urlparse
-from urllib.request import url2pathname
 
 PACKAGE = Path(__file__).resolve().parent
 NAME = "vitlab"
@@ -69,6 +65,9 @@ def assets_dir() -> Path:
 
 
 def _url_path(url: str) -> Path | None:
+    from urllib.parse import unquote, urlparse
+    from urllib.request import url2pathname  # 10 ms of imports (http, email): only when the version is asked for
+
     parsed = urlparse(url)
     return Path(url2pathname(unquote(parsed.path))).resolve() if parsed.scheme == "file" else None
 
@@ -79,6 +78,9 @@ def install() -> tuple[str, str]:
     distribution's metadata when that distribution is this copy (a wheel's files, or an editable install of the
     checkout this package is in); otherwise, from a checkout's pyproject.toml: a stale or foreign vitlab elsewhere
     on the path never lends its version to this one."""
+    import json
+    from importlib import metadata  # read when the version is asked for, so `vitlab --help` does not wait for it
+
     for dist in metadata.distributions(name=NAME):
         # an install (pip, uv, pipx) leaves a .dist-info; a build's vitlab.egg-info in the checkout is not one
         if not str(getattr(dist, "_path", "x.dist-info")).endswith(".dist-info"):
