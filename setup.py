@@ -9,5 +9,7 @@ through the package, in a wheel and in an editable install alike.
 
 from setuptools import find_packages, setup
 
+# the data folders whose names Python could import are listed as (data-only) packages too, as setuptools asks
 setup(packages=[*find_packages(include=["vitlab", "vitlab.*"]),
-                "vitlab._app", "vitlab._app.lab", "vitlab._app.views", "vitlab._assets"])
+                "vitlab._app", "vitlab._app.lab", "vitlab._app.views",
+                "vitlab._assets", "vitlab._assets.zoo", "vitlab._assets.samples"])
