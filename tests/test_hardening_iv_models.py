@@ -80,7 +80,7 @@ def test_1_any_timm_failure_while_building_names_the_spec(monkeypatch):
 
     monkeypatch.setattr(timm, "create_model", broken)
     models._size.cache_clear()
-    with pytest.raises(VitlabError, match=r"timm cannot build 'resnet10t@random:5' \(KeyError"):
+    with pytest.raises(VitlabError, match=r"timm cannot build 'resnet10t' \(KeyError"):
         models.load("resnet10t@random:5", "cpu")
     models._size.cache_clear()
 

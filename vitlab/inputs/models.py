@@ -410,22 +410,23 @@ def gib(n: float) -> str:
     return f"{n / 2**30:.1f} GiB" if n >= 2**30 / 10 else f"{n / 2**20:.1f} MiB"
 
 
-def _meta_model(spec: ModelSpec):
-    """The architecture of ``spec`` on the meta device: shapes and dtypes, no memory, no weights read."""
+def _meta_model(name: str, img_size: int | None, zoo: bool):
+    """The architecture on the meta device: shapes and dtypes, no memory, no weights read."""
     import torch
 
     with torch.device("meta"):
-        if spec.weights == "zoo" or spec.weights.startswith("zoo@"):
-            from .. import zoo
+        if zoo:
+            from .. import zoo as zoo_models
 
-            return zoo.create(zoo.recipe(spec.name))
-        check_timm_name(spec.name)
-        return _timm_build(spec, pretrained=False)
+            return zoo_models.create(zoo_models.recipe(name))
+        check_timm_name(name)
+        return _timm_build(ModelSpec(name, "pretrained", img_size), pretrained=False)  # label: the name
 
 
 @functools.lru_cache(maxsize=512)
-def _size(spec: ModelSpec) -> ModelSize:
-    model = _meta_model(spec)
+def _size(name: str, img_size: int | None, zoo: bool) -> ModelSize:
+    """Per architecture: seeds, checkpoints and pretrained weights of one architecture share one count."""
+    model = _meta_model(name, img_size, zoo)
     tensors = [*model.parameters(), *model.buffers()]
     return ModelSize(sum(p.numel() for p in model.parameters()),
                      sum(t.numel() * t.element_size() for t in tensors))
@@ -434,8 +435,10 @@ def _size(spec: ModelSpec) -> ModelSize:
 def size(spec: ModelSpec | str) -> ModelSize:
     """Parameters and bytes of ``spec``'s model, counted on the meta device before anything is built (timm builds
     vit_7b's 6.7 B parameters there in 0.16 s, FACTS.md); never reads weights or touches the network. Cached per
-    spec; a bad name or tag is a VitlabError, as for :func:`load`."""
-    return _size(parse_spec(spec) if isinstance(spec, str) else spec)
+    architecture (30-200 ms the first time on a busy 2-core machine, microseconds after); a bad name or tag is a
+    VitlabError, as for :func:`load`."""
+    ms = parse_spec(spec) if isinstance(spec, str) else spec
+    return _size(ms.name, ms.img_size, ms.weights == "zoo" or ms.weights.startswith("zoo@"))
 
 
 # A model needs its weights once more while it loads or runs: a pretrained or checkpoint load holds the state dict
