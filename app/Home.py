@@ -18,9 +18,10 @@ for p in (str(APP.parent), str(APP)) if (APP.parent / "vitlab").is_dir() else (s
 
 import lab
 
+lab.runs.wait_for_warm_imports()  # a server's first seconds: its warm-up imports, never two threads importing at once
 lab.begin_run()  # the clock of the status caption's page time starts with the script run
 
-from vitlab import table  # noqa: E402
+from vitlab import table
 
 # an emoji favicon is drawn in the browser; a ":material/...:" one is fetched from a font server (FACTS.md). The
 # Material icons of the pages come from the font bundled with Streamlit: nothing leaves the machine.

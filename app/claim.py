@@ -46,7 +46,7 @@ def check(key: str, models: list, src, s: lab.Settings, images: int | None = Non
 def words(row: tour.Check) -> dict[str, str]:
     """The lead's lines (also what tests/test_page_words.py compares with the tour's row): paper, statistic, pattern,
     learned, control, basis."""
-    w = row.lines()
+    w = lab.check_lines(row)
     return {"paper": f"**{PAPER_LEAD}** ({row.figure}) {w['paper']}",
             "statistic": f"**{OURS_LEAD}** {w['statistic']}.",
             "pattern": f"**Pattern: {row.pattern}.** {w['pattern_numbers']}",

@@ -97,7 +97,7 @@ def test_home_escapes_folder_class_and_file_names(tmp_path, monkeypatch):
     assert "classes cats\\_\\*x\\*" in images, images
     captions = [img.caption for e in at.main.get("image") for img in e.proto.imgs]
     # by its path inside the folder (not the machine's full path) and its class, escaped
-    assert captions[0] == "cats\\_\\*x\\*/\\[0\\]\\(y\\).png \\(cats\\_\\*x\\*\\)", captions
+    assert captions[0] == "cats\\_\\*x\\*/\\[0\\](y).png (cats\\_\\*x\\*)", captions
     assert not [c for c in captions if str(tmp_path) in c], captions
 
 

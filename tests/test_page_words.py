@@ -132,7 +132,7 @@ def tour_row(settings: dict, key: str):
 def lead_problems(page: str, at, rows: list) -> list[str]:
     """Where the page's lead differs from the tour's rows: the paper's words, the statistic, the pattern and learned
     answers with their numbers and intervals (the same digits), the control on its own line, the interval's basis."""
-    found = [b for _, b in texts(at.main)]
+    found = [re.sub(r"\\([^\w\s])", r"\1", b) for _, b in texts(at.main)]  # as read: the names' escapes removed
     problems = []
     for row in rows:
         w = row.lines()

@@ -62,6 +62,7 @@ from .show import (  # noqa: F401
     PAPER_LEAD,
     answer,
     chart,
+    check_lines,
     clickable,
     clicked,
     export,

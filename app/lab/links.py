@@ -27,14 +27,20 @@ import streamlit as st
 import vitlab
 from vitlab import recipe
 
-from .state import DEVICES, ENV_INTS, SOURCES, UPLOADS, Settings, settings
+from . import runs
+from .state import DEFAULTS, DEVICES, ENV_INTS, SOURCES, UPLOADS, Settings, settings
+from .text import md_plain
 
 SIDEBAR = {"a": "model_a", "b": "model_b", "data": "source", "n": "images", "bs": "batch_size", "device": "device"}
 KEY = re.compile(r"[A-Za-z][A-Za-z0-9_.\-]{0,79}")
 MAX_KEYS, MAX_VALUE, MAX_ITEMS = 48, 1000, 256
 # no setting of vitlab holds these; in a message shown as Markdown they could open a link, an image or an HTML tag
 UNSAFE = frozenset("`<>[]")
-MARKDOWN = re.compile(r"([\\`*_{}\[\]()<>#+\-.!|~$:])")
+# what a link may choose by itself besides zoo and loaded models (the bundled images); the rest it proposes
+BUNDLED = ("fashion-mnist:test", "samples")
+# page widgets that hold model specs (a link's new entries load models): at most this many, costly ones proposed
+MODEL_LISTS = ("lens.models", "mm.models")
+MAX_LINKED_MODELS = 8
 PASSES = 3  # reruns a link may take to reach widgets drawn only after others (a layer once its model ran)
 NOT_VIEW = ("w.", "lab.", "share.", "dl.")  # the sidebar's widgets (linked by SIDEBAR), internals, downloads
 NO_LINK = {"trigger_value", "string_trigger_value", "json_trigger_value", "file_uploader_state_value",
@@ -60,8 +66,8 @@ def _text(name: str, value: str) -> str:
 
 
 def shown(text: str) -> str:
-    """``text`` with every Markdown character escaped: a link's values are shown as written, never rendered."""
-    return MARKDOWN.sub(r"\\\1", text)
+    """``text`` shown as written, never rendered (the app's one escaping function, ``show.md_plain``)."""
+    return md_plain(text)
 
 
 def _sidebar_value(name: str, raw: str) -> Any:
@@ -152,6 +158,7 @@ def read_link() -> None:
     if st.session_state.get("lab.page") == st.session_state.get("share.page"):  # on the linked page only
         for problem in _errors():
             top.error(f"Link: {shown(problem)}")
+        proposals_ui(top)
 
 
 def _read(params: dict[str, str]) -> None:
@@ -162,7 +169,9 @@ def _read(params: dict[str, str]) -> None:
     for name, raw in params.items():
         if name in SIDEBAR:
             try:
-                st.session_state[f"lab.{SIDEBAR[name]}"] = _sidebar_value(name, raw)
+                value = _sidebar_value(name, raw)
+                if not _proposed(name, value):
+                    st.session_state[f"lab.{SIDEBAR[name]}"] = value
             except ValueError as e:
                 _errors().append(f"{e}; the sidebar keeps its default")
         elif not KEY.fullmatch(name) or name.startswith(NOT_VIEW):
@@ -176,9 +185,120 @@ def _read(params: dict[str, str]) -> None:
 
 def _take(key: str, kind: str, raw: str, seeds: dict) -> None:
     try:
-        seeds[key] = _convert(kind, raw)
+        value = _convert(kind, raw)
+        if key in MODEL_LISTS:
+            value = _linked_models(key, value)
     except ValueError as e:
         _errors().append(f"{key}={raw[:40]!r} is not {e}; the page keeps its default")
+        return
+    if value is not None:
+        seeds[key] = value
+        _linked()[key] = {"raw": raw[:40], "value": value, "runs": 0}
+
+
+# ------------------------------------------------------------------ what a link may choose, and what it proposes
+
+
+def _proposals() -> dict[str, dict]:
+    return st.session_state.setdefault("share.proposals", {})
+
+
+def _linked() -> dict[str, dict]:
+    """The page's widgets seeded from the link, until the page has drawn them: a value the widget did not keep
+    (out of range, not an option) is named by :func:`finish`."""
+    return st.session_state.setdefault("share.linked", {})
+
+
+def cheap_model(spec: str) -> bool:
+    """Whether a link may choose ``spec`` by itself (DESIGN.md, Trust): a zoo model or its untrained twin (each a few
+    MiB), the server's own default, or a model already loaded on this server. VitlabError when it is no model spec."""
+    if spec in (DEFAULTS["model_a"], DEFAULTS["model_b"]):
+        return True
+    ms = vitlab.models.parse_spec(spec)
+    if ms.weights == "zoo" or ms.weights.startswith("zoo@"):
+        return True
+    return any(k[0] == spec for k in runs._loaded_registry())
+
+
+def _propose(target: str, what: str, value: str, keys: dict[str, Any], cost: tuple[str, bool], reseed=()) -> None:
+    _proposals()[target] = {"what": what, "value": value, "keys": keys, "cost": cost[0], "fits": cost[1],
+                            "reseed": tuple(reseed)}
+
+
+def _proposed(name: str, value: Any) -> bool:
+    """Propose a sidebar choice of the link that costs memory, network or a folder (True), instead of taking it."""
+    slot = SIDEBAR[name]
+    if name in ("a", "b"):
+        try:
+            if cheap_model(value):
+                return False
+            cost = runs.model_cost(value)
+        except vitlab.VitlabError as e:
+            raise ValueError(f"model {name.upper()} {value!r} in the link cannot be used: {e}") from None
+        reseed = [f"w.{slot}.{part}" for part in ("kind", "text", "arch", "path")]
+        _propose(slot, f"model {name.upper()}", value, {f"lab.{slot}": value}, cost, reseed)
+        return True
+    if name == "data" and value not in BUNDLED and value != DEFAULTS["source"]:
+        try:
+            cost = runs.source_cost(value)
+        except vitlab.VitlabError as e:
+            raise ValueError(f"data={value!r} in the link cannot be used: {e}") from None
+        _propose(slot, "images", value, {"lab.source": value, "lab.folder": ""}, cost, ("w.source", "w.folder"))
+        return True
+    return False
+
+
+def _linked_models(key: str, specs: list) -> list | None:
+    """A page's model list from a link: the cheap models taken, the rest proposed (None: the page keeps its own)."""
+    if len(specs) > MAX_LINKED_MODELS:
+        raise ValueError(f"a list of at most {MAX_LINKED_MODELS} models (it has {len(specs)})")
+    cheap, costly = [], []
+    for spec in specs:
+        if not isinstance(spec, str):
+            raise ValueError("a list of model names")
+        try:
+            if cheap_model(spec):
+                cheap.append(spec)
+            else:
+                costly.append((spec, runs.model_cost(spec)))
+        except vitlab.VitlabError as e:
+            raise ValueError(f"a list of models that can be loaded ({spec!r}: {e})") from None
+    if costly:
+        costly, words = [spec for spec, _ in costly], [cost for _, cost in costly]
+        _propose(key, f"{len(costly)} more model{'s' if len(costly) > 1 else ''} on this page", ", ".join(costly),
+                 {key: list(specs)}, ("; ".join(f"{spec}: {w}" for spec, (w, _) in zip(costly, words)),
+                                      all(fits for _, fits in words)))
+    return cheap or None
+
+
+def _accept(target: str) -> None:
+    """The person's click on a proposal: the link's choice is taken (a button callback, before the page draws)."""
+    proposal = _proposals().pop(target, None)
+    if proposal is None:
+        return
+    for key in proposal["reseed"]:
+        st.session_state.pop(key, None)
+    st.session_state.update(proposal["keys"])
+
+
+def _dismiss(target: str) -> None:
+    _proposals().pop(target, None)
+
+
+def proposals_ui(where) -> None:
+    """What the link asks for and has not done: each with its cost, done only by the person's click."""
+    for target, p in list(_proposals().items()):
+        box = where.container(border=True)
+        box.markdown(f"**The link asks for {p['what']}:** {shown(p['value'])}  \n{shown(p['cost'])}")
+        if not p["fits"]:
+            box.caption("It cannot be loaded on this server; the page keeps its own choice.")
+            box.button("Dismiss", key=f"share.dismiss.{target}", on_click=_dismiss, args=(target,))
+            continue
+        box.caption("Nothing is loaded, downloaded or read until you choose it; the page keeps its own choice "
+                    "meanwhile.")
+        c1, c2 = box.columns([1, 1], gap="small", width=360)
+        c1.button("Use it", key=f"share.accept.{target}", on_click=_accept, args=(target,), type="primary")
+        c2.button("Dismiss", key=f"share.dismiss.{target}", on_click=_dismiss, args=(target,))
 
 
 def _seed_known() -> None:
@@ -239,6 +359,23 @@ def _follow(view: dict[str, Any]) -> None:
         st.rerun()
 
 
+def _kept(view: dict[str, Any]) -> None:
+    """Name each linked value its widget did not keep (a block past the model's depth, an option the page does not
+    offer): the page shows another view than the link's, and says which."""
+    linked = _linked()
+    for key in list(linked):
+        entry = linked[key]
+        if key in view:
+            if view[key] != entry["value"]:
+                _errors().append(f"{key}={entry['raw']!r} is not one of this page's choices here; it shows "
+                                 f"{_encode(view[key])[:40]!r} instead")
+            del linked[key]
+        else:
+            entry["runs"] += 1
+            if entry["runs"] > PASSES + 1:  # drawn only after a result this session has not reached
+                del linked[key]
+
+
 def state(s: Settings, view: dict[str, Any]) -> dict[str, str]:
     """The URL query of this view: the sidebar's choices and the page's widgets."""
     params = {k: str(getattr(s, v)) for k, v in SIDEBAR.items()}
@@ -265,6 +402,7 @@ def finish() -> None:
     view = view_state()
     for key, value in view.items():
         _KINDS[key] = _kind(value)
+    _kept(view)
     _follow(view)
     params = state(s, view)
     if {k: st.query_params.get(k) for k in st.query_params} != params:

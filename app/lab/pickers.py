@@ -10,7 +10,7 @@ import vitlab
 from vitlab.resources import describe
 
 from . import links
-from .runs import _loaded_registry, store, weights_status
+from .runs import _loaded_registry, loaded_bytes, store, weights_status
 from .show import md_plain
 from .state import (
     CHECKPOINT,
@@ -145,7 +145,7 @@ def sidebar() -> None:
         device = st.selectbox("Device", DEVICES, key=_seed("w.device", _plain("device")))
         st.session_state.update({"lab.images": int(images), "lab.batch_size": int(batch), "lab.device": device})
         for problem in env_settings()[1]:
-            st.error(problem)
+            st.error(md_plain(problem, lines=True))
         status_ui()
         st.html(CLOCK, unsafe_allow_javascript=True, width="content")
 
@@ -191,12 +191,13 @@ def status_ui() -> None:
     with st.expander("Status", expanded=False):
         st.caption(md_plain(describe()))  # which vitlab serves this page: its version, where it is installed from
         for slot, spec in (("A", s.model_a), ("B", s.model_b)):
-            st.caption(f"Model {slot} `{spec or '—'}`: {weights_status(spec) if spec else 'not chosen'}")
-        loaded = _loaded_registry()
-        st.caption("Loaded models: " + (", ".join(f"`{k[0]}` ({k[1]})" for k in loaded) if loaded else "none yet"))
+            st.caption(f"Model {slot} {md_plain(spec or '—')}: {md_plain(weights_status(spec)) if spec else 'not chosen'}")
+        loaded = list(_loaded_registry().keys())
+        st.caption("Loaded models: " + (md_plain(", ".join(f"{spec} ({device})" for spec, device in loaded))
+                                        if loaded else "none yet") + f"; {loaded_bytes() / 2**30:.2f} GiB held")
         info = store().info()
         for w in store().warnings:
-            st.warning(w)
+            st.warning(md_plain(w, lines=True))
         if info.get("enabled"):
             st.caption(f"Disk cache: {info['entries']} entries, {info['bytes'] / 2**20:.1f} MiB of "
                        f"{info['size_limit'] / 2**30:.0f} GiB in `{info['directory']}`")
@@ -205,12 +206,13 @@ def status_ui() -> None:
                        f"and transforming images ahead of the forward ({vitlab.pipeline.cores()} cores; set "
                        f"VITLAB_WORKERS and VITLAB_WORKER_KIND to change)")
         except vitlab.VitlabError as e:  # a bad VITLAB_WORKERS / VITLAB_WORKER_KIND: named here and on each run
-            st.error(str(e))
+            st.error(md_plain(str(e), lines=True))
 
 
 def model_slot(key: str, s: Settings, prefer: str | None = None) -> str:
     """A/B radio; returns the chosen spec."""
     specs = {"A": s.model_a, "B": s.model_b}
-    slot = st.radio("Model", list(specs), horizontal=True, key=key, format_func=lambda k: f"{k}: {specs[k] or '—'}")
+    slot = st.radio("Model", list(specs), horizontal=True, key=key,
+                    format_func=lambda k: f"{k}: {md_plain(specs[k] or '—')}")
     return specs[slot]
 

@@ -10,6 +10,7 @@ import sys
 import threading
 import time
 import traceback
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -19,6 +20,7 @@ import vitlab
 from vitlab.tour import saved
 
 from .state import DEFAULTS, MEMO_SIZE, SOURCES, UPLOADS, Settings
+from .text import md_plain
 
 
 def weights_status(spec: str) -> str:
@@ -34,6 +36,38 @@ def download_weights(spec: str, bar) -> None:
     vitlab.models.download_weights(spec, progress)
 
 
+def loaded_bytes() -> int:
+    """The memory the models loaded on this server hold (all sessions share them), for the models budget."""
+    return sum(vitlab.models.size(spec).bytes for spec, _ in list(_loaded_registry().keys()))
+
+
+def model_cost(spec: str) -> tuple[str, bool]:
+    """What loading ``spec`` would cost, in words, and whether it fits this server (sized on the meta device, nothing
+    built): '86.6 M parameters (330 MiB in float32); random weights'. VitlabError when it is no model."""
+    size = vitlab.models.size(spec)
+    words = f"{size.words}; {weights_status(spec)}"
+    try:
+        vitlab.models.check_fits(spec, loaded_bytes=loaded_bytes())
+    except vitlab.VitlabError as e:
+        return f"{words}. {e}", False
+    return words, True
+
+
+DATASET_MB = {"cifar10": 163, "cifar100": 161}  # torchvision's archives (python versions), downloaded once
+
+
+def source_cost(text: str) -> tuple[str, bool]:
+    """What opening the image source ``text`` of a link would do, in words, and whether it may (a folder only under
+    the server's image folders, VITLAB_FOLDERS)."""
+    head = text.split(":")[0]
+    if head in DATASET_MB:
+        return (f"the {head.upper().replace('CIFAR', 'CIFAR-')} data set: read from this machine when it is there, "
+                f"else a download of about {DATASET_MB[head]} MB"), True
+    if head in ("fashion-mnist", "fmnist"):
+        return "Debian's Fashion-MNIST files on this machine", True
+    return f"the images of the folder {vitlab.folders.check_folder(text)} on this server", True
+
+
 @st.cache_resource(show_spinner=False)
 def store() -> vitlab.Store:
     try:
@@ -45,14 +79,16 @@ def store() -> vitlab.Store:
 
 
 @st.cache_resource(show_spinner=False)
-def _loaded_registry() -> dict:
-    return {}
+def _loaded_registry() -> weakref.WeakValueDictionary:
+    """(spec, device) -> the loaded model, while the model cache holds it (an evicted model leaves by itself)."""
+    return weakref.WeakValueDictionary()
 
 
 @st.cache_resource(show_spinner=False, max_entries=8)
 def _load(spec: str, device: str) -> vitlab.LoadedModel:
-    loaded = vitlab.load(spec, None if device == "auto" else device)
-    _loaded_registry()[(spec, loaded.device)] = loaded.fingerprint
+    # sized against the free memory and the models budget before anything is built (vitlab.models.check_fits)
+    loaded = vitlab.load(spec, None if device == "auto" else device, loaded_bytes=loaded_bytes())
+    _loaded_registry()[(spec, loaded.device)] = loaded
     return loaded
 
 
@@ -120,6 +156,19 @@ _warm_lock = threading.Lock()
 _warm_thread: list[threading.Thread] = []
 
 
+# set when the warm-up thread's imports are done: until then a page's run waits for them rather than importing the
+# same modules beside it (two threads importing timm at once can each see the other's half-made module:
+# "partially initialized module 'timm.data'", issue 51)
+_imports_done = threading.Event()
+IMPORT_WAIT = 300.0  # seconds: a hung import never hangs a page for longer; the page then imports on its own
+
+
+def wait_for_warm_imports() -> None:
+    """Before a page runs: wait until the warm-up thread (when one runs) has imported its modules."""
+    if _warm_thread and not _imports_done.is_set() and threading.current_thread() is not _warm_thread[0]:
+        _imports_done.wait(IMPORT_WAIT)
+
+
 def warm_up() -> threading.Thread | None:
     """Import the heavy libraries and load the default models and images in a background thread, once per process
     (``VITLAB_WARMUP=0``: never; under pytest only with ``VITLAB_WARMUP=1``), so that the first page of a new server
@@ -144,11 +193,14 @@ def _warm() -> None:
 
     log = logging.getLogger("vitlab.warm_up")
     t0 = time.perf_counter()
-    for name in WARM_MODULES:
-        try:
-            importlib.import_module(name)
-        except Exception as e:  # noqa: BLE001 - warming is an optimisation: the page reports any real problem
-            log.warning("warm-up: import %s failed (%s)", name, e)
+    try:
+        for name in WARM_MODULES:
+            try:
+                importlib.import_module(name)
+            except Exception as e:  # noqa: BLE001 - warming is an optimisation: the page reports any real problem
+                log.warning("warm-up: import %s failed (%s)", name, e)
+    finally:
+        _imports_done.set()
     try:
         store()
         saved.code_fingerprint()
@@ -167,8 +219,8 @@ def guard():
     """Show an error in place, in words, and let the rest of the page run on."""
     try:
         yield
-    except vitlab.VitlabError as e:
-        st.error(str(e))
+    except vitlab.VitlabError as e:  # its words may name what came from outside: shown as written
+        st.error(md_plain(str(e), lines=True))
     except MemoryError:
         st.error("Out of memory: lower the batch size or the number of images in the sidebar.")
     except RuntimeError as e:
@@ -183,7 +235,7 @@ def guard():
 def _unexpected(e: Exception) -> None:
     if os.environ.get("VITLAB_STRICT") == "1":  # tests: a crash must fail them, not read as an error in words
         raise e
-    st.error(f"Unexpected error ({type(e).__name__}): {e}")
+    st.error(f"Unexpected error ({type(e).__name__}): {md_plain(str(e), lines=True)}")
     with st.expander("Details"):
         st.code(traceback.format_exc())
 

@@ -4,7 +4,6 @@ Markdown-safe names."""
 from __future__ import annotations
 
 import functools
-import re
 from collections.abc import Callable
 
 import streamlit as st
@@ -13,24 +12,13 @@ from vitlab import charts
 from vitlab.charts.common import image_png, slug
 
 from .runs import _run_state
-
-# What makes Markdown of a name mid-sentence (CommonMark escapes any ASCII punctuation with a backslash): emphasis,
-# code, links and images, HTML, maths ('$'), Streamlit's emoji, icons and colour directives (':red[x]'), tables, and
-# GFM's bare links ('http://e.com' through ':', 'www.e.com', 'a@e.com'); '.', '-' and '+' only matter at the start
-# of a line (a list), so 'vit-cls.png' stays as it is
-_MARKDOWN = re.compile(r"([\\`*_{}\[\]()#!|<>~$:&^@=\"])")
+from .text import _LINE_START, _MARKDOWN, md_plain  # noqa: F401 - the one escaping function
 
 
-_LINE_START = re.compile(r"^(\s*\d*)([-+.)])")
-
-
-def md_plain(text: str) -> str:
-    """``text`` (an uploaded file's name, a folder path) escaped for Streamlit Markdown, as the HTML report escapes
-    HTML, so that it shows as typed: never a link, bold, code, maths or an icon. Line breaks become spaces (a name
-    never starts a new paragraph)."""
-    out = _MARKDOWN.sub(r"\\\1", " ".join(str(text).splitlines()))
-    out = re.sub(r"(?i)\b(www)\.", r"\1\\.", out)
-    return _LINE_START.sub(r"\1\\\2", out)
+def check_lines(row) -> dict[str, str]:
+    """A tour check's words (``vitlab.tour.Check.lines``), each shown as written: they name models, images and data
+    sets that came from outside (a checkpoint's file name, an image's decode note)."""
+    return {k: md_plain(v) if isinstance(v, str) else v for k, v in row.lines().items()}
 
 
 PAPER_LEAD, OURS_LEAD = "The paper reports", "On these models:"
@@ -42,10 +30,11 @@ def finding(paper: str, ours: str | None = None, why: str | None = None) -> None
     cannot speak to the claim (e.g. no local heads to compare), ``why`` says so in place of ``ours``.
     Pages never state the paper's finding as fact: its words always sit next to the answer for these models."""
     st.markdown(f"**{PAPER_LEAD}** {paper.strip()}")
-    if ours:
-        st.markdown(f"**{OURS_LEAD}** {ours.strip()}")
+    if ours:  # the engine's words name models and images that came from outside: shown as written
+        st.markdown(f"**{OURS_LEAD}** {md_plain(ours.strip(), lines=True)}")
     else:
-        st.info(f"**{OURS_LEAD}** {(why or 'this page cannot answer the claim with these settings.').strip()}")
+        why = md_plain(why.strip(), lines=True) if why else "this page cannot answer the claim with these settings."
+        st.info(f"**{OURS_LEAD}** {why}")
 
 
 def answer(paper: str, found, missing: str) -> None:

@@ -72,7 +72,7 @@ with lab.guard():
     result = lab.compute((a.name, s.key, opts), lambda run: a.call(models, src, opts, run), a.title)
 if result is not None:
     for w in getattr(result, "warnings", []):
-        st.warning(w)
+        st.warning(lab.md_plain(w, lines=True))
     for line in a.headline(result):
         st.caption(line)
     tables = a.tables(result)

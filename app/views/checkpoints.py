@@ -50,7 +50,7 @@ with lead:
 
 if result is not None:
     for w in result.warnings:
-        st.warning(w)
+        st.warning(lab.md_plain(w, lines=True))
     frame = result.to_frame()
     chart = charts.checkpoint_lines(frame)
     lab.chart(chart, key="ckpt.chart")

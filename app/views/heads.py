@@ -49,7 +49,7 @@ with lead:
 
 if result is not None:
     for w in result.warnings:
-        st.warning(w)
+        st.warning(lab.md_plain(w, lines=True))
     frame = result.to_frame()
     chart = charts.head_subset_chart(frame)
     lab.chart(chart, key="heads.chart")

@@ -21,11 +21,12 @@ left, right = st.columns(2)
 with left:
     st.subheader("Models")
     for slot, spec in (("A", s.model_a), ("B", s.model_b)):
-        st.markdown(f"**{slot}**: `{spec or '—'}` · {lab.weights_status(spec) if spec else 'not chosen'}")
+        st.markdown(f"**{slot}**: {lab.md_plain(spec or '—')} · "
+                    f"{lab.md_plain(lab.weights_status(spec)) if spec else 'not chosen'}")
     with lab.guard():
         a, b = lab.models(s)
         for m in (a, b):
-            st.caption(f"{m.label}: family {m.family}, input "
+            st.caption(f"{lab.md_plain(m.label)}: family {m.family}, input "
                        f"{tuple(m.data_config['input_size'])}, {len(vitlab.taps.default_taps(m.model))} CKA taps, "
                        f"device {m.device}, fingerprint {m.fingerprint}")
 with right:

@@ -48,9 +48,14 @@ def your_images_ui(s, src):
 
 def token_state(grid: tuple[int, int]) -> tuple[int, int]:
     """The chosen token, kept in session keys 'loc.row'/'loc.col' (the number inputs', which the two clickable charts
-    move). A view starts on the centre token, and again when the grid changes size (another model)."""
-    if st.session_state.get("loc.grid") != grid or "loc.row" not in st.session_state:
-        st.session_state["loc.row"], st.session_state["loc.col"] = tl.centre_token(grid)
+    move). A view starts on the centre token, and again when the grid changes size (another model); a token it
+    starts with (a link's) is kept when it lies on the grid."""
+    previous = st.session_state.get("loc.grid")
+    if previous != grid:
+        row, col = st.session_state.get("loc.row"), st.session_state.get("loc.col")
+        on_grid = isinstance(row, int) and isinstance(col, int) and 0 <= row < grid[0] and 0 <= col < grid[1]
+        if previous is not None or not on_grid:
+            st.session_state["loc.row"], st.session_state["loc.col"] = tl.centre_token(grid)
         st.session_state["loc.grid"] = grid
     # a click on the image of the upload view (drawn further down) moves the token before the inputs are drawn
     lab.follow_click("loc.pick", lab.clicked(st.session_state.get("loc.pick"), "pick", ["token_row", "token_col"]),
@@ -82,7 +87,7 @@ with lab.guard():
     src = lab.source(s)
     data_name, data_images, note = tl.images_for_dataset(min(s.images, len(src)), src.name, ref)
     if note:
-        st.info(note)
+        st.info(lab.md_plain(note, lines=True))
     data = src if note is None else lab.named_source(ref.source)
     opts = localization.LocalizationOptions(images=data_images, batch_size=s.batch_size)
     report = lab.compute(("loc", s.key, data_name, data_images),
@@ -140,7 +145,7 @@ if report is not None:
     if report.warnings:
         with st.expander(f"{len(report.warnings)} warning(s) of the run"):
             for w in report.warnings:
-                st.caption(w)
+                st.caption(lab.md_plain(w, lines=True))
     token = result.prefix + row * gw + col
     frame = result.to_frame()
     shown = ([0] if result.prefix else []) + [token]
@@ -186,10 +191,10 @@ if report is not None:
             picker = charts.token_picker_chart(picture, (gh, gw), (row, col), select="pick")
             lab.chart(picker, on_select="rerun", key="loc.pick")
             lab.export(picker, charts.token_picker_frame((gh, gw), (row, col)), f"model_input_{m.label}", "loc.pick")
-        st.caption(f"**What the model sees** ({m.label}'s transform): {seen.text}.")
+        st.caption(f"**What the model sees** ({lab.md_plain(m.label)}'s transform): {lab.md_plain(seen.text)}.")
         if view is not None:
             if view.note:
-                st.info(view.note)
+                st.info(lab.md_plain(view.note, lines=True))
             info = view.summary()
             # an upload's name as given (it may hold a '/'); a folder's image by its file name; a data set's by its
             # number and class
@@ -231,7 +236,7 @@ if report is not None:
                            "loc.grad")
             with cols[2]:
                 if view.attention is None:
-                    st.info(view.attention_note)
+                    st.info(lab.md_plain(view.attention_note, lines=True))
                 else:
                     attn_chart = charts.token_map_chart(
                         view.attention.grid, (gh, gw), (row, col), legend="attention weight", picture=picture,
@@ -242,4 +247,4 @@ if report is not None:
                     lab.export(attn_chart, view.attention.to_frame(), f"attention_{m.label}_{block}_token{row}_{col}",
                                "loc.attn")
             for w in view.gradient.warnings:
-                st.warning(w)
+                st.warning(lab.md_plain(w, lines=True))

@@ -46,14 +46,12 @@ with lead:
     if report is None:
         st.info(f"**{lab.OURS_LEAD}** nothing was read out (see below).")
     else:
-        ours = report.finding(s.batch_size).ours
-        # a reason for no accuracy names the data's classes (a folder's sub-folders): shown as typed
-        noted = any(r.accuracy_note for r in report.results)
-        st.markdown(f"**{lab.OURS_LEAD}** {lab.md_plain(ours) if noted else ours}")
+        # it names the models and, where there is no accuracy, the data's classes (a folder's sub-folders)
+        st.markdown(f"**{lab.OURS_LEAD}** {lab.md_plain(report.finding(s.batch_size).ours, lines=True)}")
 
 if report is not None:
     for w in report.warnings:
-        st.warning(w)
+        st.warning(lab.md_plain(w, lines=True))
     frame = report.to_frame()
     chart = charts.lens_lines(frame)
     lab.chart(chart, key="lens.chart")

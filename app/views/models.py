@@ -48,9 +48,10 @@ with lab.guard():
 if result is not None:
     res, info = result
     st.caption(lab.run_caption(info, res.images) + "; forward passes: " +
-               (", ".join(f"{k} {v}" for k, v in info.forward_passes.items()) or "none (all from the cache)"))
+               (lab.md_plain(", ".join(f"{k} {v}" for k, v in info.forward_passes.items()))
+                or "none (all from the cache)"))
     for line in res.summary():
-        st.markdown(f"- {line}")
+        st.markdown(f"- {lab.md_plain(line)}")
     depth = st.radio("Depth", list(res.depths), horizontal=True, key="mm.depth", format_func=lambda d: f"{d:g}")
     frame, coords = res.to_frame(), res.coords_frame()
     part, xy = frame[frame["depth"] == depth], coords[coords["depth"] == depth]

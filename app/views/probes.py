@@ -50,7 +50,7 @@ with lead:
 if report is not None:
     for r in report.results:
         for w in r.warnings:
-            st.warning(w)
+            st.warning(lab.md_plain(w, lines=True))
     frame = report.to_frame()
     chart = charts.probe_lines(frame)
     lab.chart(chart, key="probe.chart")

@@ -37,7 +37,7 @@ with lead:
 
 if result is not None:
     for w in result.warnings:
-        st.warning(w)
+        st.warning(lab.md_plain(w, lines=True))
     frame = result.to_frame()
     chart = charts.receptive_field_chart(frame, columns=6, size=110)
     lab.chart(chart, key="rf.chart")

@@ -11,8 +11,8 @@ import streamlit as st
 
 import vitlab
 from vitlab import charts
-from vitlab.charts import similarity as sim_charts
 from vitlab.analyses import findings
+from vitlab.charts import similarity as sim_charts
 from vitlab.charts.cka import cka_profile
 from vitlab.charts.words import layer_in_words
 
@@ -52,8 +52,8 @@ def pair_ui(frame, view: str, clicked: dict | None, families: dict[str, str]) ->
         st.session_state[ka], st.session_state[kb] = clicked["layer_a"], clicked["layer_b"]
     st.session_state[last] = clicked
     ma, mb = frame["model_a"].iloc[0], frame["model_b"].iloc[0]
-    la = st.selectbox(f"Layer of {ma}", layers_a, key=ka, format_func=in_words(families, ma))
-    lb = st.selectbox(f"Layer of {mb}", layers_b, key=kb, format_func=in_words(families, mb))
+    la = st.selectbox(f"Layer of {lab.md_plain(ma)}", layers_a, key=ka, format_func=in_words(families, ma))
+    lb = st.selectbox(f"Layer of {lab.md_plain(mb)}", layers_b, key=kb, format_func=in_words(families, mb))
     return la, lb
 
 
@@ -116,7 +116,7 @@ def other_measure(a, b, src, s, tokens: str, measure: str, families: dict[str, s
     st.caption(f"{info.title} ({info.reference}): {info.definition}; {opts.settings(measure)}. "
                f"{rep.images} images in {rep.batches} batches.")
     for w in rep.warnings:
-        st.warning(w)
+        st.warning(lab.md_plain(w, lines=True))
     view = st.radio("Heatmap", list(VIEWS), horizontal=True, key="sim.view")
     frame = rep.pair_frame(measure, *VIEWS[view])
     vid = VIEW_IDS[view]
@@ -191,7 +191,7 @@ with lead:
 if report is not None:
     st.caption(lab.run_caption(report.info, report.images))
     for w in report.warnings:
-        st.warning(w)
+        st.warning(lab.md_plain(w, lines=True))
     view = st.radio("Heatmap", list(VIEWS), horizontal=True, key="sim.view")
     result = report.pair(*VIEWS[view])
     frame = result.to_frame()

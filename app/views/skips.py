@@ -35,7 +35,7 @@ with lead:
     claim.lead(row, "Fig 7")
 if report is not None:
     for w in report.warnings:
-        st.warning(w)
+        st.warning(lab.md_plain(w, lines=True))
     frame = report.to_frame()
     with lab.guard():
         summary = report.summary()
@@ -57,7 +57,7 @@ if report is not None:
 st.subheader("Remove a skip connection")
 c1, c2, c3, c4 = st.columns([2, 1, 1.8, 1])  # the sublayer's words whole at 1280 px (issue 38)
 slot = c1.radio("Model", ["A", "B"], horizontal=True, key="skips.slot",
-                format_func=lambda k: f"{k}: {s.model_a if k == 'A' else s.model_b}")
+                format_func=lambda k: f"{k}: {lab.md_plain(s.model_a if k == 'A' else s.model_b)}")
 block = c2.number_input("Block", 0, 200, 1, key="skips.block", help="counted from 0, as the model's own layer names, "
                         "the charts and the CLI's --block count them")
 which = c3.selectbox("Sublayer", interventions.WHICH, key="skips.which",
@@ -79,7 +79,7 @@ if chosen:
             m, lab.source(s), opts, run), "Skip removal")
     if result is not None:
         # a skip removed at inference, not the paper's Fig 8 (retrained without it: the zoo comparison below)
-        st.markdown(f"**Removed at inference** (not retrained, so not the paper's Fig 8): {result.finding().ours}")
+        st.markdown(f"**Removed at inference** (not retrained, so not the paper's Fig 8): {lab.md_plain(result.finding().ours, lines=True)}")
         st.caption(f"{result.kind}; {result.images} images")
         frame = result.to_frame()
         # two a row: three heatmaps with their layer names do not fit one row at 1280 px (issue 34)

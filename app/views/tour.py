@@ -98,7 +98,7 @@ if report is not None:
     step = nav[1].radio("Figure", STEPS, horizontal=True, key="tour.step", label_visibility="collapsed",
                         format_func=lambda k: tour.CLAIMS[k].figure)
     row = report.rows[list(tour.CLAIMS).index(step)]  # the report keeps the checks in CLAIMS order
-    words = row.lines()
+    words = lab.check_lines(row)
     st.subheader(f"{row.figure}: {row.title}")
     left, right = st.columns([3, 2])
     with right:
@@ -110,7 +110,7 @@ if report is not None:
         LEARNED_BOX[row.learned](f"**Learned: {row.learned}.** {words['learned_numbers']}")
         st.markdown(words["control_note"])
         st.caption(f"{words['interval_text']}. Models: {words['models'] or 'none'}. Data: {words['data']}. "
-                   f"{row.evidence}")
+                   f"{lab.md_plain(row.evidence)}")
     with left.container(key="tour-figure"):
         paper = report.paper_charts.get(row.figure)
         if paper is not None:
