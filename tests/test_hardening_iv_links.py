@@ -105,6 +105,31 @@ def test_a_pages_model_list_takes_cheap_models_proposes_the_rest_and_is_capped()
     assert any("at most 8 models" in e for e in errors(at)), errors(at)
 
 
+def test_a_pages_choice_that_loads_hub_models_is_proposed_not_taken(monkeypatch):
+    def refuse(*args, **kwargs):
+        raise AssertionError("a link reached the network")
+
+    monkeypatch.setattr(socket, "create_connection", refuse)
+    at = open_link("checkpoints", {**LINK, "ckpt.preset": "hub-scale"})
+    assert at.radio(key="ckpt.preset").value == "zoo"
+    asked = proposals(at)
+    assert len(asked) == 1 and "vit_base_patch32_224.augreg_in21k" in asked[0] and "88.2 M parameters" in asked[0]
+    assert not any("vit_base" in spec for spec in registry())
+
+
+def test_a_folder_in_a_pages_box_from_a_link_is_proposed_and_read_only_on_the_click(tmp_path, monkeypatch):
+    monkeypatch.setenv("VITLAB_FOLDERS", str(tmp_path))
+    outside = "/usr/share"
+    at = open_link("localization", {**LINK, "n": "32", "loc.ref": "folder", "loc.ref.folder": str(tmp_path)})
+    asked = proposals(at)
+    assert len(asked) == 1 and str(tmp_path) in asked[0] and "folder" in asked[0], asked
+    assert at.text_input(key="loc.ref.folder").value in ("", None)
+    at.button(key="share.accept.loc.ref.folder").click().run()
+    assert at.text_input(key="loc.ref.folder").value == str(tmp_path)
+    at = open_link("localization", {**LINK, "n": "32", "loc.ref": "folder", "loc.ref.folder": outside})
+    assert not proposals(at) and any("outside the folders this server reads" in e for e in errors(at)), errors(at)
+
+
 # ------------------------------------------------------------------------- a value the page did not keep is named
 
 

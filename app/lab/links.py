@@ -41,6 +41,9 @@ BUNDLED = ("fashion-mnist:test", "samples")
 # page widgets that hold model specs (a link's new entries load models): at most this many, costly ones proposed
 MODEL_LISTS = ("lens.models", "mm.models")
 MAX_LINKED_MODELS = 8
+FOLDER_KEYS = ("loc.ref.folder",)  # page widgets that hold a folder to read
+# page widgets whose choices load models (key -> choice -> specs), declared by the page (:func:`costly`)
+_COSTLY: dict[str, dict[Any, list[str]]] = {}
 PASSES = 3  # reruns a link may take to reach widgets drawn only after others (a layer once its model ran)
 NOT_VIEW = ("w.", "lab.", "share.", "dl.")  # the sidebar's widgets (linked by SIDEBAR), internals, downloads
 NO_LINK = {"trigger_value", "string_trigger_value", "json_trigger_value", "file_uploader_state_value",
@@ -158,7 +161,6 @@ def read_link() -> None:
     if st.session_state.get("lab.page") == st.session_state.get("share.page"):  # on the linked page only
         for problem in _errors():
             top.error(f"Link: {shown(problem)}")
-        proposals_ui(top)
 
 
 def _read(params: dict[str, str]) -> None:
@@ -188,6 +190,10 @@ def _take(key: str, kind: str, raw: str, seeds: dict) -> None:
         value = _convert(kind, raw)
         if key in MODEL_LISTS:
             value = _linked_models(key, value)
+        elif key in FOLDER_KEYS and value:
+            value = _linked_folder(key, value)
+        elif value in _COSTLY.get(key, {}):
+            value = _linked_choice(key, value)
     except ValueError as e:
         _errors().append(f"{key}={raw[:40]!r} is not {e}; the page keeps its default")
         return
@@ -269,6 +275,39 @@ def _linked_models(key: str, specs: list) -> list | None:
                  {key: list(specs)}, ("; ".join(f"{spec}: {w}" for spec, (w, _) in zip(costly, words)),
                                       all(fits for _, fits in words)))
     return cheap or None
+
+
+def costly(key: str, choices: dict[Any, list[str]]) -> None:
+    """A page declares the choices of its widget ``key`` that load models (a preset of hub checkpoints): from a
+    link, such a choice is proposed with their cost unless every model is cheap (:func:`cheap_model`)."""
+    _COSTLY[key] = choices
+
+
+def _linked_choice(key: str, value: Any) -> Any | None:
+    costly = []
+    for spec in _COSTLY[key][value]:
+        try:
+            if not cheap_model(spec):
+                costly.append((spec, runs.model_cost(spec)))
+        except vitlab.VitlabError as e:
+            raise ValueError(f"a choice whose models can be loaded ({spec!r}: {e})") from None
+    if not costly:
+        return value
+    _propose(key, f"{key}={value}, which loads {len(costly)} model{'s' * (len(costly) > 1)}",
+             ", ".join(spec for spec, _ in costly), {key: value},
+             ("; ".join(f"{spec}: {words}" for spec, (words, _) in costly), all(fits for _, (_, fits) in costly)))
+    return None
+
+
+def _linked_folder(key: str, folder: str) -> None:
+    """A folder typed into a page's box by a link: proposed (read only on the person's click), never taken."""
+    try:
+        where = vitlab.folders.check_folder(folder)
+    except vitlab.VitlabError as e:
+        raise ValueError(f"a folder this server may read ({e})") from None
+    _propose(key, "a folder of images on this page", folder, {key: folder},
+             (f"the images of the folder {where} on this server", True))
+    return None
 
 
 def _accept(target: str) -> None:
@@ -413,6 +452,8 @@ def finish() -> None:
     for problem in _errors()[run.get("shown", 0):]:
         if run.get("top") is not None:
             run["top"].error(f"Link: {shown(problem)}")
+    if run.get("top") is not None and st.session_state.get("lab.page") == st.session_state.get("share.page"):
+        proposals_ui(run["top"])  # above the page, after it drew: its own widgets' proposals are made while it draws
 
 
 # ---------------------------------------------------------------------------------------------- the box

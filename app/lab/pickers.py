@@ -191,7 +191,8 @@ def status_ui() -> None:
     with st.expander("Status", expanded=False):
         st.caption(md_plain(describe()))  # which vitlab serves this page: its version, where it is installed from
         for slot, spec in (("A", s.model_a), ("B", s.model_b)):
-            st.caption(f"Model {slot} {md_plain(spec or '—')}: {md_plain(weights_status(spec)) if spec else 'not chosen'}")
+            status = md_plain(weights_status(spec)) if spec else "not chosen"
+            st.caption(f"Model {slot} {md_plain(spec or '—')}: {status}")
         loaded = list(_loaded_registry().keys())
         st.caption("Loaded models: " + (md_plain(", ".join(f"{spec} ({device})" for spec, device in loaded))
                                         if loaded else "none yet") + f"; {loaded_bytes() / 2**30:.2f} GiB held")

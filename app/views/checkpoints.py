@@ -29,9 +29,10 @@ lead = st.container()
 st.caption("CKA of matching layers of two checkpoints of one architecture. Whether a checkpoint has local heads "
            "(the paper's Fig 4 and its data-scale section) is measured on the Attention page, not here.")
 s = lab.settings()
+lab.links.costly("ckpt.preset", {k: [spec for pair in pairs for spec in pair] for k, pairs in PAIRS.items()})
 preset = st.radio("Compare", list(PRESETS), key="ckpt.preset", format_func=PRESETS.get)
 specs = [(s.model_a, s.model_b)] if preset == "sidebar" else PAIRS[preset]
-st.caption("Pairs: " + "; ".join(f"`{x}` vs `{y}`" for x, y in specs))
+st.caption("Pairs: " + lab.md_plain("; ".join(f"{x} vs {y}" for x, y in specs)))
 result = None
 with lab.guard():
     pairs = [(lab.model(x, s.device), lab.model(y, s.device)) for x, y in specs]

@@ -79,7 +79,8 @@ if chosen:
             m, lab.source(s), opts, run), "Skip removal")
     if result is not None:
         # a skip removed at inference, not the paper's Fig 8 (retrained without it: the zoo comparison below)
-        st.markdown(f"**Removed at inference** (not retrained, so not the paper's Fig 8): {lab.md_plain(result.finding().ours, lines=True)}")
+        st.markdown("**Removed at inference** (not retrained, so not the paper's Fig 8): "
+                    + lab.md_plain(result.finding().ours, lines=True))
         st.caption(f"{result.kind}; {result.images} images")
         frame = result.to_frame()
         # two a row: three heatmaps with their layer names do not fit one row at 1280 px (issue 34)
