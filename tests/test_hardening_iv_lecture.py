@@ -242,8 +242,8 @@ def test_a_folder_name_cannot_break_the_caption_or_the_command(page_store):
     classroom.keep(page_store, replace(fake_lecture(settings), made="2026-12-07 **made** [x](https://e.x)"))
     at = open_lecture_page()
     caption = at.caption[-1].value
-    assert "cl\\`ass \\*\\*bold\\*\\* \\$x\\$ \\:red\\[y\\]" in caption and "**bold**" not in caption
-    assert "\\*\\*made\\*\\* \\[x\\]\\(https\\:" in caption and "](" not in caption
+    assert "cl\\`ass \\*\\*bold\\*\\* \\$x\\$ :red\\[y\\]" in caption and "**bold**" not in caption
+    assert "\\*\\*made\\*\\* \\[x\\](https\\:" in caption and not re.search(r"(?<!\\)\]\(", caption)
     assert "`" not in caption.replace("\\`", "")  # no code span: the command is in its own code block
     shown = shlex.split(at.code[-1].value)
     assert at.code[-1].value == settings.command() and shown[shown.index("--data") + 1] == name

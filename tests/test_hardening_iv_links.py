@@ -140,6 +140,14 @@ def test_linked_values_out_of_range_or_not_an_option_get_their_link_line():
     assert "skips.which='nonexistent' is not one of this page's choices" in shown, shown
 
 
+def test_a_copied_link_with_a_list_reopens_on_a_server_that_knows_the_page():
+    """The second visit seeds the page's widgets before its first run (their kinds are known): a list among them."""
+    view = {**LINK, "heads.blocks": "[1]", "heads.size": "2"}
+    for _ in range(2):
+        at = open_link("heads", view)
+        assert not errors(at) and at.multiselect(key="heads.blocks").value == [1], errors(at)
+
+
 def test_a_linked_token_is_kept_on_localization():
     at = open_link("localization", {**LINK, "n": "32", "loc.row": "1", "loc.col": "2"})
     assert (at.number_input(key="loc.row").value, at.number_input(key="loc.col").value) == (1, 2)

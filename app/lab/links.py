@@ -192,7 +192,7 @@ def _take(key: str, kind: str, raw: str, seeds: dict) -> None:
             value = _linked_models(key, value)
         elif key in FOLDER_KEYS and value:
             value = _linked_folder(key, value)
-        elif value in _COSTLY.get(key, {}):
+        elif not isinstance(value, list) and value in _COSTLY.get(key, {}):
             value = _linked_choice(key, value)
     except ValueError as e:
         _errors().append(f"{key}={raw[:40]!r} is not {e}; the page keeps its default")
