@@ -5,8 +5,8 @@
 
 ``COMMANDS.json`` is a list of argument lists (``["cka", "-m", "zoo:vit-cls", ...]``). One launch runs them all
 (each torchrun launch costs seconds of imports); the commands go through the CLI's own runner
-(``vitlab.cli.runner.run_analysis``) inside one ``dist.guard()``, so the process group, the failure watcher and rank 0's outputs
-are those of ``python -m vitlab``. Charts are not written: the tests compare tables.
+(``vitlab.cli.runner.run_analysis``) inside one ``dist.guard()``, so the process group, the failure watcher and rank
+0's outputs are those of ``python -m vitlab``. Charts are not written: the tests compare tables.
 """
 
 from __future__ import annotations
