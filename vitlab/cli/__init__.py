@@ -8,11 +8,12 @@ exit status 2; results go to ``--out DIR`` as CSV, JSON and PNG/SVG charts.
     parser.py    the parser made from the table: a sub-command per row, then the commands beside the rows
     runner.py    the one runner: a row run from its flags, its outputs and run.json written
     commands.py  taps, cache, zoo: bookkeeping, in one process
-    report.py    the Paper tour as one HTML file          lecture.py  lecture mode, prepared and read back
-    app.py       the Streamlit app, its server a child that signals reach
+    report.py    the Paper tour as one HTML file
+    lecture.py   lecture mode: the tour prepared ahead of class, and read back
+    app.py       the Streamlit app, its server a child that vitlab's stop signals reach
     recipe.py    the code behind a view: the command line and the Python call that recompute an app page
 
-The top layer of the package: it may import any part of vitlab, and no part of the engine imports it
+The top layer of vitlab: it may import any part of vitlab, and no part of the engine imports it
 (tests/test_import_direction.py). A monkeypatch belongs on the module that owns the name (``vitlab.cli.app.serve``,
 ``vitlab.cli.runner.write_outputs``): the names below are re-exported for callers, not looked up through here.
 """
