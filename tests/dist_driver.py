@@ -5,8 +5,8 @@
 
 ``COMMANDS.json`` is a list of argument lists (``["cka", "-m", "zoo:vit-cls", ...]``). One launch runs them all
 (each torchrun launch costs seconds of imports); the commands go through the CLI's own runner
-(``cli.run_analysis``) inside one ``dist.guard()``, so the process group, the failure watcher and rank 0's outputs
-are those of ``python -m vitlab``. Charts are not written: the tests compare tables.
+(``vitlab.cli.runner.run_analysis``) inside one ``dist.guard()``, so the process group, the failure watcher and rank
+0's outputs are those of ``python -m vitlab``. Charts are not written: the tests compare tables.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from pathlib import Path
 
 
 def tables_only(analysis, result, opts, out: Path, names=None) -> list:
-    """``cli.write_outputs`` without charts or extra files: the CSV tables the tests compare."""
+    """``vitlab.cli.runner.write_outputs`` without charts or extra files: the CSV tables the tests compare."""
     written = []
     for stem, frame in analysis.tables(result).items():
         frame.to_csv(out / f"{stem}.csv", index=False)
@@ -28,9 +28,10 @@ def tables_only(analysis, result, opts, out: Path, names=None) -> list:
 def run_commands(commands: list[list[str]]) -> None:
     """Every command in turn, in this process's group (a no-op group in one process)."""
     from vitlab import cli, pipeline
+    from vitlab.cli import runner
     from vitlab.engine import dist
 
-    saved, cli.write_outputs = cli.write_outputs, tables_only
+    saved, runner.write_outputs = runner.write_outputs, tables_only  # where run_analysis looks it up
     try:
         with dist.guard():
             for argv in commands:
@@ -38,7 +39,7 @@ def run_commands(commands: list[list[str]]) -> None:
                 with pipeline.defaults(getattr(args, "workers", None), getattr(args, "worker_kind", None)):
                     args.func(args)
     finally:
-        cli.write_outputs = saved
+        runner.write_outputs = saved
 
 
 if __name__ == "__main__":

@@ -440,7 +440,7 @@ def test_4_a_short_last_batch_joins_the_one_before():
 
 def test_5_vitlab_app_is_local_from_any_folder_and_passes_arguments_through(tmp_path, monkeypatch):
     calls: list[list[str]] = []
-    monkeypatch.setattr(cli, "serve", lambda cmd: calls.append(cmd) or 0)  # serve(): the child, signals forwarded
+    monkeypatch.setattr(cli.app, "serve", lambda cmd: calls.append(cmd) or 0)  # serve(): the child, signals forwarded
     monkeypatch.chdir(tmp_path)  # no .streamlit/config.toml here
     assert cli.main(["app"]) == 0
     cmd = calls[-1]

@@ -23,6 +23,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))  # test_app_uploads
 sys.path.insert(0, str(ROOT / "app"))  # lab (the app's helpers)
 from vitlab import cli  # noqa: E402
+from vitlab.errors import VitlabError  # noqa: E402
 from vitlab.inputs.outdir import MANIFEST  # noqa: E402
 
 
@@ -266,7 +267,7 @@ def test_one_image_is_worded_as_one_and_cka_says_it_needs_a_batch_of_four():
     from vitlab.tour import measure
     from vitlab.tour.report import images_in_words
 
-    with pytest.raises(cli.VitlabError, match="no batch of 4 or more readable images: CKA's unbiased estimator"):
+    with pytest.raises(VitlabError, match="no batch of 4 or more readable images: CKA's unbiased estimator"):
         measure._jk(BootstrapCKA(["a", "b"], ["a", "b"]))
     check = T.cant_tell("cka", "why")
     one = check.__class__(**{**check.__dict__, "images": 1, "batches": 1, "batch_size": 1})

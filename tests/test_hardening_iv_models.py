@@ -322,9 +322,9 @@ CHILD = textwrap.dedent("""
 
 
 def _serve(tmp_path, mode: str) -> tuple[subprocess.Popen, int, Path]:
-    """``vitlab.cli.serve`` in a process of its own, over a small child; (parent, child pid, the child's log)."""
+    """``vitlab.cli.app.serve`` in a process of its own, over a small child; (parent, child pid, the child's log)."""
     log = tmp_path / "child.log"
-    code = ("import sys; from vitlab.cli import serve; "
+    code = ("import sys; from vitlab.cli.app import serve; "
             f"sys.exit(serve([sys.executable, '-c', {CHILD!r}, {str(log)!r}, {mode!r}]))")
     parent = subprocess.Popen([sys.executable, "-c", code], env={**os.environ, "PYTHONPATH": str(ROOT)})
     deadline = time.time() + 60

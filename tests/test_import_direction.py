@@ -9,7 +9,8 @@
     analyses                    one module per analysis: knows no tour, table, CLI or app
     tour                        the paper's claims checked with the analyses, and its HTML report
     table, row                  the table of analyses (the tour is one of its rows) and its record
-    cli, cli_lecture, __main__, vitlab   the front ends and the public surface
+    cli, __main__, vitlab       the command line (a package: parser, runner, lecture, the code behind a view)
+                                and the public surface: they may import everything, nothing below imports them
 
 A module may import its own layer and any lower one, never a higher one.
 """
@@ -27,7 +28,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("analyses", ("analyses",)),
     ("tour", ("tour",)),
     ("table", ("table", "row")),
-    ("front", ("cli", "cli_lecture", "recipe", "__main__", "")),
+    ("front", ("cli", "__main__", "")),
 ]
 STATS_MAY_IMPORT = {"errors"}  # stats uses nothing of vitlab but its errors
 

@@ -266,9 +266,9 @@ def test_worker_kind_is_checked_and_an_unpicklable_source_is_named(jpeg_folder, 
     monkeypatch.setenv("VITLAB_WORKER_KIND", "fibres")
     with pytest.raises(VitlabError, match="VITLAB_WORKER_KIND must be 'threads' or 'processes', not 'fibres'"):
         pipeline.default_kind()
-    from vitlab import cli  # run.json still records it, as text, for a command that decoded nothing
+    from vitlab.cli import runner  # run.json still records it, as text, for a command that decoded nothing
 
-    assert "VITLAB_WORKER_KIND must be" in cli._input_workers()["error"]
+    assert "VITLAB_WORKER_KIND must be" in runner._input_workers()["error"]
     monkeypatch.setenv("VITLAB_WORKER_KIND", "process")
     assert pipeline.default_kind() == "processes"
     monkeypatch.delenv("VITLAB_WORKER_KIND")

@@ -1,4 +1,4 @@
-"""Links that reopen a view and the code behind every view (issue 41; app/lab/links.py, vitlab/recipe.py).
+"""Links that reopen a view and the code behind every view (issue 41; app/lab/links.py, vitlab/cli/recipe.py).
 
 - every row's command parses, with vitlab's own CLI parser, into the very options it was made from;
 - a link's hostile values (unknown model, huge counts, path traversal, script, wrong types, unknown keys) get the
@@ -25,7 +25,8 @@ pytest.importorskip("streamlit")
 from streamlit.runtime import media_file_manager  # noqa: E402
 from streamlit.testing.v1 import AppTest  # noqa: E402
 
-from vitlab import cli, recipe, table  # noqa: E402
+from vitlab import cli, table  # noqa: E402
+from vitlab.cli import recipe  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 APP = ROOT / "app"

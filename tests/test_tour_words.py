@@ -175,7 +175,8 @@ def page_options() -> tuple[tour.TourOptions, int, int]:
 
 
 def cli_options(command: str):
-    from vitlab.cli import ANALYSES, build_parser, options_from_args
+    from vitlab.cli import build_parser, options_from_args
+    from vitlab.table import ANALYSES
 
     args = build_parser(command).parse_args([command, "-m", "zoo:vit-cls", "-m", "zoo:resnet"])
     return options_from_args(ANALYSES["tour"], args), args.bootstrap, args.seed

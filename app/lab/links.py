@@ -25,7 +25,7 @@ from typing import Any
 import streamlit as st
 
 import vitlab
-from vitlab import recipe
+from vitlab.cli import recipe
 
 from . import runs
 from .state import DEFAULTS, DEVICES, ENV_INTS, SOURCES, UPLOADS, Settings, settings

@@ -11,7 +11,7 @@ Every statistic in vitlab is a sum over batches (accumulators merge), so the wor
   which the accumulator contract makes equal to updating over all batches;
 - leaves progress bars and outputs to rank 0.
 
-A command adopts this in a few lines (see ``cli.run_cka``)::
+A command adopts this in a few lines (see ``vitlab.cli.runner.run_analysis``)::
 
     ctx = dist.context(args)                    # no-op unless WORLD_SIZE > 1; sets args.device per rank
     progress = ctx.progress("name")             # a tqdm bar on rank 0, silent elsewhere

@@ -3,8 +3,8 @@ an app page's table with the same models, data and options.
 
 Both are plain text made from one row of the table of analyses (``vitlab.table``): its command name, its arity
 (how models are given), its options dataclass (a field that differs from its default becomes the flag the CLI
-builds from the same field, ``vitlab.cli``) and its tables (which CSV the page offers). Nothing here runs a model;
-the app shows the text, tests run it.
+builds from the same field, :mod:`vitlab.cli.flags`) and its tables (which CSV the page offers). Nothing here runs a
+model; the app shows the text, tests run it.
 
     row, models, data, opts ─command_line─► "vitlab skip-ratio --model zoo:vit-cls ... --out results/skip-ratio"
     row, models, data, opts ─python_call──► "import vitlab\\n...\\ntables['skip_ratio_summary'].to_csv(...)"
@@ -16,9 +16,9 @@ import dataclasses
 import shlex
 from typing import Any
 
-from .cli import _flag
-from .errors import VitlabError
-from .row import Analysis
+from ..errors import VitlabError
+from ..row import Analysis
+from .flags import flag_names
 
 __all__ = ["command_line", "option_values", "python_call", "table_file"]
 
@@ -60,7 +60,7 @@ def _model_args(row: Analysis, models) -> list[str]:
 
 
 def _flag_args(f: dataclasses.Field, value) -> list[str]:
-    flag = _flag(f)[0]
+    flag = flag_names(f)[0]
     if isinstance(value, bool):
         if not value:  # a switch cannot be turned off on the command line: the only False is its default
             raise VitlabError(f"--{f.name} is a switch that is off by default: leave it out")

@@ -2,15 +2,49 @@
 
 ``vitlab lecture --prepare -m zoo:vit-cls -m zoo:resnet`` runs the whole tour at the lecture's settings, draws every
 figure, and keeps the result in the disk cache (:mod:`vitlab.tour.classroom`); the app's Lecture page and a later
-``vitlab lecture`` with the same settings only read it. The parser is :func:`vitlab.cli.add_lecture` (the tour's
-flags); this module runs the command and imports nothing of ``vitlab.cli``.
+``vitlab lecture`` with the same settings only read it. Its flags are the tour's (:mod:`vitlab.cli.flags`).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import time
 
-from .errors import VitlabError
+from ..errors import VitlabError
+from ..table import ANALYSES
+from .flags import DEVICE_HELP, HELP, MODEL_HELP, add_evidence_options, add_option, options_from_args, tour_defaults
+from .runner import open_store
+
+
+def add_lecture(sub) -> None:
+    """``vitlab lecture``: the tour's flags, ``--prepare`` and the cache the app reads."""
+    from ..tour.classroom import DEFAULT_DATA, DEFAULT_MODELS
+
+    tour = ANALYSES["tour"]
+    p = sub.add_parser("lecture", help=HELP["lecture"], description=HELP["lecture"] + ". The page never computes: "
+                       "prepare with the settings you will teach with, into the cache the app reads.")
+    p.add_argument("--prepare", action="store_true", help="run the tour now and keep it for the Lecture page")
+    p.add_argument("--model", "-m", action="append", default=None,
+                   help=MODEL_HELP + f" (repeat; default: {' and '.join(DEFAULT_MODELS)})")
+    p.add_argument("--device", default="auto", help=DEVICE_HELP)
+    p.add_argument("--data", "-d", default=DEFAULT_DATA, help=tour.data_help)
+    for f in dataclasses.fields(tour.options):
+        add_option(p, f)
+    add_evidence_options(p, tour.options)
+    tour_defaults(p)
+    p.add_argument("--cache-dir", default=None, help="cache folder (default: VITLAB_CACHE_DIR or ~/.cache/vitlab): "
+                   "the one the app reads")
+    p.set_defaults(func=run_lecture)
+
+
+def run_lecture(args) -> int:
+    from ..tour import classroom
+
+    settings = classroom.settings(args.model, args.data, options_from_args(ANALYSES["tour"], args), args.bootstrap,
+                                  args.seed)
+    if not args.prepare:  # reading back creates nothing (issue 46): not even a missing --cache-dir
+        return read_only(args, settings)
+    return prepare(args, settings, open_store(args))
 
 
 def read_only(args, settings) -> int:
@@ -18,7 +52,7 @@ def read_only(args, settings) -> int:
     nothing (issue 46): a folder that holds no cache is said, in words, with the command that prepares one."""
     from pathlib import Path
 
-    from .inputs.cache import Store, default_dir
+    from ..inputs.cache import Store, default_dir
 
     where = Path(args.cache_dir or default_dir()).expanduser()
     if not (where / "cache.db").is_file():
@@ -30,7 +64,7 @@ def read_only(args, settings) -> int:
 
 def read_back(store, settings) -> int:
     """Print the lecture prepared at ``settings`` from ``store``; the exact command to run when there is none."""
-    from .tour import classroom
+    from ..tour import classroom
 
     t0 = time.perf_counter()
     lecture = classroom.read(store, settings)
@@ -45,11 +79,11 @@ def read_back(store, settings) -> int:
 
 def prepare(args, settings, store) -> int:
     """Run the tour at ``settings`` (sharded under torchrun, as `vitlab tour`) and keep it in ``store``."""
-    from .engine import dist
-    from .engine.context import Run
-    from .inputs.data import open_source
-    from .inputs.models import load
-    from .tour import classroom
+    from ..engine import dist
+    from ..engine.context import Run
+    from ..inputs.data import open_source
+    from ..inputs.models import load
+    from ..tour import classroom
 
     classroom.writable(store)  # before any model runs: a lecture that cannot be kept is not worth computing
     ctx = dist.context(args)
