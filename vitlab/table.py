@@ -279,7 +279,8 @@ ANALYSES: dict[str, Analysis] = {a.name: a for a in [
         tables=lambda r: {"tour": r.to_frame(), "tour_intervals": r.intervals_frame(), **r.paper_tables()},
         charts=lambda r, o: r.chart_files(), record=lambda r, o: {"verdicts": r.summary(),
                                                                   "learned": r.learned_summary(),
-                                                                  "checks": [c.figure for c in r.rows]},
+                                                                  "checks": [c.figure for c in r.rows],
+                                                                  "planned_passes": r.passes},
         data="fashion-mnist:test", page="tour", section="Presentation",
         icon=":material/slideshow:", docs="evidence"),
     Analysis(
@@ -303,8 +304,8 @@ def _similarity_tables(report) -> dict:
 
 
 def _similarity_charts(report, opts) -> dict:
-    from .stats.agreement import agreement
     from .charts import similarity as ch
+    from .stats.agreement import agreement
 
     out = {f"{m}_{report.labels[i]}__vs__{report.labels[j]}": ch.measure_heatmap(report.pair_frame(m, i, j))
            for (m, i, j) in report.maps if i <= j or m.startswith("pwcca")}

@@ -17,25 +17,57 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from ..errors import VitlabError
-from .checks import (CLAIMS, CONTROL_NOTES, GAP_CAVEAT, GAP_PAIR, LEARNED, NOT_LEARNED, POOLING_TWINS, STATISTICS,
-                     TOUR_BATCH, TOUR_BOOTSTRAP, TOUR_IMAGES, TOUR_SEED, Check, Claim, Learned, TourOptions, TourReport,
-                     cant_tell, check_gap, check_growth, check_head_rank, check_localization, check_locality,
-                     check_probes, check_removal, check_scale, check_skips, check_uniformity, cross_block_mean,
-                     depth_drop, difference, finite_median, head_locality, make_check, off_diagonal_mean)
+from .checks import (
+    CLAIMS,
+    CONTROL_NOTES,
+    GAP_CAVEAT,
+    GAP_PAIR,
+    LEARNED,
+    NOT_LEARNED,
+    POOLING_TWINS,
+    STATISTICS,
+    TOUR_BATCH,
+    TOUR_BOOTSTRAP,
+    TOUR_IMAGES,
+    TOUR_SEED,
+    Check,
+    Claim,
+    Learned,
+    TourOptions,
+    TourReport,
+    cant_tell,
+    check_gap,
+    check_growth,
+    check_head_rank,
+    check_locality,
+    check_localization,
+    check_probes,
+    check_removal,
+    check_scale,
+    check_skips,
+    check_uniformity,
+    cross_block_mean,
+    depth_drop,
+    difference,
+    finite_median,
+    head_locality,
+    make_check,
+    off_diagonal_mean,
+)
 
 __all__ = [
     "CLAIMS",
     "CONTROL_NOTES",
     "GAP_CAVEAT",
     "GAP_PAIR",
+    "LEARNED",
+    "NOT_LEARNED",
     "POOLING_TWINS",
     "STATISTICS",
     "TOUR_BATCH",
     "TOUR_BOOTSTRAP",
     "TOUR_IMAGES",
     "TOUR_SEED",
-    "LEARNED",
-    "NOT_LEARNED",
     "Check",
     "Claim",
     "Learned",
@@ -78,11 +110,16 @@ def measures() -> dict:
             "scale": M.measure_scale}
 
 
-def run_tour(models: list[LoadedModel], source: ImageSource, opts: TourOptions, run: Run) -> TourReport:
+def run_tour(models: list[LoadedModel], source: ImageSource, opts: TourOptions, run: Run, *,
+             planned: bool = True) -> TourReport:
     """Measure every claim on ``models`` (a ViT with a CLS token and a CNN among them) and ``source``; each
     check's user error (a missing model, data a model cannot read) becomes a "can't tell" row that says why.
     Each claim gets its interval chart and its paper-style figure, both from this one run. Under torchrun every
-    check runs over the sharded runner (``run.shard``; ``vitlab.tour.measure``)."""
+    check runs over the sharded runner (``run.shard``; ``vitlab.tour.measure``).
+
+    ``planned``: first stream each model once over each image set with every statistic the checks need
+    (``vitlab.tour.plan``; ``report.passes`` says what ran), so that the checks find them; ``False``: each check
+    streams on its own, as before issue 48 (the benchmark's baseline and the equality test's reference)."""
     import pandas as pd
 
     from ..charts.evidence import estimate_chart
@@ -95,6 +132,16 @@ def run_tour(models: list[LoadedModel], source: ImageSource, opts: TourOptions, 
     from . import measure as M
 
     ms, measure = M.Models(models, opts.control), measures()
+    passes = []
+    if planned:
+        from ..engine.memo import MemoStore
+        from .plan import plan, run_passes
+
+        run = replace(run, store=MemoStore(run.store))  # same info and shard; keeps the passes' entries (--no-cache)
+        if run.progress:
+            run.progress(0, len(keys), "one pass over each image set")
+        todo, _ = plan(keys, ms, source, opts)
+        passes = run_passes(todo, source, run)
     rows, charts, frames, figures, papers = [], {}, {}, {}, {}
     for k, key in enumerate(keys):
         claim = CLAIMS[key]
@@ -126,7 +173,7 @@ def run_tour(models: list[LoadedModel], source: ImageSource, opts: TourOptions, 
             papers[claim.figure] = paper
     if run.progress:
         run.progress(len(keys), len(keys), "done")
-    return TourReport(rows, charts, [m.label for m in models], run.info, frames, figures, papers)
+    return TourReport(rows, charts, [m.label for m in models], run.info, frames, figures, papers, passes)
 
 
 def _first_error(run: Run, key: str, error: str | None) -> str | None:

@@ -527,6 +527,7 @@ class TourReport:
     frames: dict = field(default_factory=dict)  # figure -> the interval chart's data (CSV export)
     figures: dict = field(default_factory=dict)  # figure -> the paper-style figure's data (frames), from this run
     paper_charts: dict = field(default_factory=dict)  # figure -> Altair: the paper-style figure
+    passes: list = field(default_factory=list)  # the planned passes (vitlab.tour.plan): one per model set and images
 
     COLUMNS = ("figure", "claim", "pattern", "statistic_label", "statistic", "lo", "hi", "control", "control_label",
                "learned", "effect", "effect_lo", "effect_hi", "twin", "twin_lo", "twin_hi", "learned_label",

@@ -1,0 +1,78 @@
+"""Fig 7 (skip connections): ‖z‖/‖f(z)‖ per sublayer and token, ViT against CNN."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+import vitlab.tour.checks as T  # the module, not the package: the package imports this one
+
+from ...analyses.skips import SkipStatistic
+from ...inputs import taps as taps_mod
+from ...inputs.models import LoadedModel
+from ...stats import evidence as ev
+from .common import Models, Need, _indices, _jack, _needs, _stream, _vit_minus_cnn, pair_and_twins
+
+
+def _skip_pair(models: list[LoadedModel], source, opts, run):
+    """Per model: the median ratio estimate, its leave-one-batch-out values, and the ratio per block and token (Fig
+    7's map and lines)."""
+    stat = SkipStatistic()
+    kept = [(b.index, [(f[k][stat.name]["ratio_sum"], float(np.asarray(f[k][stat.name]["count"]).sum()))
+                       for k in range(len(models))])
+            for b, f in _stream(models, source, _indices(source, opts), opts.batch_size, [[stat]] * len(models),
+                                run)]
+    kept = run.gather_ordered(kept, "skip-ratio sums")  # every rank's batches, in batch order
+    sums = [[per[k][0] for per in kept] for k in range(len(models))]
+    counts = [[per[k][1] for per in kept] for k in range(len(models))]
+    idx = ev.jackknife_indices(len(counts[0]))
+    out, curves = [], []
+    for m, s, c in zip(models, sums, counts):
+        s, c = np.stack(s), np.array(c)
+        ratio = s.sum(0) / c.sum()  # (S, N)
+        loo = T.finite_median(ev.ratio_replicates(s, c, idx))
+        out.append((_jack(T.finite_median(ratio), loo), loo))
+        curves.append(_skip_curve(m, ratio))
+    return out, pd.concat(curves, ignore_index=True)
+
+
+def _skip_curve(m: LoadedModel, ratio: np.ndarray) -> pd.DataFrame:
+    """‖z‖/‖f(z)‖ per block and token (Fig 7: the token × block map and, averaged over a kind's tokens, its lines):
+    a block's value is the mean of its sublayers' (attention and MLP for a ViT) finite ratios; prefix tokens are
+    kind 'cls', the others 'spatial'. Columns: model, block, layer, depth, token, token_label, kind, ratio."""
+    import warnings
+
+    sub = SkipStatistic().params(m)["sublayers"]
+    fam = taps_mod.family(m.model)
+    prefix = taps_mod.num_prefix_tokens(m.model) if fam in ("vit", "mixer") else 0
+    finite = np.where(np.isfinite(ratio), ratio, np.nan)  # (S, N)
+    names = [s.rsplit(".", 1)[0] if fam in ("vit", "mixer") else s for s in sub]
+    blocks = list(dict.fromkeys(names))
+    rows = []
+    for b, name in enumerate(blocks):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)  # a block whose ratios are all inf: NaN, dropped
+            per_token = np.nanmean(finite[[i for i, n in enumerate(names) if n == name]], 0)  # (N,)
+        rows += [{"model": m.label, "block": b, "layer": name, "depth": (b + 1) / len(blocks), "token": t,
+                  "token_label": ("CLS" if prefix == 1 else f"P{t}") if t < prefix else str(t - prefix),
+                  "kind": "cls" if t < prefix else "spatial", "ratio": float(v)}
+                 for t, v in enumerate(per_token) if np.isfinite(v)]
+    return pd.DataFrame(rows, columns=["model", "block", "layer", "depth", "token", "token_label", "kind", "ratio"])
+
+
+def needs_skips(ms: Models, source, opts) -> list[Need]:
+    ms.need("vit", "cnn")
+    return _needs(pair_and_twins(ms), lambda m: SkipStatistic())
+
+
+def measure_skips(ms: Models, source, opts, run):
+    ms.need("vit", "cnn")
+    models = pair_and_twins(ms)
+    est, curves = _skip_pair(models, source, opts, run)
+    # a ratio of norms is positive: its interval on the log scale (the leave-one-out values kept by _skip_pair)
+    est = [(_jack(e.value, loo, bounds=(0.0, np.inf)), loo) for e, loo in est]
+    effect, twin, detail, rows = _vit_minus_cnn(
+        est, 1, (("ViT median ratio", "statistic", est[0][0]), ("CNN median ratio", "control", est[1][0])),
+        f"median ‖z‖/‖f(z)‖ over sublayers and tokens: {ms.vit.label} {est[0][0].text('.2f')}, "
+        f"{ms.cnn.label} {est[1][0].text('.2f')}")
+    return T.check_skips(est[0][0], est[1][0], detail, effect, twin), rows, {"skips": curves}
