@@ -194,3 +194,23 @@ def test_every_axis_of_every_handout_figure_reads_distinct_ticks():
         assert len(labels) == len(set(labels)), labels
     raw = [vlc.vegalite_to_svg(c.to_json()) for c in (*tour.paper_charts.values(), *tour.charts.values())]
     assert sorted(map(tuple, axes)) == sorted(map(tuple, axis_labels("".join(raw))))
+
+
+def test_the_report_writes_only_over_a_report_vitlab_wrote(tmp_path, capsys, monkeypatch):
+    mine = tmp_path / "notes.html"
+    mine.write_text("<html>my notes</html>")
+    rc = main(["report", "-m", "zoo:vit-cls", "-m", "zoo:resnet", "-n", "8", "-b", "4", "--out", str(mine)])
+    assert rc == 2 and mine.read_text() == "<html>my notes</html>"
+    assert "is not a report vitlab wrote" in capsys.readouterr().err
+
+    def never(*args, **kwargs):
+        raise AssertionError("the report was computed before its --out was checked")
+
+    monkeypatch.setattr(R, "report", never)  # refused before any model runs
+    assert main(["report", "-m", "zoo:vit-cls", "--out", str(mine)]) == 2
+    ours = tmp_path / "report.html"
+    ours.write_text(f"<!DOCTYPE html>\n<html><head>{R.GENERATOR}</head></html>\n")
+    R.check_target(ours)  # an earlier vitlab report: written over
+    (tmp_path / "folder.html").mkdir()
+    with pytest.raises(vitlab.VitlabError, match="not a file vitlab wrote"):
+        R.check_target(tmp_path / "folder.html")

@@ -5,7 +5,7 @@ every widget the page drew (by its key: ``skips.value=cosine``, ``att.head=3``).
 thing on every run) reads the query once per browser session, checks it as untrusted input and seeds the sidebar's
 plain state; :func:`box` (each analysis page, once) seeds the page's widgets from the link, writes the current state
 back into the URL, and shows the link with the ``vitlab`` command and the Python call that recompute the page's CSV
-(``vitlab.recipe``: the app has no logic of its own for them).
+(``vitlab.cli.recipe``: the app has no logic of its own for them).
 
 A link's value is never trusted: the sidebar's values are checked against what the sidebar allows (the model
 pickers' text, the image sources, a folder as an absolute path without '..', the number boxes' ranges, the devices);

@@ -35,13 +35,14 @@ def run_report_command(args) -> int:
     from ..errors import VitlabError
     from ..inputs.data import open_source
     from ..inputs.models import check_fits, load, resolve_device
-    from ..tour.report import ReportOptions, report
+    from ..tour.report import ReportOptions, check_target, report
 
     out = Path(args.out)
     if out.suffix.lower() not in (".html", ".htm"):
         raise VitlabError(f"--out '{out}': the report is one HTML file; give a path ending in .html")
     if out.is_dir():
         raise VitlabError(f"--out '{out}' is a folder; the report is one HTML file: give a path ending in .html")
+    check_target(out)  # only over an earlier report of vitlab's, and said before anything is computed
     t0 = time.perf_counter()
     ctx = dist.context(args)  # torchrun: the tour's batches split across ranks, as `vitlab tour`
     tour_opts = options_from_args(ANALYSES["tour"], args)

@@ -55,9 +55,31 @@ class ReportResult:
 
     def write(self, path: str | Path) -> Path:
         path = Path(path)
+        check_target(path)
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(self.html, encoding="utf-8")
         return path
+
+
+# the mark of a report vitlab wrote: only a file that carries it near its start is written over
+GENERATOR = '<meta name="generator" content="vitlab report">'
+
+
+def check_target(path: str | Path) -> None:
+    """Refuse to write the report over a file vitlab did not write (docs/hardening.md: vitlab touches only what it
+    wrote): a file at ``path`` must be an earlier vitlab report. Called before anything is computed, and again
+    before writing."""
+    path = Path(path)
+    if not path.exists() and not path.is_symlink():
+        return
+    if path.is_symlink() or not path.is_file():
+        raise VitlabError(f"--out '{path}' is already there and is not a file vitlab wrote (a link or a folder): "
+                          "choose another --out")
+    with path.open("rb") as f:
+        head = f.read(4096)
+    if GENERATOR.encode() not in head:
+        raise VitlabError(f"--out '{path}' is already there and is not a report vitlab wrote: move it away, or "
+                          "choose another --out")
 
     def summary(self) -> dict:
         return {"bytes": len(self.html.encode()), "seconds": round(self.seconds, 2), **self.tour.summary()}
@@ -286,7 +308,8 @@ null) and <strong>learned</strong> ("yes" only when the trained models' interval
 <table class="summary">{''.join(f'<tr><th>{e(k)}</th><td>{v}</td></tr>' for k, v in counts.items())}</table>
 <nav><ol>{''.join(toc)}</ol></nav><p><a href="#provenance">Provenance</a></p></section>"""
     return (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><title>{e(title)}</title>'
-            f'<meta name="viewport" content="width=device-width, initial-scale=1"><style>{STYLE}</style></head>'
+            f'{GENERATOR}<meta name="viewport" content="width=device-width, initial-scale=1"><style>{STYLE}</style>'
+            '</head>'
             f'<body>{cover}{"".join(slides)}{_provenance_html(prov)}</body></html>\n')
 
 
