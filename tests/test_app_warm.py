@@ -74,3 +74,34 @@ def test_warm_up_runs_once_in_the_background_and_can_be_switched_off(monkeypatch
     assert {"torch", "timm", "scipy.stats", "vitlab.tour.measure"} <= set(sys.modules)
     loaded = {spec for spec, _ in lab._loaded_registry()}
     assert {lab.DEFAULTS["model_a"], lab.DEFAULTS["model_b"]} <= loaded
+
+
+def test_a_page_run_waits_for_the_warm_ups_imports_instead_of_importing_beside_it(monkeypatch):
+    """Two threads importing timm at once can each see the other's half-made module ("partially initialized module
+    'timm.data'", issue 51): a page's run waits until the warm-up thread's imports are done."""
+    import importlib
+    import threading
+    import time
+
+    import lab
+
+    done = []
+    real = importlib.import_module
+
+    def slow(name, *args, **kwargs):
+        time.sleep(1.0)  # an import that takes a while, as timm's does on a busy machine
+        module = real(name, *args, **kwargs)
+        done.append(name)
+        return module
+
+    monkeypatch.setattr(lab.runs, "_warm_thread", [])
+    monkeypatch.setattr(lab.runs, "_imports_done", threading.Event())
+    monkeypatch.setattr(lab.runs, "WARM_MODULES", ("json", "csv"))
+    monkeypatch.setattr(lab.runs, "_load", lambda *args: None)  # the models' part of the warm-up is not the point
+    monkeypatch.setattr(importlib, "import_module", slow)
+    monkeypatch.setenv("VITLAB_WARMUP", "1")
+    thread = lab.warm_up()
+    lab.runs.wait_for_warm_imports()
+    assert done == ["json", "csv"]  # both imports were over when the page went on
+    thread.join(60)
+    lab.runs.wait_for_warm_imports()  # and once they are done it returns at once

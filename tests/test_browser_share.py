@@ -140,3 +140,28 @@ def test_a_copied_link_reopens_the_same_view_in_a_new_browser(browser, server, p
         assert not _internal_names(again), _internal_names(again)
     finally:
         second.close()
+
+
+# what a link may try to bring alive in the page (issue 46); ` < > [ ] are refused before they are shown
+HOSTILE = "https://evil.example/login **bold** $x^2$ :smile: :material/home: www.evil.example a@evil.example _em_"
+
+
+def test_a_hostile_name_from_a_link_is_shown_as_written_by_the_browsers_renderer(browser, server):  # noqa: F811
+    """Read the HTML Streamlit's own renderer made of the link's error (GFM bare links, maths, emoji and icon
+    shortcodes are made alive after Markdown's escapes are read, so only the browser can tell)."""
+    context = browser.new_context(viewport={"width": 1280, "height": 720})
+    page = context.new_page()
+    page.set_default_timeout(SLOW)
+    try:
+        page.goto(f"{server}/skips?{urllib.parse.urlencode({**LINK, 'a': HOSTILE})}")
+        box = page.locator('[data-testid="stAlert"]').filter(has_text="model A").first
+        box.wait_for()
+        _settle(page)
+        html = box.inner_html()
+        text = box.inner_text().replace("\u2060", "")
+        assert HOSTILE in text, text  # shown whole, as typed
+        alive = box.locator("a, strong, em, .katex, [role=img], .stMarkdownColoredText")
+        assert alive.count() == 0, html
+        assert "😄" not in text, text
+    finally:
+        context.close()

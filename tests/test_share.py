@@ -135,7 +135,7 @@ def open_link(page: str, params: dict) -> AppTest:
 
 def errors(at) -> list[str]:
     """The page's errors as read on screen (Markdown escapes removed)."""
-    return [re.sub(r"\\(.)", r"\1", e.value) for e in at.error]
+    return [re.sub(r"\\(.)", r"\1", e.value).replace("\u2060", "") for e in at.error]
 
 
 def test_a_link_sets_the_sidebar_and_the_pages_widgets_and_is_written_back():

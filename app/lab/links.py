@@ -325,19 +325,21 @@ def _dismiss(target: str) -> None:
 
 
 def proposals_ui(where) -> None:
-    """What the link asks for and has not done: each with its cost, done only by the person's click."""
-    for target, p in list(_proposals().items()):
-        box = where.container(border=True)
-        box.markdown(f"**The link asks for {p['what']}:** {shown(p['value'])}  \n{shown(p['cost'])}")
-        if not p["fits"]:
-            box.caption("It cannot be loaded on this server; the page keeps its own choice.")
-            box.button("Dismiss", key=f"share.dismiss.{target}", on_click=_dismiss, args=(target,))
-            continue
-        box.caption("Nothing is loaded, downloaded or read until you choose it; the page keeps its own choice "
-                    "meanwhile.")
-        c1, c2 = box.columns([1, 1], gap="small", width=360)
-        c1.button("Use it", key=f"share.accept.{target}", on_click=_accept, args=(target,), type="primary")
-        c2.button("Dismiss", key=f"share.dismiss.{target}", on_click=_dismiss, args=(target,))
+    """What the link asks for and has not done: each with its cost, done only by the person's click (one box, a line
+    each, so that the page stays in view)."""
+    proposals = _proposals()
+    if not proposals:
+        return
+    box = where.container(border=True)
+    box.caption("Nothing a link asks for is loaded, downloaded or read until you choose it; the page keeps its own "
+                "choice meanwhile.")
+    for target, p in list(proposals.items()):
+        words, use, drop = box.columns([7, 1, 1], vertical_alignment="center")
+        refused = "" if p["fits"] else "  \nIt cannot be loaded on this server; the page keeps its own choice."
+        words.markdown(f"**The link asks for {p['what']}:** {shown(p['value'])}  \n{shown(p['cost'])}{refused}")
+        if p["fits"]:
+            use.button("Use it", key=f"share.accept.{target}", on_click=_accept, args=(target,), type="primary")
+        drop.button("Dismiss", key=f"share.dismiss.{target}", on_click=_dismiss, args=(target,))
 
 
 def _seed_known() -> None:

@@ -48,8 +48,8 @@ def model_cost(spec: str) -> tuple[str, bool]:
     words = f"{size.words}; {weights_status(spec)}"
     try:
         vitlab.models.check_fits(spec, loaded_bytes=loaded_bytes())
-    except vitlab.VitlabError as e:
-        return f"{words}. {e}", False
+    except vitlab.VitlabError as e:  # its words say the size too
+        return str(e), False
     return words, True
 
 

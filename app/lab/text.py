@@ -5,18 +5,23 @@ from __future__ import annotations
 
 import re
 
-# What makes Markdown of a name mid-sentence in Streamlit (react-markdown with GFM, maths and Streamlit's own
-# directives), each escaped with a backslash (CommonMark escapes any ASCII punctuation), and nothing else, so that a
-# name reads as typed in the page's source too ('zoo:vit-cls', 'VITLAB_WORKERS'): emphasis ('*', '~', '_' at a
-# word's edge: within a word it is never emphasis), code ('`'), links and images ('[', ']'), HTML and autolinks ('<',
-# '>', '&'), maths ('$'), tables ('|'), GFM's bare links ('http://e.com' through '://', 'www.e.com', 'a@e.com'),
-# Streamlit's emoji, icons and colour directives (':smile:', ':material/x:', ':red[x]'); '#', '>', '-', '+', '.', ')'
+# What makes Markdown of a name mid-sentence in Streamlit, each escaped with a backslash (CommonMark escapes any
+# ASCII punctuation), and nothing else, so that a name reads as typed in the page's source too ('zoo:vit-cls',
+# 'VITLAB_WORKERS'): emphasis ('*', '~', '_' at a word's edge: within a word it is never emphasis), code ('`'), links
+# and images ('[', ']'), HTML and autolinks ('<', '>', '&'), maths ('$'), tables ('|'); '#', '>', '-', '+', '.', ')'
 # only at the start of a line (a heading, a quote, a list)
 _MARKDOWN = re.compile(r"([\\`*\[\]<>&$~|])")
 _UNDERSCORE = re.compile(r"(?<![A-Za-z0-9])_|_(?![A-Za-z0-9])")
-_COLON = re.compile(r":(?=//|[\w/+-]+[:\[])")
-_EMAIL = re.compile(r"@(?=[\w.+-]*\.\w)")
 _LINE_START = re.compile(r"^(\s*\d*)([-+.)#>])")
+# What Streamlit's renderer makes alive *after* parsing, in the text itself, where a backslash escape has already
+# been read and no longer stops it (seen in Chromium): GFM's bare links ('https://e.com', 'www.e.com', 'a@e.com'),
+# emoji and icon shortcodes (':smile:', ':material/home:') and colour directives (':red[x]'). An invisible word
+# joiner (U+2060) inside each pattern breaks it: the text still reads as typed.
+JOIN = "\u2060"
+_ALIVE = (re.compile(r"(?i)(?<=\b[a-z])([a-z+.-]*:)(?=//)"),  # a scheme's ':' before '//'
+          re.compile(r"(?i)(\bwww)(?=\.)"),  # www.
+          re.compile(r"(@)(?=[\w-]+\.[\w-])"),  # a@e.com
+          re.compile(r"(:)(?=[\w/+-]+(?::|\\?\[))"))  # :smile:, :material/x:, :red[x]
 
 
 def md_plain(text: str, lines: bool = False) -> str:
@@ -36,7 +41,6 @@ _BULLET = re.compile(r"(\s*- (?=\S)|)(.*)")
 def _one_line(text: str) -> str:
     out = _MARKDOWN.sub(r"\\\1", text)
     out = _UNDERSCORE.sub(r"\\_", out)
-    out = _COLON.sub(r"\\:", out)
-    out = _EMAIL.sub(r"\\@", out)
-    out = re.sub(r"(?i)\b(www)\.", r"\1\\.", out)
+    for alive in _ALIVE:
+        out = alive.sub(lambda m: m.group(1) + JOIN, out)
     return _LINE_START.sub(r"\1\\\2", out)
