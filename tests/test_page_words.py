@@ -93,7 +93,8 @@ def check_words(page: str, at, controls: tuple[str, ...] = ()) -> list[str]:
             problems.append(f"{kind} shows nan or 'n/a [': {body[:200]}")
         if m := ZERO_WIDTH.search(body):
             problems.append(f"{kind} shows a zero-width interval '{m.group(0)}': {body[:200]}")
-        if NO_INTERVAL.search(body) and body not in controls and (m := DIRECTION.search(body)):
+        as_read = re.sub(r"\\([^\w\s])", r"\1", body).replace("\u2060", "")  # the names' escapes removed
+        if NO_INTERVAL.search(body) and as_read not in controls and (m := DIRECTION.search(body)):
             problems.append(f"{kind} states a direction ('{m.group(0)}') beside no interval: {body[:200]}")
         if "The paper reports" in body:
             nxt = found[i + 1][1] if i + 1 < len(found) else ""
@@ -132,7 +133,7 @@ def tour_row(settings: dict, key: str):
 def lead_problems(page: str, at, rows: list) -> list[str]:
     """Where the page's lead differs from the tour's rows: the paper's words, the statistic, the pattern and learned
     answers with their numbers and intervals (the same digits), the control on its own line, the interval's basis."""
-    found = [re.sub(r"\\([^\w\s])", r"\1", b) for _, b in texts(at.main)]  # as read: the names' escapes removed
+    found = [re.sub(r"\\([^\w\s])", r"\1", b).replace("\u2060", "") for _, b in texts(at.main)]  # as read
     problems = []
     for row in rows:
         w = row.lines()
