@@ -232,7 +232,7 @@ def test_every_page_shows_a_hostile_checkpoint_and_folder_name_as_written_in_its
     for page in PAGES:
         at = AppTest.from_file(str(APP / "Home.py"), default_timeout=TIMEOUT)
         settings = {"lab.model_a": f"test_vit@{ckpt}", "lab.model_b": "zoo:resnet", "lab.source": str(folder),
-                    "lab.images": 8, "lab.batch_size": 4, "lab.device": "cpu"}
+                    "lab.images": 4, "lab.batch_size": 4, "lab.device": "cpu"}
         for k, v in settings.items():
             at.session_state[k] = v
         at.run()
