@@ -45,6 +45,7 @@ from ..progress import silent_progress, tqdm_progress
 
 DEFAULT_TIMEOUT_S = 1800.0  # the gloo default; raise it when ranks' caches are very uneven (waiting ranks idle)
 WATCH_INTERVAL_S = 1.0
+STORE_TIMEOUT_S = 30  # the watcher's store calls: longer, and a rank whose peer has gone waits that long to exit
 
 
 class PeerLost(VitlabError):
@@ -400,7 +401,7 @@ class _Watcher:
         run = os.environ.get("TORCHELASTIC_RUN_ID", "none")
         self.prefix = f"vitlab/{run}/{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}"  # fresh per restart
         self.store = tdist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), is_master=False,
-                                    timeout=datetime.timedelta(seconds=30), wait_for_workers=False)
+                                    timeout=datetime.timedelta(seconds=STORE_TIMEOUT_S), wait_for_workers=False)
         self.lock = threading.Lock()
         self.stop = threading.Event()
         self.thread = threading.Thread(target=self._watch, name="vitlab-dist-watcher", daemon=True)
@@ -505,7 +506,10 @@ def finish() -> None:
             tdist.barrier()  # rank 0 may host the store: nobody leaves while another rank still needs it
     if _WATCH is not None:
         _WATCH.stop.set()
-        _WATCH.thread.join(timeout=2 * WATCH_INTERVAL_S)
+        # wait for the watcher to leave the store for good: a thread still inside the store's C++ call when the
+        # interpreter exits ends the rank with "terminate called without an active exception" (seen on a busy
+        # machine, where a store call outlasted a 2-s join); the store's own timeout bounds the wait
+        _WATCH.thread.join(timeout=STORE_TIMEOUT_S + 5)
         _WATCH = None
     if tdist.is_initialized():
         tdist.destroy_process_group()
