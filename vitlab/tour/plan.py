@@ -24,7 +24,7 @@ from ..engine.run import Statistic, stream
 from ..errors import VitlabError
 from ..inputs.cache import make_key
 from ..inputs.data import plan_batches
-from . import measure as M
+from .measure import IMAGE_SETS, NEEDS, Models, Need, image_set
 
 
 @dataclass
@@ -78,20 +78,20 @@ class _Alias(Statistic):
         return self.inner.cache_key(loaded, batch, precision)
 
 
-def plan(keys: list[str], ms: M.Models, source, opts) -> tuple[list[Pass], dict[str, str]]:
+def plan(keys: list[str], ms: Models, source, opts) -> tuple[list[Pass], dict[str, str]]:
     """The passes that serve checks ``keys``, and {check: why it is not planned} for checks whose needs failed."""
-    groups: dict[tuple, list[tuple[str, M.Need]]] = {}
+    groups: dict[tuple, list[tuple[str, Need]]] = {}
     left: dict[str, str] = {}
     for key in keys:
-        if key not in M.NEEDS:
+        if key not in NEEDS:
             continue
         try:
-            needs = M.NEEDS[key](ms, source, opts)
+            needs = NEEDS[key](ms, source, opts)
         except VitlabError as e:
             left[key] = str(e)
             continue
         for need in needs:
-            indices, batch_size = M.image_set(need.images, source, opts)
+            indices, batch_size = image_set(need.images, source, opts)
             # statistics with another least batch share the pass only where they get the same batches (a short
             # last chunk joins the one before it for min_batch 4, not for 1); otherwise each keeps its own pass
             layout = tuple(tuple(b.indices) for b in plan_batches(source, indices, batch_size, max(1, need.min_batch)))
@@ -135,7 +135,7 @@ def run_passes(passes: list[Pass], source, run) -> list[dict]:
         except VitlabError as e:  # its checks meet it again themselves, each in its own "can't tell" row
             error = str(e)
         records.append({
-            "images": M.IMAGE_SETS[p.images], "count": len(p.indices), "batch_size": p.batch_size,
+            "images": IMAGE_SETS[p.images], "count": len(p.indices), "batch_size": p.batch_size,
             "checks": list(p.checks),
             "models": {m.label: {"statistics": sorted({getattr(s, "inner", s).name for s in stats}),
                                  "forward_batches": run.info.forward_passes.get(m.label, 0) - before.get(m.label, 0)}
