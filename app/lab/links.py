@@ -254,27 +254,35 @@ def _proposed(name: str, value: Any) -> bool:
     return False
 
 
-def _linked_models(key: str, specs: list) -> list | None:
-    """A page's model list from a link: the cheap models taken, the rest proposed (None: the page keeps its own)."""
-    if len(specs) > MAX_LINKED_MODELS:
-        raise ValueError(f"a list of at most {MAX_LINKED_MODELS} models (it has {len(specs)})")
-    cheap, costly = [], []
+def _costs(specs: list, what: str) -> list[tuple[str, tuple[str, bool]]]:
+    """The models of ``specs`` a link may not load by itself, each with its cost (:func:`runs.model_cost`)."""
+    costly = []
     for spec in specs:
         if not isinstance(spec, str):
             raise ValueError("a list of model names")
         try:
-            if cheap_model(spec):
-                cheap.append(spec)
-            else:
+            if not cheap_model(spec):
                 costly.append((spec, runs.model_cost(spec)))
         except vitlab.VitlabError as e:
-            raise ValueError(f"a list of models that can be loaded ({spec!r}: {e})") from None
+            raise ValueError(f"{what} ({spec!r}: {e})") from None
+    return costly
+
+
+def _propose_models(key: str, what: str, costly: list[tuple[str, tuple[str, bool]]], value: Any) -> None:
+    _propose(key, what, ", ".join(spec for spec, _ in costly), {key: value},
+             ("; ".join(f"{spec}: {words}" for spec, (words, _) in costly), all(fits for _, (_, fits) in costly)))
+
+
+def _linked_models(key: str, specs: list) -> list | None:
+    """A page's model list from a link: the cheap models taken, the rest proposed (None: the page keeps its own)."""
+    if len(specs) > MAX_LINKED_MODELS:
+        raise ValueError(f"a list of at most {MAX_LINKED_MODELS} models (it has {len(specs)})")
+    costly = _costs(specs, "a list of models that can be loaded")
     if costly:
-        costly, words = [spec for spec, _ in costly], [cost for _, cost in costly]
-        _propose(key, f"{len(costly)} more model{'s' if len(costly) > 1 else ''} on this page", ", ".join(costly),
-                 {key: list(specs)}, ("; ".join(f"{spec}: {w}" for spec, (w, _) in zip(costly, words)),
-                                      all(fits for _, fits in words)))
-    return cheap or None
+        n = len(costly)
+        _propose_models(key, f"{n} more model{'s' * (n > 1)} on this page", costly, list(specs))
+    named = {spec for spec, _ in costly}
+    return [spec for spec in specs if spec not in named] or None
 
 
 def costly(key: str, choices: dict[Any, list[str]]) -> None:
@@ -284,18 +292,11 @@ def costly(key: str, choices: dict[Any, list[str]]) -> None:
 
 
 def _linked_choice(key: str, value: Any) -> Any | None:
-    costly = []
-    for spec in _COSTLY[key][value]:
-        try:
-            if not cheap_model(spec):
-                costly.append((spec, runs.model_cost(spec)))
-        except vitlab.VitlabError as e:
-            raise ValueError(f"a choice whose models can be loaded ({spec!r}: {e})") from None
+    costly = _costs(_COSTLY[key][value], "a choice whose models can be loaded")
     if not costly:
         return value
-    _propose(key, f"{key}={value}, which loads {len(costly)} model{'s' * (len(costly) > 1)}",
-             ", ".join(spec for spec, _ in costly), {key: value},
-             ("; ".join(f"{spec}: {words}" for spec, (words, _) in costly), all(fits for _, (_, fits) in costly)))
+    n = len(costly)
+    _propose_models(key, f"{key}={value}, which loads {n} model{'s' * (n > 1)}", costly, value)
     return None
 
 
