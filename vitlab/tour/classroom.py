@@ -200,7 +200,7 @@ def checked(lecture: Lecture) -> Lecture:
     SVG (:func:`vitlab.tour.plainsvg.plain_svg`); :class:`~vitlab.inputs.cache.BadEntry` naming the first thing
     wrong. Its steps are claims of :data:`~vitlab.tour.CLAIMS` in the paper's order, each once, with the paper's
     own title and words; its answers are words of their closed sets (:data:`~vitlab.stats.evidence.VERDICTS`,
-    :data:`~vitlab.tour.checks.LEARNED`); its figures belong to its steps and are plain SVG."""
+    :data:`~vitlab.tour.checks.words.LEARNED`); its figures belong to its steps and are plain SVG."""
     from ..inputs.cache import BadEntry
     from ..stats.evidence import VERDICTS
     from .checks import CLAIMS, LEARNED

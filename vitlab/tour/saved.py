@@ -367,7 +367,7 @@ def tour_charts(report):
 
 # class path -> (fields left out of the saved data, how to rebuild them on reading)
 DERIVED: dict[str, tuple[tuple[str, ...], Callable | None]] = {
-    "vitlab.tour.checks:TourReport": (("charts", "paper_charts"), tour_charts),
+    "vitlab.tour.checks.report:TourReport": (("charts", "paper_charts"), tour_charts),
 }
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-import vitlab.tour.checks as T  # the module, not the package: the package imports this one
+import vitlab.tour.checks as T  # vitlab.tour.checks, not vitlab.tour: vitlab.tour imports this one
 
 from ...analyses.attention import AttentionDistanceStatistic, distance_matrix
 from ...analyses.heads import HeadGramStatistic, default_lower_taps

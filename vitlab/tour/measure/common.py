@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-import vitlab.tour.checks as T  # the module, not the package: the package imports this one
+import vitlab.tour.checks as T  # vitlab.tour.checks, not vitlab.tour: vitlab.tour imports this one
 
 from ...engine.context import Run
 from ...engine.run import GramStatistic, Statistic, stream
