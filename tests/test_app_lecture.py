@@ -17,6 +17,7 @@ sys.path.insert(0, str(APP))
 pytest.importorskip("streamlit")
 from streamlit.testing.v1 import AppTest
 
+from tests.test_lecture_words import faults
 from vitlab.tour import CLAIMS, lecture
 
 pytestmark = pytest.mark.usefixtures("app_cache")  # a fresh disk cache for this module (conftest)
@@ -45,7 +46,7 @@ def open_page(monkeypatch) -> AppTest:
 def test_without_a_prepared_lecture_the_page_names_the_command(app_cache, monkeypatch):
     at = open_page(monkeypatch)
     assert "No lecture is prepared" in at.error[0].value
-    assert at.code[0].value == f"vitlab lecture --prepare -m zoo:vit-cls -m zoo:resnet --images 256 --batch-size 32"
+    assert at.code[0].value == "vitlab lecture --prepare -m zoo:vit-cls -m zoo:resnet --images 256 --batch-size 32"
 
 
 @pytest.fixture(scope="module")
@@ -54,6 +55,7 @@ def prepared(app_cache):
     if not ZOO_READY:
         pytest.skip("the zoo's checkpoints are not trained")
     import lab
+
     from vitlab.cli import main
 
     cache = str(lab.store().directory)
@@ -62,6 +64,22 @@ def prepared(app_cache):
 
 def caption_text(at) -> str:
     return " ".join(c.value for c in at.caption)
+
+
+def student_words(node) -> list[str]:
+    """Every text a student reads on the page: the main area's elements, the lecturer's folded detail left out."""
+    if getattr(node, "type", None) == "expander" and str(node.label).startswith("For the lecturer"):
+        return []
+    if hasattr(node, "children"):
+        return [t for child in node.children.values() for t in student_words(child)]
+    kind, value = getattr(node, "type", None), None
+    if kind == "radio":
+        value = " ".join(map(str, node.options))
+    elif kind in ("table", "arrow_table"):
+        value = " ".join(str(v) for v in node.value.to_numpy().ravel())
+    elif kind not in ("image", "download_button", "button", "html") and isinstance(getattr(node, "value", None), str):
+        value = node.value
+    return [value] if value else []
 
 
 def test_the_path_asks_before_it_tells_and_ends_with_the_summary(prepared, monkeypatch):
@@ -79,7 +97,8 @@ def test_the_path_asks_before_it_tells_and_ends_with_the_summary(prepared, monke
         assert not at.button(key="lecture.reveal").disabled
         at.button(key="lecture.reveal").click().run()
         assert not at.exception, [e.message for e in at.exception]
-        assert at.subheader[0].value == claim.title and not at.radio  # the prediction is kept, not changed
+        # a neutral heading after the reveal too (the claim's title asserts the paper over "not shown")
+        assert at.subheader[0].value == q.topic and not at.radio  # the prediction is kept, not changed
         boxes = [b.value for b in [*at.success, *at.error]]
         assert any(f"**You predicted:** {q.options[choice]}. **The paper:** {q.paper_option}." in b for b in boxes)
         assert (at.success if choice == q.paper else at.error)[0].value.startswith("**You predicted:**")
@@ -88,14 +107,17 @@ def test_the_path_asks_before_it_tells_and_ends_with_the_summary(prepared, monke
         figures = [i.proto.imgs[0].url for i in at.get("image")]  # drawn when the lecture was prepared, inline
         assert figures and all(u.startswith("data:image/svg+xml;base64,") for u in figures)
         assert at.get("progress")[0].proto.text == f"{k + 1} of 3 steps revealed"
+        words = " ".join(student_words(at.main))
+        assert faults(words) == [] and "How we know" in [e.label for e in at.expander], faults(words)
         at.button(key="lecture.next").click().run()
     assert "1 of 3" in at.markdown[0].value  # predictions that took the paper's answer: the first only
     assert [r for r in at.table[0].value["as the paper"]] == ["✓", "✗", "✗"]
     assert [d.label for d in at.get("download_button")] == ["Download your summary (HTML)"]
     at.button(key="lecture.back").click().run()
-    assert at.subheader[0].value == CLAIMS["gap"].title
+    assert at.subheader[0].value == lecture.QUESTIONS["gap"].topic and not at.radio
+    assert faults(" ".join(student_words(at.main))) == []
     at.button(key="lecture.prev").click().run()  # back along the path: revealed steps stay revealed
-    assert at.subheader[0].value == CLAIMS["skips"].title and not at.radio
+    assert at.subheader[0].value == lecture.QUESTIONS["skips"].topic and not at.radio
     at.button(key="lecture.next").click().run()
     at.button(key="lecture.next").click().run()
     at.button(key="lecture.restart").click().run()

@@ -136,7 +136,7 @@ def _open_offline(browser, path: Path) -> None:
     context.on("request", lambda r: asked.append(r.url))
     page = context.new_page()
     page.goto(path.as_uri())
-    assert page.locator("section.slide").count() == 12  # cover, 10 steps, provenance
+    assert page.locator("section.slide").count() == 13  # cover, 10 steps, the words used, provenance
     assert page.locator("section.slide svg").count() >= 10
     assert page.locator('[data-matched="5"][data-steps="10"]').count() == 1
     assert asked == [path.as_uri()], asked

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import re
 import shlex
-from html import escape
 from dataclasses import replace
+from html import escape
 from pathlib import Path
 
 import pytest
@@ -16,8 +16,18 @@ from vitlab import VitlabError
 from vitlab.engine.context import RunInfo
 from vitlab.inputs.cache import Store
 from vitlab.stats.evidence import Estimate
-from vitlab.tour import CLAIMS, TourOptions, TourReport, cant_tell, check_skips, check_uniformity
-from vitlab.tour import classroom, lecture, summary
+from vitlab.tour import (
+    CLAIMS,
+    TourOptions,
+    TourReport,
+    cant_tell,
+    check_skips,
+    check_uniformity,
+    classroom,
+    glossary,
+    lecture,
+    summary,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 ZOO_READY = all((ROOT / "assets" / "zoo" / f"{n}.safetensors").is_file() for n in ("vit-cls", "resnet"))
@@ -43,8 +53,24 @@ def test_the_papers_option_says_what_the_claim_says():
     assert "ViT" in q["cka"].paper_option and "more alike" in q["cka"].paper_option
     assert q["skips"].paper_option == "In the ViT"
     assert q["removal"].paper_option.startswith("Less alike")
-    assert q["gap"].paper_option == "It weakens"
+    assert q["gap"].paper_option == "It gets weaker"
     assert q["scale"].paper_option == "In the higher layers"
+
+
+HEDGES = ("some", "others", "only", "both", "neither", "about", "mostly", "partly")
+
+
+def test_the_options_do_not_give_the_answer_away():
+    """Alike in length (the longest at most 1.5 times the shortest) and in hedging: the paper's option is never the
+    only one with a hedge word, and never the only long one."""
+    for key, q in lecture.QUESTIONS.items():
+        lengths = [len(o) for o in q.options]
+        assert max(lengths) <= 1.5 * min(lengths), (key, q.options)
+        hedged = [any(re.search(rf"\b{h}\b", o.lower()) for h in HEDGES) for o in q.options]
+        if hedged[q.paper]:
+            assert sum(hedged) >= 2, (key, q.options)
+        assert len(q.paper_option) < max(lengths) or lengths.count(max(lengths)) > 1 or \
+            max(lengths) <= 1.2 * sorted(lengths)[1], (key, q.options)
 
 
 def test_path_follows_the_paper_whatever_order_the_claims_are_named_in():
@@ -168,7 +194,9 @@ def test_summary_puts_each_prediction_beside_the_answers_with_the_figures():
         assert f'data-paper="{escape(q[key].paper_option)}"' in section
         assert f'data-verdict="{escape(lec.row(key).pattern)}"' in section
         assert f'data-int="{lec.row(key).figure}"' in section  # its interval figure
-        assert escape(lec.row(key).lines()["pattern_numbers"]) in section
+        said = glossary.student(key, lec.row(key), lec.settings)  # a student's words, the numbers in How we know
+        assert escape(said.meaning) in section and all(escape(line) in section for line in said.how)
+        assert '<details class="how"><summary>How we know</summary>' in section
     assert 'data-fig="cka"' in text and "✓ as the paper" in text and "✗ not the paper&#x27;s answer" in text
     assert 'data-matched="1" data-steps="2"' in text
     assert summary.summary_html(lec, {}).count("no prediction") >= 2

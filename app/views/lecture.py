@@ -16,7 +16,7 @@ import time
 import lab
 import streamlit as st
 
-from vitlab.tour import classroom, lecture, summary
+from vitlab.tour import classroom, glossary, lecture, summary
 
 VERDICT_BOX = {"shown": st.success, "not shown": st.warning, "can't tell": st.info}
 LEARNED_BOX = {"yes": st.success, "no": st.warning, "can't tell": st.info, "n.a.": st.info}
@@ -92,37 +92,53 @@ def restart() -> None:
 
 
 def status(lec: classroom.Lecture, seconds: float) -> None:
+    """The lecturer's detail, folded: when and how the lecture was prepared, its exact models and command."""
     info, plain = lec.tour.info, lab.md_plain
-    st.caption(f"Prepared {plain(lec.made)} with the command below: {info.batches_computed} batches computed then, "
-               f"{info.batches_from_cache} from the cache, {lec.seconds:.0f} s. Now: 0 batches computed, read from "
-               f"the disk cache ({seconds:.1f} s); nothing on this page runs a model. Models and data: "
-               f"{plain(lec.settings.describe())} (the sidebar's choices do not apply here).")
-    st.code(lec.settings.command(), language="bash")
+    with st.expander("For the lecturer: how this lecture was prepared", expanded=False):
+        st.caption(f"Prepared {plain(lec.made)} with the command below: {info.batches_computed} batches computed "
+                   f"then, {info.batches_from_cache} from the cache, {lec.seconds:.0f} s. Now: 0 batches computed, "
+                   f"read from the disk cache ({seconds:.1f} s); nothing on this page runs a model. Models and data: "
+                   f"{plain(lec.settings.describe())}. The sidebar's choices do not apply here")
+        st.code(lec.settings.command(), language="bash")
+
+
+def _terms(lec: classroom.Lecture) -> dict:
+    """Each step's words met first there, on this lecture's path (glossary.first_terms)."""
+    return glossary.first_terms(lec.steps)
+
+
+def terms_ui(terms: list) -> None:
+    """The glossary's words met here for the first time on this path, one plain sentence each."""
+    if terms:
+        st.caption("  \n".join(f"**{t.name}**: {t.sentence}" for t in terms))
 
 
 def header_ui(key: str, k: int, lec: classroom.Lecture, revealed: bool) -> None:
-    """The step's heading (a neutral topic until the reveal: a claim's title can give its answer away), Previous /
-    Next (Next opens once the step is revealed), and the progress over the path."""
-    row, n = lec.row(key), len(lec.steps)
+    """The step's heading (a neutral topic before and after the reveal: a claim's title can give its answer away,
+    and asserts the paper over "not shown"), Previous / Next (Next opens once the step is revealed)."""
+    n = len(lec.steps)
     head, tools = st.columns([3, 2], vertical_alignment="bottom")
-    head.caption(f"Lecture · {row.figure} · step {k + 1} of {n}")
-    head.subheader(row.title if revealed else lecture.QUESTIONS[key].topic)
+    head.caption(f"Lecture · {lec.row(key).figure} · step {k + 1} of {n}")
+    head.subheader(lecture.QUESTIONS[key].topic)
     nav = tools.container(horizontal=True, horizontal_alignment="right", gap="small")
     nav.button("◀ Previous", key="lecture.prev", on_click=go, args=(k - 1,), disabled=k == 0)
     nav.button("Summary ▶" if k == n - 1 else "Next ▶", key="lecture.next", on_click=go, args=(k + 1,),
                disabled=not revealed, type="primary", help=None if revealed else "Reveal this step first")
 
 
-def question_ui(key: str) -> None:
-    """Before the reveal: the question, what is compared, the options; Reveal opens once one is chosen."""
+def question_ui(key: str, lec: classroom.Lecture) -> None:
+    """Before the reveal: the question, what is compared (models in words), the options, the words met here first;
+    Reveal opens once one is chosen."""
     q = lecture.QUESTIONS[key]
+    said = glossary.student(key, lec.row(key), lec.settings)
     st.markdown(f"**{q.ask}**")
-    st.caption(q.setup)
+    st.caption(f"{q.setup} {said.compared}")
     st.radio("What do you expect?", q.options, index=st.session_state["lecture.choices"].get(key),
              key=f"lecture.choice.{key}", on_change=pick, args=(key, q.options))
     st.button("Reveal the answer", key="lecture.reveal", type="primary", on_click=reveal, args=(key,),
               disabled=st.session_state["lecture.choices"].get(key) is None,
               help="Choose what you expect first: the answer opens after a prediction")
+    terms_ui(_terms(lec)[key][0])
 
 
 def figure_ui(key: str, lec: classroom.Lecture) -> None:
@@ -131,30 +147,34 @@ def figure_ui(key: str, lec: classroom.Lecture) -> None:
     svgs = [(part, svg) for part, svg in (("p", lec.papers.get(row.figure)), ("i", lec.intervals.get(row.figure)))
             if svg]
     if not svgs:
-        st.info("No figure: this check could not be measured on these models (see the evidence).")
+        st.info("No figure: this step could not be measured on these models.")
     for part, svg in svgs:  # an image each: st.html would strip the SVG, and each keeps its own ids
         with st.container(key=f"lecture-fig-{part}"):
             st.image(svg, width="stretch")
 
 
 def answer_ui(key: str, lec: classroom.Lecture) -> None:
-    """After the reveal: the prediction beside the paper's answer, the claim, both answers for these models with
-    their numbers, the control; the figures beside them."""
+    """After the reveal: the prediction beside the paper's answer, the paper's words, both answers for these models
+    in a plain sentence each, the words met here first, and How we know (folded); the figures beside them."""
     row, q = lec.row(key), lecture.QUESTIONS[key]
-    said, words = lecture.outcome(key, st.session_state["lecture.choices"].get(key), row), row.lines()
-    plain = lab.md_plain  # the numbers' words, models and evidence came with the lecture: shown as written
+    said = lecture.outcome(key, st.session_state["lecture.choices"].get(key), row)
+    student = glossary.student(key, row, lec.settings)
     left, right = st.columns([3, 2], gap="medium")
     with right:
         st.caption(q.ask)
         box = st.success if said["matches_paper"] else st.error
         box(f"**You predicted:** {said['prediction']}. **The paper:** {said['paper']}.")
-        st.markdown(f"> {words['paper']}")
-        # the answers are words of their closed sets (checked when the lecture was read, classroom.checked)
-        VERDICT_BOX[row.pattern](f"**Pattern: {row.pattern}**: {said['models']}. {plain(words['pattern_numbers'])}")
-        LEARNED_BOX[row.learned](f"**Learned: {row.learned}.** {plain(words['learned_numbers'])}")
-        st.markdown(plain(words["control_note"]))
-        st.caption(f"Statistic: {plain(words['statistic'])}. {plain(words['interval_text'])}. Models: "
-                   f"{plain(words['models']) or 'none'}. Data: {plain(words['data'])}. {plain(row.evidence)}")
+        st.markdown(f"> {row.claim}")
+        # the answers are words of their closed sets (checked when the lecture was read, classroom.checked); the
+        # sentences are the glossary's own, the numbers came with the lecture: escaped
+        VERDICT_BOX[row.pattern](f"**Pattern: {row.pattern}.** {student.meaning}")
+        learned = student.learned if student.learned.endswith(".") else f"{student.learned}."  # "n.a.", not "n.a.."
+        LEARNED_BOX[student.learned](f"**Learned: {learned}** {student.learned_text}")
+        terms_ui(_terms(lec)[key][1])
+        with st.expander("How we know", expanded=False):
+            st.markdown("\n".join(f"- {lab.md_plain(line)}" for line in student.how))
+        with st.expander("For the lecturer: exact models and measurements", expanded=False):
+            st.caption(f"Models: {lab.md_plain(row.models) or 'none'}. {lab.md_plain(row.evidence)}")
     with left:
         figure_ui(key, lec)
 
@@ -183,7 +203,8 @@ def summary_ui(lec: classroom.Lecture) -> None:
         said = lecture.outcome(key, choices.get(key), lec.row(key))
         table.append({"step": lec.row(key).figure, "your prediction": said["prediction"],
                       "the paper": said["paper"], "as the paper": MARK[said["matches_paper"]],
-                      "pattern on these models": said["pattern"], "learned": lec.row(key).learned})
+                      "pattern on these models": said["pattern"],
+                      "learned": glossary.student(key, lec.row(key), lec.settings).learned})
     st.table(table, hide_index=True)
 
 
@@ -204,7 +225,7 @@ def path_ui(lec: classroom.Lecture) -> None:
     if key in revealed:
         answer_ui(key, lec)
     else:
-        question_ui(key)
+        question_ui(key, lec)
 
 
 st.html(STYLE)

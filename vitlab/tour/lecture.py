@@ -37,7 +37,9 @@ class Question:
         return self.options[self.paper]
 
 
-# The paper's option sits at different places, so that its position gives nothing away. Each `ask` and `setup` only
+# The paper's option sits at different places, so that its position gives nothing away, and the three options of a
+# question are alike in length (within 1.5x), hedging ("some", "only", "both") and detail (issue 47: in Figs 3-4 the
+# paper's option was the only hedged one, in Fig 11 the only long, specific one; tests/test_lecture.py reads them). Each `ask` and `setup` only
 # names what is compared; the claim's words (CLAIMS) are shown after the reveal.
 QUESTIONS: dict[str, Question] = {
     "cka": Question(
@@ -45,24 +47,24 @@ QUESTIONS: dict[str, Question] = {
         "Compare every layer of a model with every other layer of the same model. In which model are the layers "
         "more alike across depth?",
         "CKA between every pair of layers of the ViT, and of the ResNet.",
-        ("The ResNet's layers are more alike", "The ViT's layers are more alike", "No difference"), 1),
+        ("The ResNet's layers are more alike", "The ViT's layers are more alike", "About the same in both models"), 1),
     "distance": Question(
         "How far the first heads look",
         "In the ViT's first block, how far do the attention heads look?",
         "The mean distance each head attends over, against uniform attention (every patch alike).",
-        ("All heads look far, as uniform attention does", "All heads look close by",
-         "Some heads look close by, others far"), 2),
+        ("Only far: every head spreads over the image", "Only close: every head looks at nearby patches",
+         "Both: some heads look close, others far"), 2),
     "heads": Question(
         "Attention heads and convolutions",
         "Among the ViT's lower-layer heads, which ones are most like the ResNet's lower layers?",
         "Each lower-layer head's attention distance beside its CKA with the ResNet's lower layers.",
-        ("The heads that look close by", "The heads that look far", "Neither: no relation"), 0),
+        ("The heads that look close by", "The heads that look far away", "Neither: closeness does not matter"), 0),
     "receptive": Question(
         "How far the first block sees",
         "Which first block widens the receptive field more: the ViT's attention or the ResNet's convolutional "
         "block?",
         "The growth of the 50 % receptive-field radius across each model's first block, as a fraction of the image.",
-        ("The ResNet's convolutional block", "About the same", "The ViT's attention"), 2),
+        ("The ResNet's convolutional block", "Both widen it about the same", "The ViT's attention block"), 2),
     "skips": Question(
         "Skip connections",
         "In which model does the skip connection outweigh the residual branch by more?",
@@ -78,20 +80,20 @@ QUESTIONS: dict[str, Question] = {
         "Where a token's information stays",
         "In the last layer, which model keeps each position's own information at that position better?",
         "For each token, whether its representation best matches its own position's input, corrected for chance.",
-        ("Neither: both at chance", "The ResNet", "The ViT"), 2),
+        ("Neither: both only at chance", "The ResNet keeps them better", "The ViT keeps them better"), 2),
     "gap": Question(
         "CLS token or average pooling",
         "Train the same ViT with global average pooling instead of a CLS token. What happens to how well its "
         "tokens keep their positions?",
         "The chance-corrected localization of the CLS-trained and the GAP-trained ViT's last layers.",
-        ("It gets stronger", "It weakens", "It stays the same"), 1),
+        ("It gets stronger", "It gets weaker", "It stays the same"), 1),
     "probes": Question(
         "Where the class appears",
         "In a ViT trained with a CLS token, which representation tells the classes apart better in the lower "
         "layers, judged by a linear probe?",
         "Few-shot linear probes on the CLS token and on the mean of the spatial tokens, layer by layer.",
-        ("The CLS token, at every layer", "The mean of the spatial tokens, with the CLS token catching up only "
-         "higher up", "Neither: no difference"), 1),
+        ("The CLS token, from the first layer up", "The token mean; the CLS token catches up higher",
+         "Neither: both tell the classes apart alike"), 1),
     "scale": Question(
         "Less training data",
         "A ViT trained on less data is compared, layer by layer, with the same ViT trained on all of it. Where do "

@@ -14,6 +14,7 @@ from __future__ import annotations
 import html
 import re
 
+from . import glossary
 from .classroom import Lecture
 from .lecture import QUESTIONS, outcome, score
 from .report import LEARNED_CLASS, STYLE, VERDICT_CLASS
@@ -22,6 +23,8 @@ EXTRA_STYLE = """
 .you{font-size:1.25em;font-weight:700}.match{background:#d7f5dd;color:#0b6b24}.miss{background:#ffe0d6;color:#9a2a00}
 .none{background:#e8eaf0;color:#333}.pick{display:inline-block;padding:.05em .5em;border-radius:.3em}
 .ask{font-size:1.1em;margin:.2em 0 .6em}.steps td,.steps th{font-size:.8em;border-bottom:1px solid #eee}
+.steps td.fig{white-space:nowrap}.term{font-size:.85em;color:#333;margin:.2em 0}details{margin:.5em 0}
+details summary{cursor:pointer;font-weight:600}.how li{font-size:.85em}
 """
 # The summary is opened from a student's disk: it runs nothing and fetches nothing, whatever a figure in it holds
 # (the figures are checked as plain SVG when the lecture is read back, vitlab.tour.plainsvg; this is the second
@@ -41,40 +44,45 @@ def scoped(svg: str, prefix: str) -> str:
     return re.sub(rf'(url\(#|href="#)({pattern})([)"])', rf"\g<1>{prefix}-\2\3", svg)
 
 
-def _step(k: int, key: str, lecture: Lecture, choice: int | None) -> str:
+def _terms(terms: list) -> str:
+    e = html.escape
+    return "".join(f'<p class="term"><strong>{e(t.name)}</strong>: {e(t.sentence)}</p>' for t in terms)
+
+
+def _step(k: int, key: str, lecture: Lecture, choice: int | None, terms: tuple[list, list]) -> str:
     e = html.escape
     row, q = lecture.row(key), QUESTIONS[key]
-    said, words = outcome(key, choice, row), row.lines()
+    said, student = outcome(key, choice, row), glossary.student(key, row, lecture.settings)
     css, mark = MARK[said["matches_paper"]]
     paper_svg, interval_svg = (scoped(svg, f"s{k}{part}") if svg else None for part, svg in
                                (("p", lecture.papers.get(row.figure)), ("i", lecture.intervals.get(row.figure))))
     figure = (f'<div class="paper">{paper_svg}</div>' if paper_svg else "") + (
         f'<div class="intervals">{interval_svg}</div>' if interval_svg else "")
     if not figure:
-        figure = '<p class="nofig">No figure: this check could not be measured (see the evidence).</p>'
+        figure = '<p class="nofig">No figure: this step could not be measured on these models.</p>'
     pattern = VERDICT_CLASS.get(row.pattern, "canttell")
-    learned = LEARNED_CLASS.get(row.learned, "canttell")
+    learned = LEARNED_CLASS.get(student.learned, "canttell")
+    how = "".join(f"<li>{e(line)}</li>" for line in student.how)
     return f"""<section class="slide" id="step{k}" data-step="{e(key)}">
-<h2><span class="fig">{e(row.figure)}</span> {e(row.title)}</h2>
-<p class="label">The question</p><p class="ask">{e(q.ask)}</p>
+<h2><span class="fig">{e(row.figure)}</span> {e(q.topic)}</h2>
+<p class="label">The question</p><p class="ask">{e(q.ask)}</p><p class="control">{e(student.compared)}</p>
+<div class="terms">{_terms(terms[0])}</div>
 <p class="label">Your prediction</p>
 <p class="you" data-prediction="{e(said['prediction'])}"><span class="pick {css}">{e(said['prediction'])}</span>
 <small>{e(mark)}</small></p>
 <p class="label">The paper's answer</p><p class="you" data-paper="{e(said['paper'])}">{e(said['paper'])}</p>
 <div class="body"><div class="figure">{figure}</div>
-<div class="text"><p class="label">The paper reports</p><blockquote class="claim">{e(words["paper"])}</blockquote>
+<div class="text"><p class="label">The paper reports</p><blockquote class="claim">{e(row.claim)}</blockquote>
 <p class="label">Pattern: do these models show it?</p>
 <p class="verdict {pattern}" data-verdict="{e(row.pattern)}">{e(row.pattern)}</p>
-<p class="control">{e(said["models"])}</p>
-<table class="numbers"><tr><th>statistic</th><td>{e(words["statistic"])}</td></tr>
-<tr><th>on these models</th><td>{e(words["pattern_numbers"])}</td></tr>
-<tr><th>interval</th><td>{e(row.interval)}</td></tr>
-<tr><th>models</th><td>{e(words["models"])}</td></tr>
-<tr><th>data</th><td>{e(words["data"])}</td></tr></table>
-<p class="label">Our control</p><p class="control">{e(words["control_note"])}</p>
-<p class="label">Learned: more than untrained?</p>
-<p class="verdict {learned}" data-learned="{e(row.learned)}">{e(row.learned)}</p>
-<p class="control">{e(words["learned_numbers"])}</p></div></div></section>"""
+<p class="control meaning">{e(student.meaning)}</p>
+<p class="label">Learned: did training make it?</p>
+<p class="verdict {learned}" data-learned="{e(student.learned)}">{e(student.learned)}</p>
+<p class="control">{e(student.learned_text)}</p>
+<div class="terms">{_terms(terms[1])}</div>
+<details class="how"><summary>How we know</summary><ul>{how}</ul></details>
+<details class="lecturer"><summary>For the lecturer: exact models and measurements</summary>
+<p class="prov">Models: {e(row.models) or "none"}. {e(row.evidence)}</p></details></div></div></section>"""
 
 
 def _cover(lecture: Lecture, choices: dict[str, int | None], title: str) -> str:
@@ -85,15 +93,16 @@ def _cover(lecture: Lecture, choices: dict[str, int | None], title: str) -> str:
         row = lecture.row(key)
         said = outcome(key, choices.get(key), row)
         css, mark = MARK[said["matches_paper"]]
-        rows.append(f'<tr data-step="{e(key)}"><td><a href="#step{k}">{e(row.figure)}</a></td>'
+        learned = glossary.student(key, row, lecture.settings).learned
+        rows.append(f'<tr data-step="{e(key)}"><td class="fig"><a href="#step{k}">{e(row.figure)}</a></td>'
                     f'<td class="{css}">{e(said["prediction"])} {e(mark.split(" ")[0])}</td>'
-                    f'<td>{e(said["paper"])}</td><td>{e(row.pattern)}</td><td>{e(row.learned)}</td></tr>')
+                    f'<td>{e(said["paper"])}</td><td>{e(row.pattern)}</td><td>{e(learned)}</td></tr>')
     return f"""<section class="slide" id="cover"><h1>{e(title)}</h1>
 <p>Raghu et al. 2021, "Do Vision Transformers See Like CNNs?", step by step: before each answer you chose what you
-expected; here it is beside the paper's answer and what these models show ({e(lecture.settings.describe())};
-prepared {e(lecture.made)}). <strong>Pattern</strong>: "shown" only when the statistic's 95 % interval clears the
-claim's own null. <strong>Learned</strong>: "yes" only when the trained models' interval clears the untrained
-twins'.</p>
+expected; here it is beside the paper's answer and what these models show ({e(glossary.settings_words(
+lecture.settings))}; prepared {e(lecture.made)}). <strong>Pattern</strong>: "shown" only when the measured value's
+95 % interval clears what the claim is compared with. <strong>Learned</strong>: "yes" only when the trained models'
+interval clears their untrained twins'.</p>
 <p class="n" data-matched="{counts['matched']}" data-steps="{counts['steps']}">{counts['matched']} of
 {counts['steps']} predictions took the paper's answer <small>{counts['predicted']} predicted; these models showed the
 paper's pattern in {counts['shown']} of {counts['steps']}</small></p>
@@ -101,18 +110,28 @@ paper's pattern in {counts['shown']} of {counts['steps']}</small></p>
 <th>learned here</th></tr>{''.join(rows)}</table></section>"""
 
 
+def _glossary(lecture: Lecture) -> str:
+    """Every word the path explains, in the order it met them."""
+    terms = [t for pair in glossary.first_terms(lecture.steps).values() for part in pair for t in part]
+    return f'<section class="slide" id="glossary"><h2>Words used</h2>{_terms(terms)}</section>'
+
+
 def _provenance(lecture: Lecture) -> str:
+    """The lecturer's detail: exact model specs and fingerprints, the images (by name: no folder of the machine that
+    prepared it), versions and the command."""
     e = html.escape
     prov = lecture.provenance
     models = "".join(f"<tr><td>{e(str(m.get('spec')))}</td><td><code>{e(str(m.get('fingerprint')))}</code></td>"
                      f"<td>{e(str(m.get('weights')))}</td></tr>" for m in prov.get("models", []))
-    images = "".join(f"<tr><th>{e(str(k))}</th><td>{e(str(v))}</td></tr>" for k, v in prov.get("images", {}).items())
+    images = "".join(f"<tr><th>{e(str(k))}</th><td>{e(glossary.source_words(v) if k == 'source' else str(v))}</td>"
+                     f"</tr>" for k, v in prov.get("images", {}).items())
     libs = ", ".join(f"{e(str(k))} {e(str(v))}" for k, v in prov.get("versions", {}).items())
-    return f"""<section class="slide" id="provenance"><h2>Provenance</h2>
+    return f"""<section class="slide lecturer" id="provenance"><h2>Provenance</h2>
+<details class="lecturer" open><summary>For the lecturer: exact models, images and versions</summary>
 <table class="prov" id="prov-models"><tr><th>model</th><th>fingerprint</th><th>weights</th></tr>{models}</table>
 <table class="prov" id="prov-images">{images}</table><p class="prov">{libs}</p>
 <p class="prov">Prepared with <code>{e(lecture.settings.command())}</code> on {e(lecture.made)}
-({lecture.seconds:.0f} s).</p></section>"""
+({lecture.seconds:.0f} s).</p></details></section>"""
 
 
 def summary_html(lecture: Lecture, choices: dict[str, int | None],
@@ -120,8 +139,9 @@ def summary_html(lecture: Lecture, choices: dict[str, int | None],
     """The summary as one HTML string: the predictions table, one section per step (prediction, the paper's
     answer, the answers for these models with their numbers, the figures), provenance."""
     e = html.escape
-    steps = "".join(_step(k, key, lecture, choices.get(key)) for k, key in enumerate(lecture.steps))
+    terms = glossary.first_terms(lecture.steps)
+    steps = "".join(_step(k, key, lecture, choices.get(key), terms[key]) for k, key in enumerate(lecture.steps))
     return (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
             f'<meta http-equiv="Content-Security-Policy" content="{CSP}"><title>{e(title)}</title>'
             f'<meta name="viewport" content="width=device-width, initial-scale=1"><style>{STYLE}{EXTRA_STYLE}</style>'
-            f'</head><body>{_cover(lecture, choices, title)}{steps}{_provenance(lecture)}</body></html>\n')
+            f'</head><body>{_cover(lecture, choices, title)}{steps}{_glossary(lecture)}{_provenance(lecture)}</body></html>\n')

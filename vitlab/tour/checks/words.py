@@ -105,3 +105,108 @@ NOT_LEARNED = {
     "gap": "n.a.: both models are trained; the question is the pooling they were trained with",
     "scale": "n.a.: every model is trained; the question is how much data it was trained on",
 }
+
+
+# ---------------------------------------------------------------- a student's words (issue 47)
+# Written for someone who has not read the paper, shown on the Lecture page and in its summary beside the paper's
+# words above (never instead of them). No tap names, config internals or model specs: models are named in words by
+# vitlab.tour.glossary. A sentence a claim's three pattern answers each mean, for these models.
+STUDENT_MEANING: dict[str, dict[str, str]] = {
+    "cka": {
+        "shown": "The ViT's layers are more alike to one another than the ResNet's, as the paper found.",
+        "not shown": "On these models the ViT's layers are not more alike than the ResNet's, so they do not repeat "
+                     "the paper's finding.",
+        "can't tell": "These images cannot settle whether the ViT's layers are more alike than the ResNet's.",
+    },
+    "distance": {
+        "shown": "The ViT's first block has heads that look close by as well as heads that look far, as the paper "
+                 "found.",
+        "not shown": "Even the most local head of the ViT's first block looks nearly as far as uniform attention, so "
+                     "these models have no clearly local head.",
+        "can't tell": "These images cannot settle whether the ViT's first block has a clearly local head.",
+    },
+    "heads": {
+        "shown": "The heads that look close by are the ones most like the ResNet's lower layers, as the paper found.",
+        "not shown": "Here the heads that look close by are not the ones most like the ResNet's lower layers.",
+        "can't tell": "These images cannot settle whether the heads that look close by are the most ResNet-like.",
+    },
+    "receptive": {
+        "shown": "The ViT's first attention block widens what each position sees more than the ResNet's first "
+                 "block does, as the paper found.",
+        "not shown": "Here the ResNet's first block widens what each position sees at least as much as the ViT's "
+                     "attention does.",
+        "can't tell": "These images cannot settle which first block widens the receptive field more.",
+    },
+    "skips": {
+        "shown": "In the ViT the skip outweighs the branch by more than in the ResNet, as the paper found.",
+        "not shown": "Here the skip does not outweigh the branch by more in the ViT than in the ResNet.",
+        "can't tell": "These images cannot settle in which model the skip outweighs the branch by more.",
+    },
+    "removal": {
+        "shown": "Without its skip, the ViT's layers before and after that block are less alike, as the paper found.",
+        "not shown": "Here the ViT trained without the skip keeps its layers as alike across that block as with it.",
+        "can't tell": "These images cannot settle whether removing the skip makes the layers around that block less "
+                      "alike.",
+    },
+    "localization": {
+        "shown": "The ViT's last-layer tokens keep their own position's information better than the ResNet's, as "
+                 "the paper found.",
+        "not shown": "Here the ViT's last-layer tokens keep their positions no better than the ResNet's.",
+        "can't tell": "These images cannot settle which model's last layer keeps positions better.",
+    },
+    "gap": {
+        "shown": "The ViT trained with average pooling keeps its tokens' positions less well than the one trained "
+                 "with a CLS token, as the paper found.",
+        "not shown": "Here average pooling does not weaken how well the tokens keep their positions.",
+        "can't tell": "These images cannot settle whether average pooling weakens how well the tokens keep their "
+                      "positions.",
+    },
+    "probes": {
+        "shown": "Low down the mean of the patch tokens tells the classes apart better, and the CLS token catches "
+                 "up only higher up, as the paper found.",
+        "not shown": "Here the mean of the patch tokens is not better low down, or the CLS token gains too little "
+                     "going up, so the paper's pattern does not hold.",
+        "can't tell": "These draws cannot settle whether the mean of the patch tokens beats the CLS token low down.",
+    },
+    "scale": {
+        "shown": "The ViT trained on less data differs from the full-data one most in its higher layers, more than "
+                 "training again with another seed does, as the paper found.",
+        "not shown": "Here less data makes the higher layers differ no more than training again with another seed "
+                     "does.",
+        "can't tell": "These images cannot settle whether less data makes the higher layers differ more than another "
+                      "seed does.",
+    },
+}
+
+# What the pattern's number is compared with, in words: "{c}" is the reference's value (with its interval when it is
+# measured), "{margin}" Figs 3-4's locality threshold; "above" or "below" is where the paper's answer needs it.
+STUDENT_CONTROL: dict[str, tuple[str, str]] = {
+    "cka": ("no difference between the two models would be {c}", "above"),
+    "distance": ("uniform attention scores {c}, and a head counts as local from {margin}", "above"),
+    "heads": ("heads with shuffled labels reach at most {c}", "above"),
+    "receptive": ("the ResNet's first block grows it by {c}", "above"),
+    "skips": ("the ResNet's ratio is {c}", "above"),
+    "removal": ("the same ViT trained with its skips scores {c}", "below"),
+    "localization": ("the ResNet's last layer scores {c}", "above"),
+    "gap": ("the ViT trained with average pooling scores {c}", "above"),
+    "probes": ("no margin would be {c}", "above"),
+    "scale": ("no more change than another seed makes would be {c}", "above"),
+}
+
+# What the learned answer compares, trained against untrained (Fig 6 and 7: a difference, not the pattern's value).
+STUDENT_LEARNED_WHAT: dict[str, str] = {
+    "cka": "the ViT's lead over the ResNet in how alike its layers are",
+    "distance": "how local the most local first-block head is",
+    "heads": "how strongly closeness goes with ResNet-likeness",
+    "receptive": "the ViT's growth minus the ResNet's growth, a different number from the pattern's",
+    "skips": "the ViT's ratio minus the ResNet's ratio, a different number from the pattern's",
+    "localization": "the ViT's localization minus the ResNet's",
+    "probes": "the probe margin",
+}
+
+# Why "learned" does not apply, in words (the claims of NOT_LEARNED).
+STUDENT_NOT_LEARNED: dict[str, str] = {
+    "removal": "Does not apply: both models are trained, and the question is the missing skip, not training.",
+    "gap": "Does not apply: both models are trained, and the question is how they pool, not training.",
+    "scale": "Does not apply: every model is trained, and the question is how much data each one saw.",
+}

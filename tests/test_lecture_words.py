@@ -1,0 +1,170 @@
+"""A student's words on the Lecture page and in its summary (issue 47): every step reads as sentences (no doubled
+punctuation, one minus sign, no "can't tell: … can't tell", no unexplained trailing ", 0") and names no internal
+thing (tap names, model specs, config internals); each term of the glossary is explained once, where a path first
+meets it. The lecturer's detail (exact models, evidence, provenance) keeps the exact names and is left out of the
+reading. The page's own walk is read in tests/test_app_lecture.py with the same :func:`faults`."""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import replace
+from html import unescape
+
+import pytest
+
+from vitlab.stats.evidence import Estimate
+from vitlab.tour import CLAIMS, TourOptions, cant_tell, classroom, glossary, lecture, summary
+from vitlab.tour.checks import Learned, make_check
+
+INTERNAL = {
+    "a tap name": r"\b\w+\.\d+\.\w+",
+    "an untrained spec": r"@random",
+    "a zoo spec": r"\bzoo:",
+    "a config internal": r"global_pool|fc_norm|norm=Identity",
+    "a tap": r"resid_(post|pre|mid)",
+}
+FAULTS = {
+    "doubled punctuation": r"(?<!\.)\.\.(?!\.)|\.;|;\.|,\.|\.,|:\.|n\.a\.\.",
+    "a trailing ', 0'": r", 0(?:\.0+)?(?=$|[;)]|\.(?!\d))",
+    "can't tell twice": r"can't tell:[^.]*can't tell",
+    "a 'nan' or 'n/a'": r"\bnan\b|\bn/a\b",
+}
+
+HYPHEN_MINUS = r"(?<![\w.])-\.?\d[.0-9]*"  # "-0.084", "[-1, 1]"; not a range ("Figs 1-2")
+
+
+def faults(text: str) -> list[str]:
+    """What reads wrong in ``text`` (a student's words): internal names and sentence faults, each as 'what: where'."""
+    found = [f"{what}: {m.group(0)!r}" for what, rx in {**INTERNAL, **FAULTS}.items()
+             for m in re.finditer(rx, text, flags=re.IGNORECASE)]
+    hyphens = re.findall(HYPHEN_MINUS, text)
+    if hyphens and "−" in text:
+        found.append(f"mixed minus signs: {hyphens[:3]}")
+    return found
+
+
+def test_faults_finds_what_the_issue_found():
+    """The lines issue 47 quoted are each caught, and a plain sentence passes: the check can fail."""
+    bad = ["against uniform attention at 0, local from 0.25, 0",
+           "Pattern: can't tell: these models cannot tell: can't tell",
+           "Learned: n.a.. both models are trained", "Learned: can't tell. the trained value.;",
+           "−ρ 0.042 [-0.084, 0.183]", "(blocks.0.resid_post → blocks.5.resid_post)", "zoo:resnet@random:0",
+           "timm's global_pool='avg': norm=Identity"]
+    for line in bad:
+        assert faults(line), line
+    assert faults("On these models it is −0.084 (95 % interval −0.217 to 0.056), while no difference would be 0. "
+                  "Figs 1-2 and ViT-B/16 stay as written.") == []
+
+
+SPECS = "zoo:vit-cls; zoo:resnet; zoo:vit-cls@random:0; zoo:resnet@random:0"
+EVIDENCE = ("zoo:vit-cls blocks.0.resid_post → blocks.5.resid_post; zoo:resnet layer1.0 input; timm's "
+            "global_pool='avg': norm=Identity, fc_norm=LayerNorm after pooling")
+
+
+def _est(v: float, half: float = 0.05, units: int = 8) -> Estimate:
+    return Estimate(v, v - half, v + half, "batches", units, "jackknife t")
+
+
+def variants(key: str) -> list:
+    """Real checks of claim ``key`` for every answer a lecture can show: shown, not shown, can't tell (overlap, too
+    few batches, unmeasured), a twin that could not be formed, and models untrained themselves."""
+    direction = "less" if key == "removal" else "greater"
+    s = -1 if direction == "less" else 1
+    control = Estimate(0.5, 0.45, 0.55, "batches", 8, "jackknife t")
+    out = []
+    for v, twin in ((0.5 + s * 0.3, _est(0.1)), (0.5 - s * 0.3, _est(0.9)), (0.5 + s * 0.02, _est(-0.2)),
+                    (0.5 + s * 0.3, Estimate(math.nan, math.nan, math.nan, "batches", 8, "jackknife t"))):
+        learned = Learned(_est(v - 0.5), twin, "untrained twins' gap")
+        out.append(make_check(key, _est(v), control, "the other model", EVIDENCE, direction, learned=learned))
+    out.append(make_check(key, _est(0.9, units=2), control, "the other model", EVIDENCE, direction))
+    out.append(cant_tell(key, "no ResNet among the models (zoo:resnet@random:0 failed)"))
+    out = [replace(c, models=SPECS, images=64, batches=8, batch_size=8, control_note=CLAIMS[key].claim + " "
+                   "Control: zoo:vit-cls-noskip and zoo:vit-cls-seed1, [-1, 1].") for c in out]
+    untrained = replace(out[0], models="vit_base_patch16_224@random:0; resnet50@random:0")
+    return out + [untrained]
+
+
+def student_text(key: str, check, settings) -> str:
+    said = glossary.student(key, check, settings)
+    return " ".join([said.compared, said.meaning, said.learned_text, *said.how])
+
+
+@pytest.mark.parametrize("key", list(CLAIMS))
+def test_every_answer_of_every_step_reads_as_sentences_without_internal_names(key):
+    settings = classroom.settings(tour=TourOptions(images=64, batch_size=8))
+    for check in variants(key):
+        text = student_text(key, check, settings)
+        assert faults(text) == [], (key, check.pattern, check.learned, text)
+        said = glossary.student(key, check, settings)
+        assert said.meaning in lecture_meanings(key) or "could not be measured" in said.meaning
+        assert all(line[0].isupper() and line.endswith(".") for line in [said.meaning, said.learned_text, *said.how])
+
+
+def lecture_meanings(key: str) -> set[str]:
+    from vitlab.tour.checks.words import STUDENT_MEANING
+
+    return set(STUDENT_MEANING[key].values())
+
+
+def test_learned_names_what_it_compares_and_never_calls_untrained_models_trained():
+    settings = classroom.settings()
+    rec = variants("receptive")
+    said = glossary.student("receptive", rec[0], settings)
+    assert "the ViT's growth minus the ResNet's growth" in " ".join(said.how)  # Fig 6: named apart from the pattern
+    twinless = glossary.student("skips", variants("skips")[3], settings)  # Fig 7: the trained difference shown
+    assert twinless.learned == "can't tell" and "0.300 (95 % interval 0.250 to 0.350) in the trained models; the " \
+        "untrained twins' value could not be formed" in " ".join(twinless.how)
+    untrained = glossary.student("cka", variants("cka")[-1], settings)
+    assert untrained.learned == "n.a." and "untrained themselves" in untrained.learned_text
+    assert untrained.compared == "Compared here: the untrained ViT and the untrained ResNet."
+
+
+def test_models_in_words():
+    w = glossary.model_words
+    assert [w(s) for s in ("zoo:vit-cls", "zoo:vit-cls@random:0", "zoo:resnet", "zoo:vit-cls-3pct",
+                           "zoo:vit-cls-noskip0", "zoo:vit-cls-seed1", "zoo:vit-gap", "resnet50@random:0")] == [
+        "the trained ViT", "the ViT's untrained twin", "the trained ResNet", "the ViT trained on 3 % of the data",
+        "the ViT trained without the skips of block 1 of 6", "the ViT trained again with another seed",
+        "the ViT trained with average pooling", "the untrained ResNet"]
+    assert glossary.name_models("Control: zoo:vit-cls-noskip, not zoo:vit-cls@random:0.",
+                                ["zoo:vit-cls", "zoo:vit-cls-noskip", "zoo:vit-cls@random:0"]) == \
+        "Control: the ViT trained without the skips of block 4 of 6, not the ViT's untrained twin."
+
+
+def test_each_term_is_explained_once_where_the_path_first_meets_it():
+    steps = lecture.path()
+    terms = glossary.first_terms(steps)
+    met = [t.name for key in steps for part in terms[key] for t in part]
+    assert len(met) == len(set(met)) and set(met) == {t.name for t in glossary.TERMS.values()}
+    assert [t.name for t in terms["cka"][0]] == ["ViT and ResNet", "layers and blocks", "CKA"]
+    assert [t.name for t in terms["cka"][1]] == ["pattern and learned", "interval", "untrained twin"]
+    assert terms["receptive"][0][0].name == "receptive field" and terms["scale"] == ([], [])
+    short = glossary.first_terms(["skips", "gap"])  # another path: its own first steps explain
+    assert [t.name for t in short["skips"][0]] == ["ViT and ResNet", "skip and branch"]
+    for t in glossary.TERMS.values():  # one plain sentence each
+        assert t.sentence.count(". ") == 0 and t.sentence.endswith(".") and faults(t.sentence) == [], t.name
+
+
+def reading(html_text: str) -> str:
+    """The summary as a student reads it: no figure, no lecturer's detail, no markup."""
+    text = re.sub(r"<svg.*?</svg>", " ", html_text, flags=re.DOTALL)
+    text = re.sub(r'<details class="lecturer".*?</details>', " ", text, flags=re.DOTALL)
+    text = re.sub(r"<style>.*?</style>|<title>.*?</title>|<[^>]+>", " ", text, flags=re.DOTALL)
+    return unescape(re.sub(r"\s+", " ", text))
+
+
+def test_the_summary_reads_as_sentences_and_keeps_the_exact_names_for_the_lecturer():
+    settings = classroom.settings(data="fashion-mnist:test", tour=TourOptions(images=64, batch_size=8))
+    rows = [variants(key)[k % 6] for k, key in enumerate(CLAIMS)]
+    from tests.test_lecture import fake_lecture
+
+    lec = replace(fake_lecture(settings), tour=replace(fake_lecture().tour, rows=rows), papers={}, intervals={})
+    lec.provenance["images"]["source"] = "fashion-mnist:test:/usr/share/datasets/fashion-mnist:10000"
+    text = summary.summary_html(lec, {key: 0 for key in CLAIMS})
+    assert faults(reading(text)) == [], faults(reading(text))
+    assert "/usr/share" not in text and "Fashion-MNIST test set" in text  # no machine path, even for the lecturer
+    assert "blocks.0.resid_post" in text and "zoo:vit-cls" in text  # the lecturer's detail keeps them
+    for key in CLAIMS:
+        assert lecture.QUESTIONS[key].topic in reading(text)
+    assert reading(text).count("CKA (centred kernel alignment) scores") == 2  # its step, and the words at the end

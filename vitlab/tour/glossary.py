@@ -1,0 +1,296 @@
+"""The lecture's student layer (issue 47): a glossary the Lecture page and its summary share, models in words, and each
+step's answers in sentences for someone who has not read the paper.
+
+A term is explained once, at the first step of a lecture's path that uses it (:func:`first_terms`): the question's
+terms before the reveal, the answer's (interval, untrained twin) with the first answer. A step's answers come as
+:class:`StudentStep`: one plain sentence for the pattern answer and one for the learned answer, and "How we know"
+(the statistic, its numbers against the reference, the interval's method, the images): the statistician's detail,
+folded on the page. Models are named in words ("the trained ViT", "the ViT's untrained twin", "the ViT trained on
+3 % of the data"), never by spec; tap names and config internals stay in the lecturer's detail and the CSV.
+
+    Lecture ─first_terms─► {claim: (question terms, answer terms)}
+    Check, settings ─student─► StudentStep(meaning, learned, how)       the page and the summary
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+
+from ..charts.words import data_in_words
+from ..stats.evidence import format_estimate
+from .checks.words import NOT_LEARNED, STUDENT_CONTROL, STUDENT_LEARNED_WHAT, STUDENT_MEANING, STUDENT_NOT_LEARNED
+
+
+@dataclass(frozen=True)
+class Term:
+    name: str
+    sentence: str  # one plain sentence
+
+
+TERMS: dict[str, Term] = {
+    "models": Term("ViT and ResNet", "A ViT (Vision Transformer) cuts the image into patches and lets every patch "
+                   "look at every other one, while a ResNet is a convolutional network that looks at small "
+                   "neighbourhoods and widens its view layer by layer."),
+    "layers": Term("layers and blocks", "A model processes an image in a stack of layers, grouped into blocks, from "
+                   "the lower layers near the image to the higher layers near the answer."),
+    "cka": Term("CKA", "CKA (centred kernel alignment) scores how alike two layers' representations of the same "
+                "images are, from 0 (unrelated) to 1 (the same up to rotation and scale)."),
+    "distance": Term("attention distance", "An attention head is one of a ViT block's ways of letting each patch "
+                     "gather information from other patches, and its attention distance is how far away, on "
+                     "average, those patches lie, where uniform attention (every patch alike) is as far as it gets."),
+    "receptive": Term("receptive field", "A layer's receptive field is the part of the image that can change what "
+                      "it computes at one position; here its size is the radius that holds half of that influence, "
+                      "as a fraction of the image's side."),
+    "skips": Term("skip and branch", "A block adds what its branch computes, f(z), to its input z, which the skip "
+                  "connection carries past the block unchanged; the ratio ‖z‖ / ‖f(z)‖ compares their sizes, so a "
+                  "large ratio means the skip dominates."),
+    "token": Term("token", "A token is a model's representation of one image patch (for a ResNet, of one position "
+                  "of its feature map) as it passes through the layers."),
+    "localization": Term("localization", "Localization asks whether each last-layer token is still most like its "
+                         "own position's input rather than another position's, scaled so that 0 is chance and 1 is "
+                         "every token."),
+    "cls": Term("CLS token and GAP", "A ViT classifies either from an extra CLS token that gathers the whole image's "
+                "information, or by global average pooling (GAP), the mean of all the patch tokens."),
+    "probe": Term("linear probe", "A linear probe is a simple straight-line classifier trained on one layer's "
+                  "representation: the better it tells the classes apart, the more that layer already holds the "
+                  "class."),
+    "answers": Term("pattern and learned", "Each step has two answers: the pattern (shown, not shown or can't tell) "
+                    "says whether these models do what the paper found, and learned (yes, no or can't tell) says "
+                    "whether training made it."),
+    "interval": Term("interval", "A 95 % interval is the range the value plausibly lies in, given how much it varies "
+                     "from one group of images to another; where two intervals overlap, we cannot tell the values "
+                     "apart."),
+    "twin": Term("untrained twin", "An untrained twin is the same model with random weights, never trained: what it "
+                 "shows too comes from the architecture, not from learning."),
+}
+
+# The terms a step's question uses, in the order a student meets them.
+ASK_TERMS: dict[str, tuple[str, ...]] = {
+    "cka": ("models", "layers", "cka"),
+    "distance": ("models", "distance"),
+    "heads": ("models", "layers", "distance", "cka"),
+    "receptive": ("models", "receptive"),
+    "skips": ("models", "skips"),
+    "removal": ("models", "skips", "cka"),
+    "localization": ("models", "token", "localization"),
+    "gap": ("models", "cls", "token", "localization"),
+    "probes": ("models", "cls", "probe"),
+    "scale": ("models", "layers", "cka"),
+}
+
+
+def answer_terms(key: str) -> tuple[str, ...]:
+    """The terms a step's answer uses: the two answers, the interval, and the untrained twin where learned applies."""
+    return ("answers", "interval") + (() if key in NOT_LEARNED else ("twin",))
+
+
+def first_terms(steps: list[str]) -> dict[str, tuple[list[Term], list[Term]]]:
+    """Each step's terms not met at an earlier step of ``steps`` (the lecture's path): (question's, answer's). The
+    path is fixed, so a step explains the same words whichever way a student reached it."""
+    seen: set[str] = set()
+    out: dict[str, tuple[list[Term], list[Term]]] = {}
+    for key in steps:
+        parts = []
+        for names in (ASK_TERMS.get(key, ()), answer_terms(key)):
+            new = [n for n in dict.fromkeys(names) if n not in seen]
+            seen.update(new)
+            parts.append([TERMS[n] for n in new])
+        out[key] = (parts[0], parts[1])
+    return out
+
+
+# ---------------------------------------------------------------- models and numbers in words
+
+FAMILY = {"vit": "ViT", "resnet": "ResNet", "mixer": "MLP-Mixer"}
+
+
+def _family(name: str) -> str:
+    n = name.lower()
+    for cue, family in (("mixer", "MLP-Mixer"), ("vit", "ViT"), ("deit", "ViT"), ("resnet", "ResNet"),
+                        ("bit", "ResNet")):
+        if cue in n:
+            return family
+    return "model"
+
+
+def model_words(spec: str) -> str:
+    """A model spec for a student: 'zoo:vit-cls' -> "the trained ViT", 'zoo:vit-cls@random:0' -> "the ViT's
+    untrained twin", 'zoo:vit-cls-3pct' -> "the ViT trained on 3 % of the data", 'resnet50@random:0' -> "the
+    untrained ResNet"."""
+    from ..zoo.registry import RECIPES
+
+    base, _, variant = spec.strip().partition("@")
+    untrained = variant.startswith("random")
+    name = base.removeprefix("zoo:")
+    recipe = RECIPES.get(name) if base.startswith("zoo:") else None
+    if recipe is None:
+        family = _family(name.rsplit("/", 1)[-1])
+        return f"the untrained {family}" if untrained else f"the {family}"
+    family, kw = FAMILY.get(recipe.arch, "model"), recipe.kwargs
+    grid = int(kw.get("img_size", 28)) // int(kw.get("patch_size", 7)) if recipe.arch == "vit" else 0
+    if grid and grid != 4:
+        family = f"{grid * grid}-patch {family}"
+    how = []
+    if kw.get("global_pool") == "avg":
+        how.append("with average pooling")
+    if recipe.fraction < 1:
+        how.append(f"on {recipe.fraction * 100:g} % of the data")
+    if recipe.seed:
+        how.append("again with another seed")
+    if recipe.noskip_block is not None:
+        how.append(f"without the skips of block {recipe.noskip_block + 1} of {kw.get('depth', '?')}")
+    trained = f"the {family} trained {' and '.join(how)}" if how else f"the trained {family}"
+    if untrained:
+        return f"the {family}'s untrained twin" if not how else f"the untrained twin of {trained}"
+    return trained
+
+
+def models_words(specs: list[str] | tuple[str, ...]) -> str:
+    """"the trained ViT, the trained ResNet and the ViT's untrained twin"."""
+    words = list(dict.fromkeys(model_words(s) for s in specs if s.strip()))
+    return words[0] if len(words) == 1 else ", ".join(words[:-1]) + " and " + words[-1] if words else "no model"
+
+
+def name_models(text: str, specs: list[str] | tuple[str, ...]) -> str:
+    """``text`` with every spec of ``specs`` in it replaced by its words (the longest first: 'zoo:vit-cls@random:0'
+    before 'zoo:vit-cls'), and any other zoo or untrained spec it names too."""
+    for spec in sorted({s.strip() for s in specs if s.strip()}, key=len, reverse=True):
+        text = re.sub(re.escape(spec) + r"(?![\w@:-])", model_words(spec), text)
+    return re.sub(r"\bzoo:[\w-]+(?:@random(?::\d+)?)?|\b[\w./-]+@random(?::\d+)?", lambda m: model_words(m[0]), text)
+
+
+def minus(text: str) -> str:
+    """One minus sign: a hyphen before a number ("-0.084", "[-1, 1]") becomes "−"; a range ("Figs 1-2") stays."""
+    return re.sub(r"(?<![\w.])-(?=\.?\d)", "−", text)
+
+
+def estimate(value: float, lo: float, hi: float, unit: str = "", units: int = 0) -> str:
+    """"0.091 (95 % interval 0.024 to 0.158)", "0.5 (too few batches for an interval: 2 < 4)", "0.083"."""
+    text = format_estimate(value, lo, hi, unit, units)
+    m = re.fullmatch(r"(\S+) \[(\S+), (\S+)\]", text)
+    if m:
+        text = f"{m[1]} (95 % interval {m[2]} to {m[3]})"
+    return minus(text)
+
+
+def sentence(text: str) -> str:
+    """``text`` as one sentence: a capital first letter and one full stop (none added after '.', '?' or '!')."""
+    text = text.strip().rstrip(";,").strip()
+    if not text:
+        return ""
+    text = text[0].upper() + text[1:]
+    return text if text.endswith((".", "?", "!")) else text + "."
+
+
+def settings_words(settings) -> str:
+    """A lecture's settings for a student: "the trained ViT and the trained ResNet, Fashion-MNIST test set, first 64
+    images, in batches of 16"."""
+    data = settings.describe().split(", ", 1)[1] if ", " in settings.describe() else ""
+    return f"{models_words(settings.models)}, {data}"
+
+
+def source_words(name: str) -> str:
+    """An image source without the machine's folders: 'fashion-mnist:test:/usr/share/…:10000' -> "Fashion-MNIST test
+    set", '/home/x/photos' -> "the folder 'photos'"."""
+    return data_in_words(str(name))
+
+
+# ---------------------------------------------------------------- a step's answers in sentences
+
+
+@dataclass(frozen=True)
+class StudentStep:
+    """A step for a student: ``compared`` (the models, in words), ``learned`` (the learned answer as shown: "n.a."
+    where the models are untrained themselves), ``meaning`` and ``learned_text`` (a plain sentence each), ``how``
+    (How we know: sentences with the numbers)."""
+
+    compared: str
+    meaning: str
+    learned: str
+    learned_text: str
+    how: tuple[str, ...]
+
+
+def _finite(*xs: float) -> bool:
+    return all(isinstance(x, (int, float)) and math.isfinite(x) for x in xs)
+
+
+def _specs(check) -> list[str]:
+    return [s.strip() for s in (check.models or "").split(";") if s.strip()]
+
+
+def _learned(key: str, check, untrained: bool) -> tuple[str, str]:
+    if key in NOT_LEARNED:
+        return "n.a.", STUDENT_NOT_LEARNED[key]
+    if untrained:
+        return "n.a.", ("Does not apply here: these models are untrained themselves, so there is nothing to compare "
+                        "them with.")
+    if check.learned == "yes":
+        return "yes", "Training made it: the trained models show this more than their untrained twins do."
+    if check.learned == "no":
+        return "no", ("Training is not what made it here: the untrained twins, with random weights, show as much or "
+                      "more, so the architecture alone may explain it.")
+    if check.learned_label.startswith("no untrained twins"):
+        why = "this lecture was prepared without untrained twins"
+    elif not _finite(check.twin):
+        why = "the untrained twins' value could not be formed on these models"
+    elif not _finite(check.effect):
+        why = "the trained models' value could not be formed"
+    else:
+        why = "the trained models and their untrained twins overlap within their intervals"
+    return "can't tell", f"We cannot say whether training made it: {why}."
+
+
+def _how(key: str, check, settings, specs: list[str]) -> list[str]:
+    how = [sentence(f"What was measured: {minus(check.statistic_label)}")]
+    if not _finite(check.statistic):
+        return how + ["It could not be measured on these models; the lecturer's detail says why."]
+    if check.control == 0 or not (_finite(check.control_lo, check.control_hi) and check.control_lo < check.control_hi):
+        control = "0" if check.control == 0 else minus(f"{check.control:.3f}")
+    else:
+        control = estimate(check.control, check.control_lo, check.control_hi, check.interval_unit,
+                           check.interval_units)
+    words, side = STUDENT_CONTROL[key]
+    margin = f"{getattr(settings.tour, 'local_margin', 0.25):.2f}"
+    stat = estimate(check.statistic, check.lo, check.hi, check.interval_unit, check.interval_units)
+    how.append(f"On these models it is {stat}, while {words.format(c=control, margin=margin)}. The pattern is "
+               f"\"shown\" only when the whole interval lies {side} that.")
+    if key in STUDENT_LEARNED_WHAT and key not in NOT_LEARNED:
+        what = STUDENT_LEARNED_WHAT[key]
+        if _finite(check.effect) and _finite(check.twin):
+            eff = estimate(check.effect, check.effect_lo, check.effect_hi, check.interval_unit, check.interval_units)
+            twin = estimate(check.twin, check.twin_lo, check.twin_hi, check.interval_unit, check.interval_units)
+            how.append(f"Learned compares {what}: {eff} in the trained models against {twin} in their untrained "
+                       "twins.")
+        elif _finite(check.effect):
+            eff = estimate(check.effect, check.effect_lo, check.effect_hi, check.interval_unit, check.interval_units)
+            how.append(f"Learned compares {what}: {eff} in the trained models; the untrained twins' value could not "
+                       "be formed.")
+        else:
+            how.append(f"Learned compares {what}, which could not be formed on these models.")
+    if check.interval_unit:
+        how.append(sentence(f"How the interval was formed: {minus(check.interval)}"))
+        if check.effect_note and key not in NOT_LEARNED:
+            how.append(sentence(f"The learned answer's intervals: {minus(check.effect_note)}"))
+    how.append(sentence(f"Images: {check.data_text}"))
+    if check.control_note:
+        how.append(sentence(minus(name_models(check.control_note, specs))))
+    if "global_pool" in (check.evidence or ""):
+        how.append("The ViT trained with average pooling also has its final normalisation layer after the pooling, "
+                   "so the two differ in more than pooling.")
+    return how
+
+
+def student(key: str, check, settings) -> StudentStep:
+    """Claim ``key``'s ``check`` (a tour row) on a lecture prepared at ``settings``, for a student."""
+    specs = _specs(check) or list(settings.models)
+    untrained = "@random" in specs[0]
+    if not _finite(check.statistic):
+        meaning = "This step could not be measured on these models; the lecturer's detail says why."
+    else:
+        meaning = STUDENT_MEANING[key].get(check.pattern, STUDENT_MEANING[key]["can't tell"])
+    learned, learned_text = _learned(key, check, untrained)
+    return StudentStep(sentence(f"Compared here: {models_words(specs)}"), meaning, learned, learned_text,
+                       tuple(_how(key, check, settings, specs)))
