@@ -50,3 +50,32 @@ def test_every_tour_interval_covers_at_least_93_percent_at_256_in_batches_of_32(
     # the statistics the harness reads are the tour's: the localization count follows the leads
     assert {"Fig 9: ViT chance-corrected localization", "Fig 7: ViT median skip ratio",
             "Figs 1-2: ViT − ResNet uniformity gap", "Figs 3-4: most local first-block head"} <= set(rows)
+
+
+def test_the_count_interval_runs_from_surely_localized_tokens_to_those_plus_the_near_ties():
+    from scipy.stats import t as student
+
+    from vitlab.stats import leads
+
+    # 4 positions, no prefix; leave-one-out maps: token 0 clearly localized, token 1 clearly not, token 2 a near-tie
+    # (own 0.50 against 0.49, spread 0.02), token 3 clearly localized
+    rng = np.random.default_rng(1)
+    base = np.full((4, 4), 0.1)
+    base[0, 0], base[1, 1], base[1, 0], base[2, 2], base[2, 3], base[3, 3] = 0.9, 0.2, 0.6, 0.50, 0.49, 0.8
+    loo = base + rng.normal(0, 0.01, size=(8, 4, 4))
+    ev = leads.localization_evidence(base, loo, prefix=0)
+    own = np.diagonal(base)
+    others = np.where(np.eye(4, dtype=bool), -np.inf, base).max(-1)
+    np.testing.assert_allclose(ev.leads, own - others)
+    # each token's interval is the jackknife t of its leave-one-out leads, computed here by hand
+    lead_loo = np.diagonal(loo, axis1=1, axis2=2) - np.where(np.eye(4, dtype=bool), -np.inf, loo).max(-1)
+    se = np.sqrt(7 / 8 * ((lead_loo - lead_loo.mean(0)) ** 2).sum(0))
+    np.testing.assert_allclose(ev.leads_lo, ev.leads - student.ppf(0.975, 7) * se)
+    sure, possible = int((ev.leads_lo > 0).sum()), int((ev.leads_hi > 0).sum())
+    assert (sure, ev.localized, possible, ev.ties) == (2, 3, 3, 1)
+    assert (ev.rate.value, ev.rate.lo, ev.rate.hi) == (0.75, 0.5, 0.75)
+    np.testing.assert_allclose([ev.corrected.lo, ev.corrected.hi], [(0.5 - 0.25) / 0.75, (0.75 - 0.25) / 0.75])
+    assert ev.tie_words().startswith("1 of 4 tokens is a near-tie")
+    # below 4 batches: no interval, "too few"
+    few = leads.localization_evidence(base, loo[:3], prefix=0)
+    assert few.rate.too_few and not np.isfinite(few.rate.lo) and few.tie_words() == ""
