@@ -11,6 +11,7 @@ from ...analyses.skips import SkipStatistic
 from ...inputs import taps as taps_mod
 from ...inputs.models import LoadedModel
 from ...stats import evidence as ev
+from ...stats.evidence import Estimate
 from .common import Models, Need, _indices, _jack, _needs, _stream, _vit_minus_cnn, pair_and_twins
 
 
@@ -25,15 +26,21 @@ def _skip_pair(models: list[LoadedModel], source, opts, run):
     kept = run.gather_ordered(kept, "skip-ratio sums")  # every rank's batches, in batch order
     sums = [[per[k][0] for per in kept] for k in range(len(models))]
     counts = [[per[k][1] for per in kept] for k in range(len(models))]
-    idx = ev.jackknife_indices(len(counts[0]))
     out, curves = [], []
     for m, s, c in zip(models, sums, counts):
         s, c = np.stack(s), np.array(c)
-        ratio = s.sum(0) / c.sum()  # (S, N)
-        loo = T.finite_median(ev.ratio_replicates(s, c, idx))
-        out.append((_jack(T.finite_median(ratio), loo), loo))
-        curves.append(_skip_curve(m, ratio))
+        out.append(median_ratio(s, c))
+        curves.append(_skip_curve(m, s.sum(0) / c.sum()))
     return out, pd.concat(curves, ignore_index=True)
+
+
+def median_ratio(sums: np.ndarray, counts: np.ndarray) -> tuple[Estimate, np.ndarray]:
+    """Fig 7's statistic from per-batch sums (T, S, N) of ‖z‖/‖f(z)‖ over images and the batches' images (T,): the
+    median over sublayers and tokens of the mean ratio, with its jackknife t interval over batches on the log scale
+    (a ratio of norms is positive), and the leave-one-batch-out medians (T,) for paired differences."""
+    sums, counts = np.asarray(sums, dtype=np.float64), np.asarray(counts, dtype=np.float64)
+    loo = T.finite_median(ev.ratio_replicates(sums, counts, ev.jackknife_indices(len(counts))))
+    return _jack(float(T.finite_median(sums.sum(0) / counts.sum())), loo, bounds=(0.0, np.inf)), loo
 
 
 def _skip_curve(m: LoadedModel, ratio: np.ndarray) -> pd.DataFrame:
@@ -69,8 +76,6 @@ def measure_skips(ms: Models, source, opts, run):
     ms.need("vit", "cnn")
     models = pair_and_twins(ms)
     est, curves = _skip_pair(models, source, opts, run)
-    # a ratio of norms is positive: its interval on the log scale (the leave-one-out values kept by _skip_pair)
-    est = [(_jack(e.value, loo, bounds=(0.0, np.inf)), loo) for e, loo in est]
     effect, twin, detail, rows = _vit_minus_cnn(
         est, 1, (("ViT median ratio", "statistic", est[0][0]), ("CNN median ratio", "control", est[1][0])),
         f"median ‖z‖/‖f(z)‖ over sublayers and tokens: {ms.vit.label} {est[0][0].text('.2f')}, "

@@ -1,0 +1,81 @@
+"""The tour's 95 % intervals cover on real activations (issue 50): a light version of bench/coverage_real.py.
+
+Design (what it can and cannot detect). zoo:vit-cls and zoo:resnet run once over 1,280 Fashion-MNIST test images (40
+batches of 32; the bench uses all 10,000). Those 40 batches are the population: its value is each statistic on all of
+them. A sample is 8 batches (256 images in batches of 32, the tour's default) drawn *with replacement* from the 40,
+so the samples are independent draws from that population, as a run's batches are from the images it could have
+seen (drawing without replacement, 8 of 40 batches, would make every interval conservative by the finite-population
+factor and hide undercoverage). 400 samples give each coverage a Monte-Carlo standard error of about 1.1 points at
+95 %, so an interval that truly covers 95 % falls below 93 % here with probability ~4 % per statistic, and one that
+covers 90 % or less (the half-step-widened localization interval covered 85.9 % at 256/32 on the 10,000 images)
+stays below 93 % with probability ~97 %. It cannot tell 93 % from 95 %, does not cover 64/16 or 1,024/32, Fig 10's
+GAP model, nor heavy tails rarer than 1 in 1,280 images: the bench does those. The samples are seeded, so the test
+is deterministic.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
+
+import coverage_real as C
+import pytest
+
+MODELS = ["zoo:vit-cls", "zoo:resnet"]
+BATCHES, PER_SAMPLE, SAMPLES = 40, 8, 400
+
+
+@pytest.mark.xfail(strict=True, reason="issue 50, open: in this 40-batch population Fig 7's ViT median ratio covers "
+                   "91.5 % (48 of 51 misses below: the median over sublayers and tokens of mean ratios is biased low "
+                   "at few images) and the ResNet's mean CKA between layers 92.5 %; strict: passes only once fixed")
+def test_every_tour_interval_covers_at_least_93_percent_at_256_in_batches_of_32(tmp_path, monkeypatch):
+    monkeypatch.setattr(C, "CACHE", tmp_path)
+    per = C.collect(MODELS, 32, images=BATCHES * 32, progress=False)
+    assert C.full_batches(per, 32) == BATCHES
+    population = C.estimates(per, np.arange(BATCHES))
+    samples = list(np.random.default_rng(0).integers(0, BATCHES, size=(SAMPLES, PER_SAMPLE)))
+    rows = C.coverage(per, population, samples)
+    low = {}
+    for name, r in rows.items():
+        assert r["none"] == 0, f"{name}: {r['none']} samples of 8 batches gave no interval"
+        p = r["covered"] / r["n"]
+        print(f"{name:44s} {100 * p:5.1f} % (below {r['below']}, above {r['above']})")
+        if p < 0.93:
+            low[name] = f"{100 * p:.1f} % (below {r['below']}, above {r['above']})"
+    assert not low, f"intervals covering below 93 % at 256/32: {low}"
+    # the statistics the harness reads are the tour's: the localization count follows the leads
+    assert {"Fig 9: ViT chance-corrected localization", "Fig 7: ViT median skip ratio",
+            "Figs 1-2: ViT − ResNet uniformity gap", "Figs 3-4: most local first-block head"} <= set(rows)
+
+
+def test_the_count_interval_runs_from_surely_localized_tokens_to_those_plus_the_near_ties():
+    from scipy.stats import t as student
+
+    from vitlab.stats import leads
+
+    # 4 positions, no prefix; leave-one-out maps: token 0 clearly localized, token 1 clearly not, token 2 a near-tie
+    # (own 0.50 against 0.49, spread 0.02), token 3 clearly localized
+    rng = np.random.default_rng(1)
+    base = np.full((4, 4), 0.1)
+    base[0, 0], base[1, 1], base[1, 0], base[2, 2], base[2, 3], base[3, 3] = 0.9, 0.2, 0.6, 0.50, 0.49, 0.8
+    loo = base + rng.normal(0, 0.01, size=(8, 4, 4))
+    ev = leads.localization_evidence(base, loo, prefix=0)
+    own = np.diagonal(base)
+    others = np.where(np.eye(4, dtype=bool), -np.inf, base).max(-1)
+    np.testing.assert_allclose(ev.leads, own - others)
+    # each token's interval is the jackknife t of its leave-one-out leads, computed here by hand
+    lead_loo = np.diagonal(loo, axis1=1, axis2=2) - np.where(np.eye(4, dtype=bool), -np.inf, loo).max(-1)
+    se = np.sqrt(7 / 8 * ((lead_loo - lead_loo.mean(0)) ** 2).sum(0))
+    np.testing.assert_allclose(ev.leads_lo, ev.leads - student.ppf(0.975, 7) * se)
+    sure, possible = int((ev.leads_lo > 0).sum()), int((ev.leads_hi > 0).sum())
+    assert (sure, ev.localized, possible, ev.ties) == (2, 3, 3, 1)
+    assert (ev.rate.value, ev.rate.lo, ev.rate.hi) == (0.75, 0.5, 0.75)
+    np.testing.assert_allclose([ev.corrected.lo, ev.corrected.hi], [(0.5 - 0.25) / 0.75, (0.75 - 0.25) / 0.75])
+    assert ev.tie_words().startswith("1 of 4 tokens is a near-tie")
+    # below 4 batches: no interval, "too few"
+    few = leads.localization_evidence(base, loo[:3], prefix=0)
+    assert few.rate.too_few and not np.isfinite(few.rate.lo) and few.tie_words() == ""
