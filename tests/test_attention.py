@@ -38,30 +38,103 @@ def samples():
 # ---------------------------------------------------------------- capture parity
 
 
-@pytest.mark.parametrize("kwargs", [{}, {"reg_tokens": 3}, {"class_token": False, "global_pool": "avg"}])
-def test_capture_parity_and_fused_flag_restored(kwargs, samples):
+@pytest.mark.parametrize("kwargs", [{}, {"reg_tokens": 3}, {"class_token": False, "global_pool": "avg"},
+                                    {"qk_norm": True}])
+def test_capture_leaves_the_fused_forward_alone(kwargs, samples):
+    """timm's plain attention, fused: the probabilities are recomputed beside the forward, so every block output and
+    the logits are those of the forward without capture, bit for bit, and the probabilities are the independent
+    recomputation's (q_norm/k_norm included)."""
     loaded = _variant(**kwargs)
     assert all(b.attn.fused_attn for b in loaded.model.blocks)
     res = A.capture_parity(loaded, [samples.load(i) for i in range(2)])
+    assert res.routes == ["recompute"] * len(loaded.model.blocks)
     assert res.ok(1e-5), res.to_frame()
-    assert np.all(res.probs_diff < 1e-5) and res.logits_diff < 1e-4
-    assert all(b.attn.fused_attn for b in loaded.model.blocks)  # switched back on after capture
+    assert np.all(res.output_diff == 0) and res.logits_diff == 0
+    assert np.all(res.probs_diff == 0) and np.all(res.row_sum_error < 1e-5)
+    assert all(b.attn.fused_attn for b in loaded.model.blocks)  # never switched off
     frame = res.to_frame()
     assert list(frame["layer"]) == list(range(len(loaded.model.blocks)))
-    assert {"max_abs_diff_output", "max_abs_diff_probs"} <= set(frame.columns)
+    assert {"route", "max_abs_diff_output", "max_abs_diff_probs"} <= set(frame.columns)
 
 
-def test_parity_would_see_a_wrong_capture(tiny_vit, samples):
-    """The check can fail: perturb one block's attention only while captured, and parity reports it."""
+def test_recomputed_probabilities_are_the_unfused_forwards(tiny_vit, samples):
+    """Route 'recompute' forms the softmax with the ops of timm's unfused branch: block 0 (the same input both ways)
+    gives the very float32 values an unfused forward passes to attn_drop; later blocks get the fused forward's
+    inputs, and their maps equal an unfused forward's to round-off."""
+    model = tiny_vit.model
+    x = vitlab.inputs.data.to_tensor([samples.load(0), samples.load(1)], tiny_vit)
+    probs = A.probs_taps(tiny_vit)
+    with torch.inference_mode():
+        with taps.capture(model, probs) as beside:
+            model(x)
+        for b in model.blocks:
+            b.attn.fused_attn = False
+        try:
+            assert {taps.probs_route(model, t) for t in probs} == {"drop-input"}
+            with taps.capture(model, probs) as unfused:
+                model(x)
+        finally:
+            for b in model.blocks:
+                b.attn.fused_attn = True
+    assert torch.equal(beside[probs[0]], unfused[probs[0]])
+    for t in probs[1:]:
+        torch.testing.assert_close(beside[t], unfused[t], rtol=0, atol=1e-5)
+
+
+def test_routes_of_other_attention_and_of_gradients(tiny_vit, samples):
+    """Another attention class, or probabilities wanted for gradients, switch fused attention off while captured
+    (and back on after); parity then allows float32 round-off from the first such block on."""
+    model = tiny_vit.model
+    t = "blocks.2.attn_probs"
+    assert taps.probs_route(model, t) == "recompute"
+    assert taps.probs_route(model, t, detach=False) == "unfuse"
+    x = vitlab.inputs.data.to_tensor([samples.load(0)], tiny_vit).requires_grad_(True)
+    with taps.capture(model, [t], detach=False) as acts:
+        assert not model.blocks[2].attn.fused_attn and model.blocks[1].attn.fused_attn
+        y = model(x).sum()
+        (g,) = torch.autograd.grad(y, acts[t])  # on the output's path: a gradient exists
+    assert g.shape == acts[t].shape and model.blocks[2].attn.fused_attn
+    blk = model.blocks[2]
+    cls = type(blk.attn)
+    blk.attn.__class__ = type("OtherAttention", (cls,), {})
+    try:
+        assert taps.probs_route(model, t) == "unfuse"
+        res = A.capture_parity(tiny_vit, [samples.load(0)])
+    finally:
+        blk.attn.__class__ = cls
+    assert res.routes[2] == "unfuse" and res.routes[:2] == ["recompute"] * 2
+    assert np.all(res.output_diff[:2] == 0) and res.ok(1e-5), res.to_frame()
+    assert blk.attn.fused_attn
+
+
+def test_parity_would_see_a_capture_that_changes_the_forward(tiny_vit, samples):
+    """The check can fail: an unfused block whose forward changes only while captured is reported."""
     blk = tiny_vit.model.blocks[2]
+    cls = type(blk.attn)
+    blk.attn.__class__ = type("OtherAttention", (cls,), {})  # route 'unfuse'
     orig = blk.attn.attn_drop.forward
-    blk.attn.attn_drop.forward = lambda x: orig(x * 0.9)  # only the non-fused path calls attn_drop
+    blk.attn.attn_drop.forward = lambda x: orig(x * 0.9)  # only the unfused path calls attn_drop
     try:
         res = A.capture_parity(tiny_vit, [samples.load(0)])
     finally:
         del blk.attn.attn_drop.forward
+        blk.attn.__class__ = cls
     assert not res.ok(1e-5)
-    assert res.output_diff[2] > 1e-4 and res.output_diff[1] < 1e-5
+    assert res.output_diff[2] > 1e-4 and res.output_diff[1] == 0
+
+
+def test_parity_would_see_a_wrong_recomputation(tiny_vit, samples, monkeypatch):
+    """The check can fail: a capture whose recomputed softmax is wrong, with the forward untouched, is reported;
+    and an untouched route must give outputs equal to the bit."""
+    right = taps.softmax_qk
+    monkeypatch.setattr(taps, "softmax_qk", lambda attn, q, k, *a: right(attn, q * 1.1, k, *a))
+    res = A.capture_parity(tiny_vit, [samples.load(0)])
+    assert np.all(res.output_diff == 0) and not res.ok(1e-5) and np.all(res.probs_diff > 1e-6)
+    monkeypatch.setattr(taps, "softmax_qk", right)
+    good = A.capture_parity(tiny_vit, [samples.load(0)])
+    assert good.ok()
+    good.output_diff[3] = 1e-9  # far inside any tolerance, but not the same forward
+    assert not good.ok()
 
 
 def test_recompute_refuses_other_attention_classes(tiny_vit):

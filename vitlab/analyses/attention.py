@@ -35,7 +35,7 @@ from ..options import DataOptions, option
 from ..progress import scaled
 from .reports import PerModel
 
-# ---------------------------------------------------------------- capture and its parity with the fused forward
+# ---------------------------------------------------------------- capture, and its parity with the uncaptured forward
 
 
 def require_vit(loaded: LoadedModel, what: str) -> None:
@@ -58,7 +58,9 @@ def probs_taps(loaded: LoadedModel, blocks: Sequence[int] | None = None) -> list
 def recompute_probs(block, x):
     """softmax(q kᵀ · scale) of a timm ``Attention`` block from the block input x (B, N, D) -> (B, H, N, N).
 
-    An independent route to the probabilities, used to check what the hook captured. Attention classes with
+    A second route to the probabilities, used to check what the capture gave: the capture forms them from the
+    forward's own q and k (``taps.softmax_qk``) or reads them inside an unfused forward; this starts again from the
+    block input (norm1, qkv, q_norm/k_norm), so a hook on the wrong block or tensor shows. Attention classes with
     positional biases (relpos ViTs) are not plain softmax(q kᵀ) and raise VitlabError.
     """
     import timm.layers
@@ -74,52 +76,74 @@ def recompute_probs(block, x):
 
 @dataclass
 class ParityResult:
-    """Per block: block output with capture on vs the fused forward, and captured vs recomputed probabilities."""
+    """Per block: block output with attention captured vs without, and captured vs recomputed probabilities.
+
+    ``routes[i]`` is how block i's probabilities were taken (:func:`vitlab.inputs.taps.probs_route`): 'recompute'
+    (timm's plain attention, fused: recomputed beside the forward) and 'drop-input' (already unfused: read where the
+    forward passes them on) leave the forward alone, so their block outputs must be identical, bit for bit;
+    'unfuse' (other attention classes) switches fused attention off for the capture, which changes the outputs by
+    float32 round-off, allowed up to ``tolerance`` of their scale.
+    """
 
     model: str
     fused: list[bool]  # whether each block's attention runs fused by default
-    output_diff: np.ndarray  # (L,) max |resid_post(capture) - resid_post(fused)|
-    output_scale: np.ndarray  # (L,) max |resid_post(fused)|
+    output_diff: np.ndarray  # (L,) max |resid_post(capture) - resid_post(no capture)|
+    output_scale: np.ndarray  # (L,) max |resid_post(no capture)|
     probs_diff: np.ndarray  # (L,) max |captured - recomputed softmax|; NaN where it cannot be recomputed
     row_sum_error: np.ndarray  # (L,) max |sum_k A[q, k] - 1|
     logits_diff: float
     images: int
     tolerance: float = 1e-4  # what ok() allows by default
+    routes: list[str] = field(default_factory=list)  # per block: taps.PROBS_ROUTES
 
     def to_frame(self):
         import pandas as pd
 
         return pd.DataFrame({"layer": np.arange(len(self.fused)), "fused_by_default": self.fused,
-                             "max_abs_diff_output": self.output_diff, "max_abs_output": self.output_scale,
-                             "max_abs_diff_probs": self.probs_diff, "max_row_sum_error": self.row_sum_error,
-                             "model": self.model, "images": self.images})
+                             "route": self.routes, "max_abs_diff_output": self.output_diff,
+                             "max_abs_output": self.output_scale, "max_abs_diff_probs": self.probs_diff,
+                             "max_row_sum_error": self.row_sum_error, "model": self.model, "images": self.images})
+
+    def untouched(self) -> np.ndarray:
+        """(L,) bool: blocks whose route promises an unchanged forward (not 'unfuse')."""
+        return np.array([r != "unfuse" for r in self.routes], dtype=bool)
 
     def headline(self) -> list[str]:
         probs = f"{np.nanmax(self.probs_diff):.3g}" if np.isfinite(self.probs_diff).any() else "n/a"
-        return [f"{'OK' if self.ok() else 'MISMATCH'}: max |block output difference| {np.max(self.output_diff):.3g}, "
-                f"logits {self.logits_diff:.3g}, max |hook - recomputed probs| {probs}"]
+        kept = int(self.untouched().sum())
+        return [(f"{'OK' if self.ok() else 'MISMATCH'}: max |block output difference| "
+                 f"{np.max(self.output_diff):.3g}, logits {self.logits_diff:.3g}, max |hook - recomputed probs| "
+                 f"{probs}; {kept} of {len(self.routes)} blocks captured without changing the forward")]
 
     def ok(self, tol: float | None = None) -> bool:
-        """Outputs agree to ``tol`` relative to their scale, and the captured rows are distributions."""
+        """Blocks whose capture leaves the forward alone give identical outputs; unfused blocks agree to ``tol``
+        relative to their scale; the captured rows are distributions."""
         tol = self.tolerance if tol is None else tol
         rel = self.output_diff / np.maximum(self.output_scale, 1e-12)
-        return bool(np.all(rel <= tol) and np.all(self.row_sum_error <= tol)
+        # every block after the first unfused one sees changed inputs: only blocks before it must be exact
+        unfused = np.flatnonzero(~self.untouched())
+        exact = np.arange(len(self.routes)) < (unfused[0] if len(unfused) else len(self.routes))
+        logits_exact = len(unfused) > 0 or self.logits_diff == 0
+        return bool(np.all(self.output_diff[exact] == 0) and logits_exact and np.all(rel <= tol) and np.all(self.row_sum_error <= tol)
                     and np.all(np.nan_to_num(self.probs_diff) <= tol))
 
 
 def capture_parity(loaded: LoadedModel, images: list) -> ParityResult:
-    """Run ``images`` (PIL) fused and with attention captured; compare every block output and the probabilities."""
+    """Run ``images`` (PIL) without and with attention captured; compare every block output and the probabilities
+    with an independent recomputation from the block input (:func:`recompute_probs`)."""
     import torch
 
     require_vit(loaded, "the attention parity check")
     model, n = loaded.model, len(loaded.model.blocks)
     posts = [f"blocks.{i}.resid_post" for i in range(n)]
     pres = [f"blocks.{i}.resid_pre" for i in range(n)]
+    probs = probs_taps(loaded)
     x = to_tensor(images, loaded)
+    routes = [taps_mod.probs_route(model, t) for t in probs]
     with torch.inference_mode():
-        with taps_mod.capture(model, posts) as fused_acts:
-            fused_logits = model(x)
-        with taps_mod.capture(model, posts + pres + probs_taps(loaded)) as acts:
+        with taps_mod.capture(model, posts) as plain_acts:
+            plain_logits = model(x)
+        with taps_mod.capture(model, posts + pres + probs) as acts:
             logits = model(x)
         probs_diff = np.full(n, np.nan)
         for i in range(n):
@@ -129,11 +153,11 @@ def capture_parity(loaded: LoadedModel, images: list) -> ParityResult:
             except VitlabError:  # e.g. relative-position attention: no independent recomputation, stays NaN
                 continue
     fused = [bool(getattr(b.attn, "fused_attn", False)) for b in model.blocks]
-    out_diff = np.array([float((acts[p] - fused_acts[p]).abs().max()) for p in posts])
-    scale = np.array([float(fused_acts[p].abs().max()) for p in posts])
+    out_diff = np.array([float((acts[p] - plain_acts[p]).abs().max()) for p in posts])
+    scale = np.array([float(plain_acts[p].abs().max()) for p in posts])
     row_err = np.array([float((acts[f"blocks.{i}.attn_probs"].sum(-1) - 1).abs().max()) for i in range(n)])
     return ParityResult(loaded.label, fused, out_diff, scale, probs_diff, row_err,
-                        float((logits - fused_logits).abs().max()), len(images))
+                        float((logits - plain_logits).abs().max()), len(images), routes=routes)
 
 
 # ---------------------------------------------------------------- mean attention distance

@@ -16,7 +16,7 @@ import numpy as np
 
 from ..errors import VitlabError
 from ..inputs import taps as taps_mod
-from ..inputs.cache import make_key
+from ..inputs.cache import as_stored, make_key
 from ..inputs.data import Batch, ImageSource, plan_batches, select, to_tensor
 from ..inputs.images import needed_side
 from ..inputs.models import LoadedModel
@@ -304,8 +304,8 @@ def _consume(models, statistics, precision, planned, total, source, run, min_bat
                     values = inflight.forward_statistics(m, prepared.inputs[pipeline.input_key(m)], todo, batch,
                                                          run.amp)
                 info.forward_passes[m.label] = info.forward_passes.get(m.label, 0) + 1
-                for s in todo:
-                    per_model[s.name] = values[s.name]
+                for s in todo:  # laid out as a cached entry reads back: a cold and a warm run agree to the bit
+                    per_model[s.name] = as_stored(values[s.name])
                     store.put(s.cache_key(m, batch, p), per_model[s.name])
                 del values
         else:

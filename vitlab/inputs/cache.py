@@ -46,9 +46,12 @@ from .entries import ARRAY_KINDS, MIN_FILE, BadEntry, ReadOnlyCache, _is_plain, 
 from .entries import _VALUE_PATH
 
 __all__ = ["ARRAY_KINDS", "BadEntry", "MIN_FILE", "Store", "ReadOnlyCache", "clear", "fetch", "make_key", "pack",
-           "unpack"]
+           "unpack", "as_stored"]
 
-FORMAT = 2  # bump when the stored layout or image decoding changes (2: safe decoding, shrink at decode)
+# bump when the stored layout, image decoding or the numbers a forward gives change (2: safe decoding, shrink at
+# decode; 3: capturing attention no longer unfuses timm's attention, so a ViT statistic formed in a forward that also
+# captured attention probabilities was the unfused forward's and differs in the last bits from today's)
+FORMAT = 3
 DEFAULT_GB = 20.0
 _DB_FILES = ("cache.db", "cache.db-wal", "cache.db-shm")
 RECORD = "vitlab-cache.json"  # what the cache made besides diskcache's own files (damaged databases moved aside)
@@ -103,6 +106,18 @@ def pack(arrays: dict[str, np.ndarray]) -> bytes:
     buf = io.BytesIO()
     np.savez(buf, **{k: np.asarray(v) for k, v in arrays.items()})
     return buf.getvalue()
+
+
+def as_stored(arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """``arrays`` in the memory order they have after :func:`pack` and :func:`unpack` (``np.save`` keeps a C- or
+    Fortran-ordered array as it is and writes any other in C order), so a statistic fresh from its forward and the
+    same statistic read from the cache feed later reductions the same strides: numpy's pairwise sums follow the
+    memory order, and a strided (L, H, B) stack summed over B differs from its C-ordered copy in the last bit."""
+    out = {}
+    for k, v in arrays.items():
+        v = np.asarray(v)
+        out[k] = v if v.flags.c_contiguous or v.flags.f_contiguous else np.ascontiguousarray(v)
+    return out
 
 
 # sqlite's primary result codes for damaged files; everything else (full, read-only, cannot open, locked, busy,

@@ -10,7 +10,8 @@ ViT family (timm VisionTransformer and relatives whose blocks have norm1/attn/ls
     blocks.{i}.resid_mid    (B, N, D)     resid_pre + attn_out = input of norm2
     blocks.{i}.mlp_out      (B, N, D)     MLP branch = output of ls2
     blocks.{i}.resid_post   (B, N, D)     resid_mid + mlp_out = block output
-    blocks.{i}.attn_probs   (B, H, N, N)  softmax attention (fused attention is switched off while captured)
+    blocks.{i}.attn_probs   (B, H, N, N)  softmax attention, taken without changing the forward where it can be
+                                          (:func:`probs_route`: recomputed beside timm's fused attention)
 
 MLP-Mixer (timm MlpMixer)::
 
@@ -31,9 +32,9 @@ from __future__ import annotations
 import threading
 import time
 import weakref
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Callable, Iterator, Mapping, Sequence
 
 from ..errors import VitlabError
 
@@ -172,7 +173,7 @@ def check_taps(model, taps: Sequence[str]) -> None:
         raise VitlabError(f"unknown tap(s) {', '.join(bad)} for {type(model).__name__}; taps look like: {sample}, ...")
 
 
-_LOCKS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+_LOCKS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 _LOCKS_GUARD = threading.Lock()
 
 
@@ -205,6 +206,85 @@ def holding(model, progress=None, what: str = "the model") -> Iterator[None]:
         lock.release()
 
 
+PROBS_ROUTES = ("recompute", "drop-input", "unfuse")
+
+
+def _is_plain_attention(attn) -> bool:
+    import timm.layers
+
+    # exactly timm's class: a subclass may compute its scores otherwise (a bias, another scale)
+    return type(attn) is timm.layers.Attention and attn.q_norm is not attn.k_norm
+
+
+def probs_route(model, tap: str, detach: bool = True) -> str:
+    """How :func:`capture` takes the probabilities of ``tap`` (``blocks.{i}.attn_probs``); one of PROBS_ROUTES.
+
+    - ``recompute``: timm's plain ``Attention`` running fused (timm's default). The forward is left alone: hooks on
+      its ``q_norm`` and ``k_norm`` (``nn.Identity`` without qk-norm) receive the very q and k that go into
+      ``scaled_dot_product_attention`` and form softmax(q·scale kᵀ) beside it with the ops of timm's unfused branch
+      (:func:`softmax_qk`). Every other tap and the logits are the fused forward's, bit for bit, whatever else is
+      captured; the probabilities are what the unfused branch would form from the same q and k, bit for bit.
+      Cost: the (B, H, N, N) scores and softmax once more per block, as the unfused branch paid them instead.
+    - ``drop-input``: the attention already runs unfused (``fused_attn`` off): the softmax is read where the
+      forward passes it to ``attn_drop``; nothing is changed either.
+    - ``unfuse``: any other attention class running fused (relative-position bias: its scores are not q kᵀ alone),
+      or gradients asked for (``detach=False``: a gradient with respect to the probabilities needs them on the
+      output's path). Fused attention is switched off for the capture and the softmax read at ``attn_drop``; that
+      forward differs from the fused one by float32 round-off (~1e-6 of the activations' scale), and so does
+      every statistic formed in it.
+    """
+    attn = dict(model.named_modules())[tap.rsplit(".", 1)[0] + ".attn"]
+    if not getattr(attn, "fused_attn", False):
+        return "drop-input"
+    return "recompute" if detach and _is_plain_attention(attn) else "unfuse"
+
+
+def softmax_qk(attn, q, k, attn_mask=None, is_causal: bool = False):
+    """(B, H, N, Dh) q and k after q_norm/k_norm -> (B, H, N, N) probabilities, as timm ``Attention``'s unfused
+    branch forms them (same ops in the same order, so the same float32 values)."""
+    a = (q * attn.scale) @ k.transpose(-2, -1)
+    if attn_mask is not None or is_causal:
+        try:
+            from timm.layers.attention import maybe_add_mask, resolve_self_attn_mask
+        except ImportError:  # an older timm 1.0.x: no mask helpers to form the scores as its forward does
+            raise VitlabError(f"attention probabilities under an attention mask need a newer timm than "
+                              f"{_timm_version()} (one with timm.layers.attention.resolve_self_attn_mask)") from None
+        a = maybe_add_mask(a, resolve_self_attn_mask(a.shape[-1], a, attn_mask, is_causal))
+    return a.softmax(dim=-1)
+
+
+def _timm_version() -> str:
+    import timm
+
+    return timm.__version__
+
+
+def _recompute_hooks(attn, on_probs: Callable, mine: Callable[[], bool]) -> list:
+    """Hooks that call ``on_probs(probs)`` with the (B, H, N, N) softmax of each forward of ``attn`` (route
+    ``recompute``), leaving the forward's values alone."""
+    import torch
+
+    state: dict = {}
+
+    def pre(m, args, kwargs):
+        if mine():
+            state["mask"] = kwargs.get("attn_mask", args[1] if len(args) > 1 else None)
+            state["causal"] = kwargs.get("is_causal", args[2] if len(args) > 2 else False)
+
+    def got_q(m, args, q):
+        if mine():
+            state["q"] = q
+
+    def got_k(m, args, k):
+        if mine() and "q" in state:
+            q = state.pop("q")
+            with torch.no_grad():
+                on_probs(softmax_qk(attn, q.detach(), k.detach(), state.pop("mask", None), state.pop("causal", False)))
+
+    return [attn.register_forward_pre_hook(pre, with_kwargs=True), attn.q_norm.register_forward_hook(got_q),
+            attn.k_norm.register_forward_hook(got_k)]
+
+
 @contextmanager
 def capture(model, taps: Sequence[str], detach: bool = True,
             reduce: Mapping[str, Callable] | None = None) -> Iterator[dict]:
@@ -212,8 +292,11 @@ def capture(model, taps: Sequence[str], detach: bool = True,
     ``{tap: tensor}``. The model's lock is held throughout, so no other run captures, or changes the model, at the
     same time; a forward another thread makes meanwhile without a capture leaves the dict alone (issue 39).
 
-    Hooks (and the switch-off of fused attention for ``attn_probs``) are undone in ``finally``, even when the
-    forward raises. ``detach=False`` keeps the graph (for gradients, e.g. receptive fields).
+    Observing does not change the forward: ``attn_probs`` of timm's plain attention are recomputed beside the fused
+    forward (:func:`probs_route`), so a tap's value does not depend on what else is captured with it. Only other
+    attention classes, and attention probabilities captured for gradients, switch fused attention off.
+    Hooks (and any switch-off of fused attention) are undone in ``finally``, even when the forward raises.
+    ``detach=False`` keeps the graph (for gradients, e.g. receptive fields).
     ``reduce={tap: fn}``: the hook stores ``fn(tensor)`` instead of the tensor, called the moment the tap exists,
     so the activation is not held past its use in the forward (memory does not grow with the number of taps).
     ``fn`` must return new memory, never a view of its argument (a clone-tap's tensor is changed in place later).
@@ -228,10 +311,13 @@ def capture(model, taps: Sequence[str], detach: bool = True,
     reduce = reduce or {}
     owner = threading.get_ident()
 
-    def keep(name, tensor, transpose, clone):
+    def mine() -> bool:
         # hooks are on the shared module: a forward on another thread (a run that needs no taps, or calls a block's
         # submodules outside its own capture) fires them too; only this run's thread writes this run's taps
-        if threading.get_ident() != owner:
+        return threading.get_ident() == owner
+
+    def keep(name, tensor, transpose, clone):
+        if not mine():
             return
         t = tensor.transpose(1, 2) if transpose else tensor
         t = t.detach() if detach else t
@@ -245,17 +331,20 @@ def capture(model, taps: Sequence[str], detach: bool = True,
             for name in taps:
                 p = table[name]
                 mod = modules[p.module]
-                if p.where == "in":
+                route = probs_route(model, name, detach) if name.endswith(".attn_probs") else None
+                if route == "recompute":
+                    handles += _recompute_hooks(modules[p.module.rsplit(".", 1)[0]],
+                                                lambda probs, n=name: keep(n, probs, False, False), mine)
+                elif p.where == "in":
                     handles.append(mod.register_forward_pre_hook(
                         lambda m, args, n=name, tr=p.transpose, c=p.clone: keep(n, args[0], tr, c)))
                 else:
                     handles.append(mod.register_forward_hook(
                         lambda m, args, o, n=name, tr=p.transpose, c=p.clone: keep(n, o, tr, c)))
-                if name.endswith(".attn_probs"):
+                if route == "unfuse":
                     attn = modules[p.module.rsplit(".", 1)[0]]
-                    if getattr(attn, "fused_attn", False):
-                        fused_restore.append(attn)
-                        attn.fused_attn = False
+                    fused_restore.append(attn)
+                    attn.fused_attn = False
             yield out
         finally:
             for h in handles:
