@@ -28,7 +28,7 @@ from pathlib import Path
 import numpy as np
 
 CACHE = Path(__file__).resolve().parent / "_cache" / "coverage_real"
-VERSION = 2  # bump when what is kept per batch changes
+VERSION = 3  # bump when what is kept per batch changes (3: per-image skip and branch norms)
 DATA = "fashion-mnist:test"
 TRAINED = ("zoo:vit-cls", "zoo:resnet", "zoo:vit-gap")
 EXTRA = ("zoo:vit-cls-noskip",)  # Fig 8 (--extra)
@@ -52,7 +52,8 @@ def collect(specs: list[str], batch_size: int, images: int | None = None, data: 
             progress: bool = True) -> dict[str, dict[str, np.ndarray]]:
     """Per model, per batch of ``batch_size`` (16 or 32) of the first ``images`` of a seeded permutation of ``data``:
     self-CKA terms (T, L, L), (T, L); token-by-patch CKA terms (T, N, G), (T, N), (T, G) of the last localization
-    layer; skip-ratio sums (T, S, N) and images (T,); block 0's per-image attention distances (n, H) (ViTs).
+    layer; skip-ratio sums (T, S, N) and images (T,); sums of ‖z‖ and ‖f(z)‖ over the batch's images and tokens
+    (T, S, 1) each; block 0's per-image attention distances (n, H) (ViTs).
 
     The models run once, in batches of 32 (:func:`_raw`, kept in :data:`CACHE`: npz, no pickle): the per-batch
     Grams (of batch-centred features), per-image skip ratios and distances. A batch of 16 is the first or second
@@ -68,7 +69,7 @@ def collect(specs: list[str], batch_size: int, images: int | None = None, data: 
         raw = _raw(spec, images, data, seed, progress)
         ends = np.concatenate([[0], np.cumsum(raw["sizes"])])
         self_acc = loc_acc = None
-        ratio, count = [], []
+        ratio, count, zn, fzn = [], [], [], []
         for t, size in enumerate(raw["sizes"]):
             for start in range(0, int(size), batch_size):
                 stop = min(int(size), start + batch_size)
@@ -84,11 +85,15 @@ def collect(specs: list[str], batch_size: int, images: int | None = None, data: 
                 loc_acc.update(cka_mod.centred(raw["tok_grams"][t][:, part, part]),
                                cka_mod.centred(raw["patch_grams"][t][:, part, part]))
                 ratio.append(raw["ratios"][ends[t] + start:ends[t] + stop].sum(0))
+                norms = raw["norms"][ends[t] + start:ends[t] + stop].sum(0)  # (S, 2)
+                zn.append(norms[:, :1])
+                fzn.append(norms[:, 1:])
                 count.append(float(stop - start))
         xy, xx, _ = self_acc.terms()
         lxy, lxx, lyy = loc_acc.terms()
         o = {"self_xy": xy, "self_xx": xx, "loc_xy": lxy, "loc_xx": lxx, "loc_yy": lyy,
-             "ratio_sum": np.stack(ratio), "count": np.array(count), "sizes": np.array(self_acc.sizes)}
+             "ratio_sum": np.stack(ratio), "count": np.array(count), "sizes": np.array(self_acc.sizes),
+             "z_sum": np.stack(zn), "fz_sum": np.stack(fzn)}
         o.update({k: raw[k] for k in ("prefix", "dist", "uniform", "dist_max") if k in raw})
         out[spec] = o
     return out
@@ -106,7 +111,7 @@ def _raw(spec, images, data, seed, progress):
 
     import vitlab
     from vitlab.analyses.attention import AttentionDistanceStatistic, distance_matrix
-    from vitlab.analyses.skips import SkipStatistic, branch_stats, sublayers
+    from vitlab.analyses.skips import SkipStatistic, branch_norms, sublayers
     from vitlab.engine.context import Run
     from vitlab.engine.run import GramStatistic, stream
     from vitlab.inputs import taps as taps_mod
@@ -117,18 +122,21 @@ def _raw(spec, images, data, seed, progress):
 
     @dataclasses.dataclass(frozen=True)
     class PerImageSkips(SkipStatistic):
-        """SkipStatistic's ratios before its sum over the batch's images: (B, S, N)."""
+        """SkipStatistic's ratios before its sum over the batch's images (B, S, N), and each image's sums over
+        tokens (a CNN's positions) of ‖z‖ and ‖f(z)‖ (B, S, 2)."""
 
         name: str = "skips-per-image"
 
         def compute(self, acts, loaded, batch):
             cnn = taps_mod.family(loaded.model) in ("resnet", "resnetv2")
-            out = []
+            out, norms = [], []
             for _, z_tap, fz_tap, sum_tap in sublayers(loaded.model):
                 z, total = acts[z_tap], acts[sum_tap]
-                r, _ = branch_stats(z, total - z if cnn else acts[fz_tap])
+                nz, nf, _ = branch_norms(z, total - z if cnn else acts[fz_tap])
+                r = nz / nf
                 out.append((r.mean(dim=1, keepdim=True) if cnn else r).cpu().numpy())
-            return {"ratio": np.stack(out, axis=1)}
+                norms.append(torch.stack([nz.sum(1), nf.sum(1)], -1).cpu().numpy())
+            return {"ratio": np.stack(out, axis=1), "norms": np.stack(norms, axis=1)}
 
     t0 = time.perf_counter()
     torch.set_num_threads(1)
@@ -136,8 +144,8 @@ def _raw(spec, images, data, seed, progress):
     m = vitlab.load(spec, "cpu")
     vit = taps_mod.family(m.model) == "vit"
     stats = [GramStatistic(), _loc_stat(m), PerImageSkips()] + ([AttentionDistanceStatistic((0,))] if vit else [])
-    keep: dict[str, list] = {"self_grams": [], "tok_grams": [], "patch_grams": [], "ratios": [], "dist": [],
-                             "sizes": []}
+    keep: dict[str, list] = {"self_grams": [], "tok_grams": [], "patch_grams": [], "ratios": [], "norms": [],
+                             "dist": [], "sizes": []}
     for batch, found in stream([m], source, select(source, images, seed), GRAM_BATCH, [stats],
                                Run(store=Store(None), workers=0)):
         f = found[0]
@@ -150,12 +158,14 @@ def _raw(spec, images, data, seed, progress):
                          ("patch_grams", f[stats[1].name]["patches_0"])):
             keep[key].append(np.pad(arr, pad) if pad else arr)
         keep["ratios"].append(f["skips-per-image"]["ratio"])
+        keep["norms"].append(f["skips-per-image"]["norms"])
         keep["sizes"].append(n)
         if vit:
             keep["dist"].append(f[stats[3].name]["raw"][0].T)  # (B, H)
         if progress and batch.index % 50 == 0:
             print(f"  {spec}: batch {batch.index}, {time.perf_counter() - t0:.0f} s", flush=True)
-    o = {k: (np.stack(v) if k.endswith("grams") else np.concatenate(v) if k in ("ratios", "dist") else np.array(v))
+    o = {k: (np.stack(v) if k.endswith("grams") else np.concatenate(v) if k in ("ratios", "norms", "dist")
+             else np.array(v))
          for k, v in keep.items() if v}
     o["prefix"] = np.array(taps_mod.num_prefix_tokens(m.model))
     if vit:
@@ -172,6 +182,12 @@ def _raw(spec, images, data, seed, progress):
 
 
 # ---------------------------------------------------------------- the tour's estimates on a set of batches
+
+
+# rows of :func:`estimates` that are not an interval the tour shows: the mean leads (printed without one) and Fig 7's
+# statistic before issue 50 (kept for the comparison in docs/evidence.md)
+NOT_SHOWN = ("Fig 7 before: ViT median of mean ratios", "Fig 9: ViT mean lead of its own position",
+             "Fig 9: CNN mean lead", "Fig 10: GAP mean lead")
 
 
 def estimates(per: dict[str, dict[str, np.ndarray]], batches: np.ndarray) -> dict[str, object]:
@@ -200,10 +216,12 @@ def estimates(per: dict[str, dict[str, np.ndarray]], batches: np.ndarray) -> dic
     ends = np.concatenate([[0], np.cumsum(vit["sizes"])])
     first = np.concatenate([vit["dist"][ends[t]:ends[t + 1]] for t in b])  # (n, H)
     uniform = float(vit["uniform"])
-    loo = T.head_locality(ev.mean_replicates(first, ev.jackknife_indices(len(first))), uniform)
+    # leave-one-image-out means, (sum − x_i) / (n − 1): ev.mean_replicates' values without its (n, n − 1) gather
+    loo = T.head_locality((first.sum(0) - first) / (len(first) - 1), uniform)
     out["Figs 3-4: most local first-block head"] = _jack(T.head_locality(first.mean(0), uniform), loo, "images",
                                                          bounds=(1.0 - float(vit["dist_max"]) / uniform, 1.0))
-    (sv, lsv), (sc, lsc) = (median_ratio(x["ratio_sum"][b], x["count"][b]) for x in (vit, cnn))
+    (sv, lsv), (sc, lsc) = (median_ratio(x["z_sum"][b], x["fz_sum"][b]) for x in (vit, cnn))
+    out["Fig 7 before: ViT median of mean ratios"] = _median_of_means(vit["ratio_sum"][b], vit["count"][b])
     out["Fig 7: ViT median skip ratio"], out["Fig 7: CNN median (control)"] = sv, sc
     out["Fig 7: ViT − CNN (learned difference)"] = _jack(sv.value - sc.value, lsv - lsc)
     loc = {k: leads.from_terms(x["loc_xy"][b], x["loc_xx"][b], x["loc_yy"][b], int(x["prefix"]))
@@ -219,6 +237,17 @@ def estimates(per: dict[str, dict[str, np.ndarray]], batches: np.ndarray) -> dic
         out["Fig 10: GAP mean lead"] = loc["zoo:vit-gap"].lead
     out["_ties"] = {k: v.ties for k, v in loc.items()}
     return out
+
+
+def _median_of_means(sums: np.ndarray, counts: np.ndarray):
+    """Fig 7's statistic before issue 50 (for the comparison in docs/evidence.md): the median over sublayers and
+    tokens of the mean per-image ratio, from per-batch ratio sums (T, S, N) and images (T,), jackknife t, log scale."""
+    import vitlab.tour.checks as T
+    from vitlab.stats import evidence as ev
+    from vitlab.tour.measure.common import _jack
+
+    loo = T.finite_median(ev.ratio_replicates(sums, counts, ev.jackknife_indices(len(counts))))
+    return _jack(float(T.finite_median(sums.sum(0) / counts.sum())), loo, bounds=(0.0, np.inf))
 
 
 def partitions(batches: int, per_subset: int, count: int, seed: int = 0) -> list[np.ndarray]:

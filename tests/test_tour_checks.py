@@ -286,4 +286,5 @@ def test_a_measured_control_is_shown_with_its_interval_and_a_fixed_one_without()
     c = tour.check_skips(est(4.16, 3.98, 4.35), est(4.838, 4.761, 4.917), "d")
     assert "against CNN median ratio, 4.838 [4.761, 4.917]" in c.lines()["pattern_numbers"]
     z = tour.check_probes(est(-0.112, -0.156, -0.068), None, "d")
-    assert z.lines()["pattern_numbers"].endswith("against no margin, 0")
+    # a fixed reference with its meaning, never a bare ", 0" after the label (issue 50)
+    assert z.lines()["pattern_numbers"] == "−0.112 [−0.156, −0.068] against no margin (fixed at 0)"

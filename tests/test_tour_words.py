@@ -137,7 +137,7 @@ def test_unmeasured_and_too_few_rows_render_in_words():
     assert rows[0].lines()["pattern_text"].startswith("can't tell: not measured: this check needs a ResNet")
     assert "too few batches for an interval" in rows[1].lines()["pattern_text"]
     assert rows[2].lines()["pattern_text"] == "shown: 0.074 [0.055, 0.093] against no gap, the ResNet as uniform " \
-                                              "as the ViT, 0"
+                                              "as the ViT (fixed at 0)"
 
 
 def test_fig_10_follows_model_a_to_its_pooling_only_twin():

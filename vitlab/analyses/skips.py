@@ -15,6 +15,7 @@ Where the branches are (shapes: B batch, N tokens, D width, C channels, h/w feat
   spatial aggregate (token -1), since stages have different grids.
 
     acts ─branch_stats─► ratio, cos (B, N) ─SkipStatistic─► sums (S, N) ─SkipAccumulator─► SkipResult ─► frame
+                                     └─► norm sums Σ‖z‖, Σ‖f(z)‖ (S, N) per batch ─► the tour's Fig 7 statistic
 """
 
 from __future__ import annotations
@@ -57,13 +58,19 @@ def _as_tokens(x):
     return x.flatten(2).transpose(1, 2) if x.dim() == 4 else x
 
 
-def branch_stats(z, fz):
-    """Per image and token: ‖z‖/‖f(z)‖ and cos(z, f(z)), float64 (B, N) each. No clamping: a zero branch gives inf."""
+def branch_norms(z, fz):
+    """Per image and token: ‖z‖, ‖f(z)‖ and cos(z, f(z)), float64 (B, N) each."""
     import torch
 
     z, fz = _as_tokens(z).double(), _as_tokens(fz).double()
     nz, nf = torch.linalg.vector_norm(z, dim=-1), torch.linalg.vector_norm(fz, dim=-1)
-    return nz / nf, (z * fz).sum(-1) / (nz * nf)
+    return nz, nf, (z * fz).sum(-1) / (nz * nf)
+
+
+def branch_stats(z, fz):
+    """Per image and token: ‖z‖/‖f(z)‖ and cos(z, f(z)), float64 (B, N) each. No clamping: a zero branch gives inf."""
+    nz, nf, cos = branch_norms(z, fz)
+    return nz / nf, cos
 
 
 def _identity_error(z, fz, total) -> float:
@@ -73,10 +80,13 @@ def _identity_error(z, fz, total) -> float:
 
 @dataclass(frozen=True)
 class SkipStatistic(Statistic):
-    """Per-batch sums over images of ‖z‖/‖f(z)‖ and cos(z, f(z)) for every sublayer and token (Raghu et al. Fig 7)."""
+    """Per-batch sums over images of ‖z‖/‖f(z)‖ and cos(z, f(z)) for every sublayer and token (Raghu et al. Fig 7),
+    and of the norms ‖z‖ and ‖f(z)‖ themselves (``z_norm_sum``, ``fz_norm_sum``; a CNN's summed over positions too),
+    from which a ratio of sums Σ‖z‖ / Σ‖f(z)‖ follows: the tour's Fig 7 statistic, consistent at few images where a
+    summary of per-image ratios is not (issue 50)."""
 
     name: str = "skips"
-    version: int = 1
+    version: int = 2  # 2: the norm sums
 
     def params(self, loaded: LoadedModel) -> dict:
         return {"sublayers": [s[0] for s in sublayers(loaded.model)]}
@@ -85,19 +95,23 @@ class SkipStatistic(Statistic):
         return sorted({t for s in sublayers(loaded.model) for t in s[1:] if t})
 
     def compute(self, acts: dict, loaded: LoadedModel, batch: Batch) -> dict[str, np.ndarray]:
-        ratios, coss, errs = [], [], []
+        ratios, coss, errs, nzs, nfs = [], [], [], [], []
         cnn = taps_mod.family(loaded.model) in ("resnet", "resnetv2")
         for _, z_tap, fz_tap, sum_tap in sublayers(loaded.model):
             z, total = acts[z_tap], acts[sum_tap]
             fz = total - z if cnn else acts[fz_tap]
-            r, c = branch_stats(z, fz)
-            if cnn:  # grids differ between stages: keep the mean over positions
+            nz, nf, c = branch_norms(z, fz)
+            r = nz / nf
+            if cnn:  # grids differ between stages: keep the mean ratio over positions, the norms' sum
                 r, c = r.mean(dim=1, keepdim=True), c.mean(dim=1, keepdim=True)
+                nz, nf = nz.sum(dim=1, keepdim=True), nf.sum(dim=1, keepdim=True)
             ratios.append(r.sum(0).cpu().numpy())
             coss.append(c.sum(0).cpu().numpy())
+            nzs.append(nz.sum(0).cpu().numpy())
+            nfs.append(nf.sum(0).cpu().numpy())
             errs.append(np.nan if cnn else _identity_error(z, fz, total))
         return {"ratio_sum": np.stack(ratios), "cos_sum": np.stack(coss), "identity_err": np.array(errs),
-                "count": np.array([z.shape[0]])}
+                "count": np.array([z.shape[0]]), "z_norm_sum": np.stack(nzs), "fz_norm_sum": np.stack(nfs)}
 
 
 class SkipAccumulator:

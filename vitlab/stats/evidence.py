@@ -34,6 +34,7 @@ Shapes: T batches, B resamples, P permutations, La/Lb layers, n images in a batc
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
 
@@ -72,13 +73,21 @@ def jackknife_indices(units: int) -> np.ndarray:
         raise VitlabError("an interval needs at least one batch (or image)")
     if units == 1:
         return np.zeros((1, 1), dtype=np.int64)
-    return np.array([[u for u in range(units) if u != t] for t in range(units)], dtype=np.int64)
+    keep = np.arange(units - 1, dtype=np.int64)
+    return keep[None, :] + (keep[None, :] >= np.arange(units)[:, None])  # row t: 0 .. t − 1, then t + 1 .. T − 1
+
+
+@lru_cache(maxsize=256)
+def t_quantile(q: float, df: int) -> float:
+    """Student's t quantile, cached: scipy's ``ppf`` costs ~0.5 ms a call, which dominated coverage runs that form
+    thousands of intervals (bench/coverage_real.py)."""
+    from scipy.stats import t as student
+
+    return float(student.ppf(q, df))
 
 
 def jackknife_interval(value: np.ndarray, loo: np.ndarray, level: float = LEVEL) -> tuple[np.ndarray, np.ndarray]:
     """value ± t_{T−1} · jackknife se, from (T, ...) leave-one-out values; NaN below :data:`MIN_UNITS` units."""
-    from scipy.stats import t as student
-
     loo = np.asarray(loo, dtype=np.float64)
     units = loo.shape[0]
     value = np.asarray(value, dtype=np.float64)
@@ -87,7 +96,7 @@ def jackknife_interval(value: np.ndarray, loo: np.ndarray, level: float = LEVEL)
         return nan, nan.copy()
     with np.errstate(invalid="ignore"):
         se = np.sqrt((units - 1) / units * ((loo - loo.mean(0)) ** 2).sum(0))
-    half = student.ppf(0.5 + level / 2, units - 1) * se
+    half = t_quantile(0.5 + level / 2, units - 1) * se
     return value - half, value + half
 
 
@@ -95,11 +104,9 @@ def mean_half_width(std: float, n: int, level: float = 0.95) -> float:
     """Half-width of the t interval of a mean over n images from the population std (ddof 0): t_{n−1} s/√(n−1),
     i.e. the jackknife-t interval of a mean; NaN below :data:`MIN_UNITS` images.
     (1.96 σ/√n, used before, is narrower than it should be at few images.)"""
-    from scipy.stats import t as student
-
     if n < MIN_UNITS:
         return float("nan")
-    return float(student.ppf(0.5 + level / 2, n - 1) * std / np.sqrt(n - 1))
+    return float(t_quantile(0.5 + level / 2, n - 1) * std / np.sqrt(n - 1))
 
 
 def percentile_interval(samples: np.ndarray, level: float = LEVEL) -> tuple[np.ndarray, np.ndarray]:
@@ -182,15 +189,16 @@ class Estimate:
     units: int = 0
     method: str = ""
     note: str = ""
+    bounds: tuple[float, float] | None = None  # the statistic's range, when it has one: an interval spanning it says so
 
     @classmethod
-    def exact(cls, value: float) -> "Estimate":
+    def exact(cls, value: float) -> Estimate:
         return cls(float(value), float(value), float(value))
 
     @classmethod
     def from_samples(cls, value: float, samples: np.ndarray, level: float = LEVEL, unit: str = "",
                      units: int = 0, bounds: tuple[float, float] | None = None,
-                     resolution: float = 0.0) -> "Estimate":
+                     resolution: float = 0.0) -> Estimate:
         """Percentile bootstrap interval of (B,) resampled values; NaN when ``units`` is below MIN_UNITS.
         ``bounds``: the statistic's range (the interval is cut to it, said in the note); ``resolution``: the
         smallest step the statistic can take (a pixel of the grid, one token of a rate): an interval narrower than
@@ -204,7 +212,7 @@ class Estimate:
 
     @classmethod
     def jackknife(cls, value: float, loo: np.ndarray, unit: str, level: float = LEVEL,
-                  bounds: tuple[float, float] | None = None, resolution: float = 0.0) -> "Estimate":
+                  bounds: tuple[float, float] | None = None, resolution: float = 0.0) -> Estimate:
         """Jackknife-t interval from the (T,) leave-one-unit-out values (``jackknife_indices``); with ``bounds``
         on the logit scale of that range (:func:`bounded_jackknife`); ``resolution`` as in :meth:`from_samples`."""
         loo = np.asarray(loo, dtype=np.float64).ravel()
@@ -213,17 +221,18 @@ class Estimate:
             note = ""
         else:
             lo, hi, note = bounded_jackknife(float(value), loo, *bounds, level=level)
-        return cls(float(value), float(lo), float(hi), unit, len(loo), JACKKNIFE, note).widened(resolution, bounds)
+        return cls(float(value), float(lo), float(hi), unit, len(loo), JACKKNIFE, note,
+                   _range(bounds)).widened(resolution, bounds)
 
-    def clipped(self, low: float, high: float) -> "Estimate":
+    def clipped(self, low: float, high: float) -> Estimate:
         """The interval cut to the statistic's range [low, high] (a rate, a chance-corrected rate): the cut never
         removes a possible value; the note says so when it cut anything."""
         lo, hi = float(np.clip(self.lo, low, high)), float(np.clip(self.hi, low, high))
         cut = (np.isfinite(self.lo) and lo != self.lo) or (np.isfinite(self.hi) and hi != self.hi)
         note = _join(self.note, f"clipped to [{low:.3g}, {high:.3g}]") if cut else self.note
-        return Estimate(self.value, lo, hi, self.unit, self.units, self.method, note)
+        return Estimate(self.value, lo, hi, self.unit, self.units, self.method, note, _range((low, high)))
 
-    def widened(self, resolution: float, bounds: tuple[float, float] | None = None) -> "Estimate":
+    def widened(self, resolution: float, bounds: tuple[float, float] | None = None) -> Estimate:
         """An interval narrower than ``resolution`` (the statistic's smallest step: every resample landed on the
         same grid point) widened to value ± resolution / 2 (inside ``bounds``), and the note says so: a zero-width
         interval would claim an exactness a quantile on a grid does not have. Exact values are left alone."""
@@ -236,7 +245,7 @@ class Estimate:
             lo, hi = max(lo, bounds[0]), min(hi, bounds[1])
         return Estimate(self.value, float(lo), float(hi), self.unit, self.units, self.method,
                         _join(self.note, f"below one step of the statistic ({resolution:.3g}): widened to ± half a "
-                                         "step"))
+                                         "step"), self.bounds if bounds is None else _range(bounds))
 
     @property
     def too_few(self) -> bool:
@@ -255,30 +264,63 @@ class Estimate:
     def text(self, fmt: str = ".3f") -> str:
         """"0.074 [0.055, 0.093]" in words that never read "nan": "not measured" for a NaN value, "too few
         batches for an interval" below MIN_UNITS, "(no interval)" when none was formed; more digits (up to 6)
-        when the interval's ends would print as the value."""
-        return format_estimate(self.value, self.lo, self.hi, self.unit, self.units, fmt)
+        when the interval's ends would print as the value; "uninformative at this size" when the interval spans the
+        statistic's whole range (``bounds``)."""
+        return format_estimate(self.value, self.lo, self.hi, self.unit, self.units, fmt, self.bounds)
+
+    @property
+    def uninformative(self) -> bool:
+        """The interval spans the statistic's whole range: these images say nothing about it (:func:`whole_range`)."""
+        return whole_range(self.lo, self.hi, self.bounds)
 
 
 def _join(a: str, b: str) -> str:
     return f"{a}; {b}" if a and b else a or b
 
 
-def format_estimate(value: float, lo: float, hi: float, unit: str = "", units: int = 0, fmt: str = ".3f") -> str:
-    """The words of :meth:`Estimate.text` from plain numbers (a tour.csv row's columns)."""
+def _range(bounds) -> tuple[float, float] | None:
+    return None if bounds is None else (float(bounds[0]), float(bounds[1]))
+
+
+UNINFORMATIVE = "uninformative at this size: raise --images"
+
+
+def whole_range(lo: float, hi: float, bounds: tuple[float, float] | None) -> bool:
+    """Whether the interval [lo, hi] spans the whole finite range ``bounds`` of its statistic (within 1e-9 of the
+    range's span): such an interval says nothing; more images can. A half-open range (a ratio's (0, ∞)) is never
+    spanned, nor is any range by a missing interval."""
+    if bounds is None or not all(np.isfinite([lo, hi, *bounds])):
+        return False
+    tol = 1e-9 * (bounds[1] - bounds[0])
+    return bool(lo <= bounds[0] + tol and hi >= bounds[1] - tol)
+
+
+def number(value: float, fmt: str = ".3f") -> str:
+    """``format(value, fmt)`` with the minus sign "−" (U+2212) of words, not the hyphen "-" (issue 50)."""
+    text = format(value, fmt)
+    return "−" + text[1:] if text.startswith("-") else text
+
+
+def format_estimate(value: float, lo: float, hi: float, unit: str = "", units: int = 0, fmt: str = ".3f",
+                    bounds: tuple[float, float] | None = None) -> str:
+    """The words of :meth:`Estimate.text` from plain numbers (a tour.csv row's columns): "0.074 [0.055, 0.093]",
+    negative numbers with "−"; an interval that spans the statistic's whole range ``bounds`` (e.g. [0, 1] for CKA)
+    ends "(uninformative at this size: raise --images)"."""
     if not np.isfinite(value):
         return "not measured"
     if unit and units < MIN_UNITS:
-        return f"{value:{fmt}} (too few {unit} for an interval: {units} < {MIN_UNITS})"
+        return f"{number(value, fmt)} (too few {unit} for an interval: {units} < {MIN_UNITS})"
     if not (np.isfinite(lo) and np.isfinite(hi)):
-        return f"{value:{fmt}} (no interval)"
+        return f"{number(value, fmt)} (no interval)"
     if lo == hi == value:
-        return format(value, fmt)
+        return number(value, fmt)
     if fmt.endswith("f") and fmt[1:-1].isdigit():
         digits = int(fmt[1:-1])
         while digits < 6 and f"{lo:.{digits}f}" == f"{hi:.{digits}f}":
             digits += 1
         fmt = f".{digits}f"
-    return f"{value:{fmt}} [{lo:{fmt}}, {hi:{fmt}}]"
+    text = f"{number(value, fmt)} [{number(lo, fmt)}, {number(hi, fmt)}]"
+    return f"{text} ({UNINFORMATIVE})" if whole_range(lo, hi, bounds) else text
 
 
 def verdict(stat: Estimate, control: Estimate, direction: str = "greater", floor: float | None = None) -> str:
@@ -324,7 +366,7 @@ class CKAEvidence:
     batches: int
     method: str = FIELLER
 
-    def transposed(self) -> "CKAEvidence":
+    def transposed(self) -> CKAEvidence:
         return CKAEvidence(self.cka.T, self.lo.T, self.hi.T, self.p_null.T, self.null_lo.T, self.null_hi.T,
                            self.resamples, self.permutations, self.batches, self.method)
 
@@ -419,7 +461,7 @@ class BootstrapCKA(cka_mod.MinibatchCKA):
             null[p] = cka_mod.hsic_all_pairs(ca, cb[:, perm][:, :, perm], self.estimator)
         return null
 
-    def merge(self, other: "BootstrapCKA") -> "BootstrapCKA":
+    def merge(self, other: BootstrapCKA) -> BootstrapCKA:
         super().merge(other)
         self.keys += other.keys
         self.sizes += other.sizes

@@ -114,18 +114,21 @@ def localization_evidence(point: np.ndarray, loo: np.ndarray, prefix: int, unit:
         r_lo = r_hi = float("nan")
     else:
         r_lo, r_hi = sure / n, possible / n
-    rate = Estimate(hits / n, r_lo, r_hi, unit, units, LEADS)
-    corr = Estimate(*(float(chance_corrected(x, positions)) for x in (rate.value, r_lo, r_hi)), unit, units, LEADS)
+    rate = Estimate(hits / n, r_lo, r_hi, unit, units, LEADS, bounds=(0.0, 1.0))
+    corr = Estimate(*(float(chance_corrected(x, positions)) for x in (rate.value, r_lo, r_hi)), unit, units, LEADS,
+                    bounds=(float(chance_corrected(0.0, positions)), 1.0))
     with np.errstate(invalid="ignore"):
         mean_loo = np.nanmean(np.where(counted, loo_leads, np.nan), axis=-1)
-    mean = Estimate.jackknife(float(leads[counted].mean()), mean_loo, unit)
+    mean = Estimate.jackknife(float(leads[counted].mean()), mean_loo, unit)  # a lead's range is [−1, 1]: not cut
     return LocalizationEvidence(rate, corr, mean, leads, lo, hi, positions)
 
 
 def interval_difference(a: Estimate, b: Estimate) -> Estimate:
     """a − b where a and b are sets of counts (:func:`localization_evidence`): every difference the two intervals
     allow, [a.lo − b.hi, a.hi − b.lo]; it covers whenever both cover (a union bound, so it is conservative)."""
-    return Estimate(a.value - b.value, a.lo - b.hi, a.hi - b.lo, a.unit, min(a.units, b.units), a.method)
+    bounds = None if a.bounds is None or b.bounds is None else (a.bounds[0] - b.bounds[1], a.bounds[1] - b.bounds[0])
+    return Estimate(a.value - b.value, a.lo - b.hi, a.hi - b.lo, a.unit, min(a.units, b.units), a.method,
+                    bounds=bounds)
 
 
 def from_terms(xy: np.ndarray, xx: np.ndarray, yy: np.ndarray, prefix: int,

@@ -71,6 +71,12 @@ class Check:
     data_note: str = ""  # what the counts are when not the tour's images (Fig 6's first images, Fig 11's probe pool)
     control_lo: float = float("nan")  # the control's 95 % interval when it is measured (the CNN's, the other model's)
     control_hi: float = float("nan")
+    # the statistic's range (its control's too) and the learned effect's (its twin's), when they have one: an interval
+    # that spans it says "uninformative at this size" (NaN: no finite range)
+    range_lo: float = float("nan")
+    range_hi: float = float("nan")
+    effect_range_lo: float = float("nan")
+    effect_range_hi: float = float("nan")
 
     @property
     def verdict(self) -> str:
@@ -102,37 +108,62 @@ class Check:
         name), control_note (the app's control and why it matters), pattern_text and learned_text (the answer and
         its numbers; pattern_numbers and learned_numbers without the answer), interval_text, models and data
         (n images in T batches). No value prints as "nan" or "n/a": an unmeasured check says
-        why, an interval too few units wide says "too few batches for an interval"."""
+        why, an interval too few units wide says "too few batches for an interval", one that spans the statistic's
+        whole range "uninformative at this size: raise --images"; a fixed control reads "(fixed at 0)"; negative
+        numbers have "−"."""
         from ...stats.evidence import format_estimate
 
+        def say(value: float, lo: float, hi: float, bounds: tuple[float, float]) -> str:
+            return format_estimate(value, lo, hi, self.interval_unit, self.interval_units, bounds=bounds)
+
+        rng, effect_rng = (self.range_lo, self.range_hi), (self.effect_range_lo, self.effect_range_hi)
         if self.statistic != self.statistic:  # NaN: the check could not be measured
             pattern = f"not measured: {self.evidence}" if self.evidence else "not measured"
             learned = self.learned_label.removeprefix("n.a.: ")
         else:
-            stat = format_estimate(self.statistic, self.lo, self.hi, self.interval_unit, self.interval_units)
+            stat = say(self.statistic, self.lo, self.hi, rng)
             if self.control == 0 or not (self.control_lo == self.control_lo and self.control_lo < self.control_hi):
-                control = "0" if self.control == 0 else f"{self.control:.3f}"  # a fixed reference: no interval
+                pattern = f"{stat} against {fixed_reference(self.control_label, self.control)}"
             else:
-                control = format_estimate(self.control, self.control_lo, self.control_hi, self.interval_unit,
-                                          self.interval_units)
-            pattern = f"{stat} against {self.control_label}, {control}"
+                pattern = f"{stat} against {self.control_label}, {say(self.control, self.control_lo, self.control_hi, rng)}"
             if self.learned == "n.a.":
                 learned = self.learned_label.removeprefix("n.a.: ")
-            elif self.effect != self.effect or self.twin != self.twin:
-                learned = (f"the trained value or the {self.learned_label} could not be formed, see the evidence"
-                           if self.learned_label.startswith("untrained") else self.learned_label)
+            elif not self.learned_label.startswith("untrained") and (self.effect != self.effect
+                                                                       or self.twin != self.twin):
+                learned = self.learned_label  # no twins were run: the label says so and how to run them
+            elif self.effect != self.effect:
+                learned = (f"neither the trained value nor the {self.learned_label} could be formed, see the evidence"
+                           if self.twin != self.twin else "the trained value could not be formed, see the evidence")
             else:
-                eff = format_estimate(self.effect, self.effect_lo, self.effect_hi, self.interval_unit,
-                                      self.interval_units)
-                twin = format_estimate(self.twin, self.twin_lo, self.twin_hi, self.interval_unit,
-                                       self.interval_units)
-                learned = f"trained {eff} against the {self.learned_label} {twin}"
+                eff = say(self.effect, self.effect_lo, self.effect_hi, effect_rng)
+                if self.twin != self.twin:
+                    learned = f"trained {eff}; only the {self.learned_label} could not be formed, see the evidence"
+                else:
+                    twin = say(self.twin, self.twin_lo, self.twin_hi, effect_rng)
+                    learned = f"trained {eff} against the {self.learned_label} {twin}"
                 learned += f"; intervals {self.effect_note}" if self.effect_note else ""
         return {"paper": self.claim, "statistic": self.statistic_label, "control_note": self.control_note,
                 "pattern_text": f"{self.pattern}: {pattern}", "learned_text": f"{self.learned}: {learned}",
                 "pattern_numbers": pattern, "learned_numbers": learned,
                 "interval_text": f"95 % interval: {self.interval}",
                 "models": self.models, "data": self.data_text}
+
+
+def fixed_reference(label: str, value: float) -> str:
+    """A fixed control (no interval) in words: its label, and its value unless the label already states it
+    ("uniform attention at 0, local from 0.25"): "no margin (fixed at 0)", never a bare ", 0" after the label."""
+    from ...stats.evidence import number
+
+    v = "0" if value == 0 else number(value)
+    return label if f" at {v}" in f" {label}" else f"{label} (fixed at {v})"
+
+
+def _bounds(*estimates: Estimate | None) -> tuple[float, float]:
+    """The first finite range among ``estimates`` (``Estimate.bounds``), or (NaN, NaN)."""
+    for e in estimates:
+        if e is not None and e.bounds is not None:
+            return e.bounds
+    return float("nan"), float("nan")
 
 
 def _triple(e: Estimate | None) -> tuple[float, float, float]:
@@ -164,7 +195,9 @@ def make_check(key: str, stat: Estimate, control: Estimate, control_label: str, 
                  units["interval_unit"], units["interval_units"], units["interval_method"], evidence,
                  STATISTICS[key], CONTROL_NOTES[key] if note is None else note, stat.note,
                  effect_note=learned.effect.note if learned.effect is not None else "", control_lo=control.lo,
-                 control_hi=control.hi)
+                 control_hi=control.hi, range_lo=_bounds(stat, control)[0], range_hi=_bounds(stat, control)[1],
+                 effect_range_lo=_bounds(learned.effect, learned.twin)[0],
+                 effect_range_hi=_bounds(learned.effect, learned.twin)[1])
 
 
 def too_few(stat: Estimate) -> str:

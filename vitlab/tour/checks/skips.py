@@ -14,6 +14,8 @@ def finite_median(x: np.ndarray) -> np.ndarray:
 
     x = np.asarray(x, dtype=np.float64)
     flat = x.reshape(x.shape[:-2] + (-1,))
+    if np.isfinite(flat).all():  # the usual case; nanmedian's masked path costs ~10x more (coverage runs)
+        return np.median(flat, axis=-1)
     with warnings.catch_warnings():  # all ratios infinite (zero-initialised branches): NaN, reported as can't tell
         warnings.simplefilter("ignore", RuntimeWarning)
         return np.nanmedian(np.where(np.isfinite(flat), flat, np.nan), axis=-1)

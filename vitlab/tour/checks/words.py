@@ -55,7 +55,7 @@ STATISTICS: dict[str, str] = {
     "heads": "−Spearman ρ between a lower-layer head's attention distance and its CKA with the ResNet's lower layers",
     "receptive": "growth of the 50 % receptive-field radius across the ViT's first attention sublayer and its "
                  "residual, as a fraction of the input side",
-    "skips": "median ratio ‖z‖ / ‖f(z)‖ of skip to branch norm in the ViT, over sublayers and tokens",
+    "skips": "median over the ViT's sublayers of the skip-to-branch norm ratio Σ‖z‖ / Σ‖f(z)‖ over images and tokens",
     "removal": "mean CKA between the layers before and after the block retrained without its skips",
     "localization": "chance-corrected localization of the ViT's last layer: (rate − chance) / (1 − chance), the rate "
                     "being the share of tokens best matched at their own position and chance 1 / positions",
