@@ -282,7 +282,8 @@ def _consume(models, statistics, precision, planned, total, source, run, min_bat
     for done, (batch, (meta, found, missing), prepared) in enumerate(planned):
         dist.at_batch(batch.index)  # a failure under torchrun names the rank and this batch
         if progress:
-            progress(done, total, f"batch {done + 1}/{total}")
+            progress(done, total, f"batch {done + 1} of {total}")
+        run.check(f"batch {done + 1} of {total}")  # a stop asked for while the bar drew is seen here
         if prepared is not None:
             meta = {"ids": batch.ids, "labels": batch.labels, "skipped": batch.skipped, "notices": batch.notices}
             store.put_json(make_key("batch-meta", batch.key, source.classes), meta)
@@ -300,6 +301,7 @@ def _consume(models, statistics, precision, planned, total, source, run, min_bat
                 todo = [s for s in stats if per_model[s.name] is None]
                 if not todo:
                     continue
+                run.check(f"{m.label}, batch {done + 1} of {total}")  # each model's forward is a long step
                 with taps_mod.holding(m.model, progress, m.label):  # says so while another run holds it
                     values = inflight.forward_statistics(m, prepared.inputs[pipeline.input_key(m)], todo, batch,
                                                          run.amp)
@@ -308,6 +310,7 @@ def _consume(models, statistics, precision, planned, total, source, run, min_bat
                     per_model[s.name] = values[s.name]
                     store.put(s.cache_key(m, batch, p), per_model[s.name])
                 del values
+            hostmem.release()  # the forward's freed activations back to the kernel (a script thread's arena)
         else:
             info.batches_from_cache += 1
         batch.images = None
