@@ -39,5 +39,13 @@ def scaled(progress: Progress | None, part: int, parts: int, label: str = "") ->
     """Report part ``part`` of ``parts`` sequential sub-runs as one bar (repeats, several models)."""
     if progress is None or parts <= 1:
         return progress
-    prefix = f"{label} {part + 1}/{parts}: " if label else ""
+    prefix = f"{label} {part + 1} of {parts}: " if label else ""
     return lambda done, total, text: progress(part * total + done, parts * total, prefix + text)
+
+
+def passes(progress: Progress | None, part: int, parts: int, words: str) -> Progress | None:
+    """Report pass ``part`` of ``parts`` (each a full stream, with its own batch count) under its own words:
+    'pass 2 of 6: zoo:vit-cls, held-out images: batch 3 of 8'. The bar restarts with each pass, and says which."""
+    if progress is None:
+        return None
+    return lambda done, total, text: progress(done, total, f"pass {part + 1} of {parts}: {words}: {text}")

@@ -17,6 +17,7 @@ from typing import Any
 import streamlit as st
 
 import vitlab
+from vitlab.engine import hostmem
 from vitlab.tour import saved
 
 from .state import DEFAULTS, MEMO_SIZE, SOURCES, UPLOADS, Settings
@@ -248,6 +249,34 @@ def _cancel(flag: str) -> None:
     st.session_state[flag] = True
 
 
+def stop_requested() -> Callable[[], bool]:
+    """``Run.should_stop`` of this script run: True once Streamlit was asked to stop it (the tab closed: the session
+    disconnects and stops its script) or to run the script again (Cancel, another page, a changed widget: a rerun
+    that replaces this one). Streamlit itself only acts on such a request at the script's next call into Streamlit; the
+    engine checks this between batches and inside its long steps, so the work stops there (issue 51).
+
+    Reads the request without taking it (``ScriptRequests._state``, Streamlit 1.67: a private field, read only; a
+    fragment's rerun that does not replace the whole script does not stop it, as in Streamlit's own
+    ``on_scriptrunner_yield``). Outside a script run (tests, bare mode): never."""
+    from streamlit.runtime.scriptrunner_utils import script_requests as sr
+    from streamlit.runtime.scriptrunner_utils.script_run_context import get_script_run_ctx
+
+    requests = getattr(get_script_run_ctx(suppress_warning=True), "script_requests", None)
+    if requests is None or not hasattr(requests, "_state"):
+        return lambda: False
+
+    def should_stop() -> bool:
+        state = requests._state
+        if state == sr.ScriptRequestType.STOP:
+            return True
+        if state != sr.ScriptRequestType.RERUN:
+            return False
+        data = requests._rerun_data
+        return not sr._fragment_run_should_not_preempt_script(data.fragment_id_queue, data.is_fragment_scoped_rerun)
+
+    return should_stop
+
+
 PERSIST_ENV = "VITLAB_PERSIST"  # 0: whole results are not kept on disk (only per session); the bench's baseline
 
 
@@ -298,8 +327,11 @@ def compute(key: tuple, fn: Callable[[vitlab.Run], Any], label: str, persist: bo
 
     A saved result is read as untrusted input (``saved.load``: its checksum, its fields' types, ``expect``: the class
     of the result, or a tuple of classes); one that fails is recomputed and the run's caption says so.
-    Cancel reruns the script, which stops ``fn`` at its next progress report; the page then offers to start again.
-    Returns None when cancelled.
+    Cancel reruns the script; ``fn``'s run stops at its next check (between batches and inside long steps:
+    :func:`stop_requested`), as it does when the tab is closed, another page is opened or another run started; the
+    batches done so far stay in the disk cache. The page then offers to start again. Returns None when cancelled or
+    stopped. After every run, stopped or not, the memory its steps freed goes back to the system
+    (``vitlab.engine.hostmem.release``: each script run has a thread, and glibc keeps a thread's freed memory).
     """
     box = st.empty()  # drawn on every run, so the page's element tree keeps its shape (no stale duplicates)
     memo = _memo()
@@ -333,9 +365,15 @@ def compute(key: tuple, fn: Callable[[vitlab.Run], Any], label: str, persist: bo
         bar.progress(min(1.0, done / total) if total else 0.0, text=f"{label}: {text}")
 
     try:
-        result = fn(vitlab.Run(store=store(), progress=progress))
+        result = fn(vitlab.Run(store=store(), progress=progress, should_stop=stop_requested()))
+    except vitlab.Run.Stopped:
+        # emptying the box is a call into Streamlit: there it acts on the request that stopped the run (a rerun
+        # or a stop), and this script run ends; in the rare case that it does not, the page gets no result
+        box.empty()
+        return None
     finally:
         box.empty()
+        hostmem.release()
     _remember(memo, key, result)
     _note(result, "recomputed" if disk is not None and disk[1] else "computed")
     if disk is not None and result is not None:

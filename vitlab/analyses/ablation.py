@@ -49,6 +49,7 @@ from ..inputs import taps as taps_mod
 from ..inputs.data import Batch, ImageSource, select
 from ..inputs.models import LoadedModel
 from ..options import DataOptions, option
+from ..progress import passes
 from ..stats import cka as cka_mod
 from .attention import AttentionDistanceAccumulator, AttentionDistanceStatistic, image_side, probs_taps, require_vit
 from .heads import default_lower_taps, head_outputs
@@ -189,7 +190,7 @@ def head_means(loaded: LoadedModel, source: ImageSource, indices: Sequence[int],
     """Per-position mean over images of every head's output in ``blocks``: {block: (H, N, Dh) float32}."""
     stat = HeadMeanStatistic(tuple(int(b) for b in blocks))
     kept = [(batch.index, found[0][stat.name])
-            for batch, found in stream([loaded], source, indices, batch_size, [[stat]], run.with_progress(None),
+            for batch, found in stream([loaded], source, indices, batch_size, [[stat]], run,
                                        min_batch=1)]
     total, count = None, 0
     for s in run.gather_ordered(kept, "head means"):  # every rank's batch sums, added in batch order
@@ -260,7 +261,7 @@ class _Pass:
 def _pass(loaded: LoadedModel, source: ImageSource, indices, opts: AblationOptions, gram: GramStatistic,
           run: Run) -> tuple[_Pass, list]:
     lp, grams, kept = LogProbStatistic(), [], []
-    for batch, found in stream([loaded], source, indices, opts.batch_size, [[gram, lp]], run.with_progress(None)):
+    for batch, found in stream([loaded], source, indices, opts.batch_size, [[gram, lp]], run):
         grams.append(cka_mod.centred(found[0][gram.name]["grams"]))
         kept.append((batch.index, (found[0][lp.name]["logp"],
                                    batch.labels if batch.labels is not None else [None] * len(batch.ids))))
@@ -394,7 +395,7 @@ class AblationResult:
 def _distances(vit: LoadedModel, source, indices, blocks, opts: AblationOptions, run: Run) -> np.ndarray:
     stat = AttentionDistanceStatistic(tuple(blocks))
     acc = AttentionDistanceAccumulator(list(blocks), vit.model.blocks[blocks[0]].attn.num_heads)
-    for _, found in stream([vit], source, indices, opts.batch_size, [[stat]], run.with_progress(None), min_batch=1):
+    for _, found in stream([vit], source, indices, opts.batch_size, [[stat]], run, min_batch=1):
         acc.update(found[0][stat.name])
     run.reduce_accumulators(acc)  # torchrun: every rank ranks the heads by the same distances
     return acc.compute(vit.label, image_side(vit)).distance_px  # (L, H)
@@ -431,24 +432,35 @@ def head_ablation(vit: LoadedModel, other: LoadedModel, source: ImageSource, opt
     if opts.draws < 1:
         raise VitlabError(f"draws must be at least 1, not {opts.draws}")
     indices = select(source, opts.images, opts.shuffle)
-    distance = _distances(vit, source, indices, blocks, opts, run)
+    # every image pass says which of all passes it is, what it runs and its batch count (issue 51)
+    heads_per_block = vit.model.blocks[blocks[0]].attn.num_heads
+    n_passes = 3 + ("mean" in opts.modes) + len(_plan(np.zeros((len(blocks), heads_per_block)), blocks, opts, run))
+    counter = iter(range(n_passes))
+
+    def part(words: str) -> Run:
+        return run.with_progress(passes(run.progress, next(counter), n_passes, words))
+
+    distance = _distances(vit, source, indices, blocks, opts, part(f"{vit.label}: attention distances of its heads"))
     plan = _plan(distance, blocks, opts, run)
     layers = [f"blocks.{i}.resid_post" for i in range(depth)]
     other_layers = list(opts.other_taps) if opts.other_taps else default_lower_taps(other)
     taps_mod.check_taps(other.model, other_layers)
     gram = GramStatistic(tuple(layers))
-    intact, labels = _pass(vit, source, indices, opts, gram, run)
-    other_pass, _ = _pass(other, source, indices, opts, GramStatistic(tuple(other_layers)), run)
+    intact, labels = _pass(vit, source, indices, opts, gram, part(f"{vit.label}: intact"))
+    other_pass, _ = _pass(other, source, indices, opts, GramStatistic(tuple(other_layers)), part(other.label))
     top1 = intact.logp.argmax(1)
     usable = match.usable and None not in labels
     truth = match.to_head(labels) if usable else top1
-    means = head_means(vit, source, indices, blocks, opts.batch_size, run) if "mean" in opts.modes else None
+    means = head_means(vit, source, indices, blocks, opts.batch_size, part(f"{vit.label}: mean output of each head")
+                       ) if "mean" in opts.modes else None
+    heads_total = len(blocks) * distance.shape[1]
     p0 = np.exp(intact.logp)
     for i, cond in enumerate(plan):
-        if run.progress:
-            run.progress(i, len(plan), f"{cond['mode']} {cond['selection']} k={cond['k']}")
+        draw = f" (draw {cond['draw'] + 1} of {opts.draws})" if cond["selection"] == "random" and opts.draws > 1 else ""
+        words = (f"{cond['mode']} {cond['selection']} k={cond['k']}{draw}: {heads_total - len(cond['heads'])} of "
+                 f"{heads_total} heads remain (ablation {i + 1} of {len(plan)})")
         with ablated(vit, HeadAblation(cond["heads"], cond["mode"]), means) as view:
-            after, _ = _pass(view, source, indices, opts, gram, run)
+            after, _ = _pass(view, source, indices, opts, gram, part(words))
         cond.update(correct=after.logp.argmax(1) == truth, kl=(p0 * (intact.logp - after.logp)).sum(1),
                     cka_intact=np.diag(_cka_rows(after, intact.centred, layers, layers, run)),
                     cka_other=_cka_rows(after, other_pass.centred, layers, other_layers, run).mean(1))

@@ -27,7 +27,7 @@ the one image's maps are drawn by rank 0.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -229,8 +229,15 @@ def _target_name(match: ClassMatch, source: ImageSource, target: int) -> str:
     return ""
 
 
-def _score_batch(loaded, x, targets, methods, opts: FaithfulnessOptions, cell_px: int, rng) -> list[dict]:
-    """Maps, curves and AUCs of a batch of images: one dict per image."""
+def _score_batch(loaded, x, targets, methods, opts: FaithfulnessOptions, cell_px: int, rng,
+                 step: Callable[[int, int, str], None] | None = None) -> list[dict]:
+    """Maps, curves and AUCs of a batch of images: one dict per image. ``step(done, total, text)`` (``Run.step``,
+    or a batch's share of it) hears each step: the maps' gradient pass, then every image's curves of each order."""
+    n, orders_per_image = x.shape[0], len(methods) + opts.random_orders
+    total = 1 + n * orders_per_image  # the maps, then one step per image and cell order
+    if step is not None:
+        step(0, total, f"{loaded.label}: maps of {n} image{'s' if n > 1 else ''} ({', '.join(methods)}), "
+             "one gradient pass")
     logits, maps = maps_for_batch(loaded, x, targets, methods, seed=int(rng.integers(2**31)))
     hw = tuple(x.shape[-2:])
     n_cells = int(np.prod(cell_grid(hw, cell_px)))
@@ -240,7 +247,16 @@ def _score_batch(loaded, x, targets, methods, opts: FaithfulnessOptions, cell_px
         ranked = [cell_order(cell_scores(per[m], hw, cell_px, m.startswith("gradcam"))) for m in methods]
         orders = [o for o, _ in ranked] + [rng.permutation(n_cells) for _ in range(opts.random_orders)]
         steps = [s for _, s in ranked] + [None] * opts.random_orders
-        c = curves(loaded, x[i], t, orders, cell_px, opts.baseline, steps=steps)  # (methods + R, 2, n + 1)
+        names = list(methods) + [f"random order {r + 1}" for r in range(opts.random_orders)]
+        c = []  # (methods + R, 2, n + 1): one order at a time (each its own forwards), so each is a step
+        for k, (order, when) in enumerate(zip(orders, steps)):
+            words = f"{loaded.label}: image {i + 1} of {n}, deletion and insertion of {names[k]}"
+            at = 1 + i * orders_per_image + k
+            if step is not None:
+                step(at, total, f"{words} (order {k + 1} of {orders_per_image})")
+            check = None if step is None else (lambda where, words=words, at=at: step(at, total, f"{words}: {where}"))
+            c.append(curves(loaded, x[i], t, [order], cell_px, opts.baseline, steps=[when], check=check)[0])
+        c = np.stack(c)
         rows.append({"target": t, "maps": per, "curves": c[: len(methods)], "random_curve": c[len(methods):].mean(0),
                      "auc": auc(c[: len(methods)]), "random_auc": auc(c[len(methods):]).mean(0)})
     return rows
@@ -306,7 +322,7 @@ def attribution(loaded: LoadedModel, images, index: int = 0, opts: FaithfulnessO
     cell_px = int(opts.cell_px or default_cell_px(loaded))
     x = to_tensor([source.load(index)], loaded)
     row = _score_batch(loaded, x, _targets(loaded, opts, source, [index]), methods, opts, cell_px,
-                       np.random.default_rng(run.seed))[0]
+                       np.random.default_rng(run.seed), run.step)[0]
     curves_ = {m: row["curves"][k] for k, m in enumerate(methods)} | {"random order": row["random_curve"]}
     scores = {m: tuple(float(v) for v in row["auc"][k]) for k, m in enumerate(methods)}
     scores["random order"] = tuple(float(v) for v in row["random_auc"])
@@ -375,8 +391,10 @@ def faithfulness(loaded: LoadedModel, source: ImageSource, opts: FaithfulnessOpt
     kept = []  # per batch: (batch number, (ids, AUCs, random-order AUCs, skipped images))
     for done, (b, s) in enumerate(mine):
         dist.at_batch(b)
-        if run.progress:
-            run.progress(done, len(mine), f"batch {done + 1}/{len(mine)}")
+        run.step(done, len(mine), f"batch {done + 1} of {len(mine)}")
+
+        def step(d: int, total: int, text: str, done=done) -> None:  # this batch's share of the bar
+            run.step(done * total + d, len(mine) * total, f"batch {done + 1} of {len(mine)}: {text}")
         chunk, imgs, skipped = [], [], []
         for i in indices[s:s + opts.batch_size]:
             try:
@@ -388,7 +406,7 @@ def faithfulness(loaded: LoadedModel, source: ImageSource, opts: FaithfulnessOpt
         if chunk:
             # each batch has its own seeded stream, so its random orders do not depend on which rank scores it
             rows = _score_batch(loaded, to_tensor(imgs, loaded), _targets(loaded, opts, source, chunk), methods,
-                                opts, cell_px, np.random.default_rng([run.seed, b]))
+                                opts, cell_px, np.random.default_rng([run.seed, b]), step)
         kept.append((b, ([source.item_id(i) for i in chunk], [r["auc"] for r in rows],
                          [r["random_auc"] for r in rows], skipped)))
     if run.progress:

@@ -21,7 +21,7 @@ of cells, by the trapezoid rule. Deletion: lower is better; insertion: higher is
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -79,11 +79,13 @@ def _step_masks(order: np.ndarray, hw: tuple[int, int], cell_px: int):
 
 
 def curves(loaded: LoadedModel, x, target: int, orders: Sequence[np.ndarray], cell_px: int, baseline: str,
-           batch_size: int = 64, steps: Sequence[np.ndarray | None] | None = None) -> np.ndarray:
+           batch_size: int = 64, steps: Sequence[np.ndarray | None] | None = None,
+           check: Callable[[str], None] | None = None) -> np.ndarray:
     """Deletion and insertion curves of one image x (C, H, W) for each cell order: (len(orders), 2, n + 1).
 
     ``steps[k]`` (from ``cell_order``; None: every step): the model is run only after those steps, and the curve
-    is linear in between (a tied group leaves together)."""
+    is linear in between (a tied group leaves together). ``check(where)`` (``Run.check``) is called before each
+    forward of ``batch_size`` masked images, so that a run asked to stop does so between them."""
     import torch
 
     if baseline not in BASELINES:
@@ -106,6 +108,8 @@ def curves(loaded: LoadedModel, x, target: int, orders: Sequence[np.ndarray], ce
         probs = []
         with torch.no_grad(), taps_mod.model_lock(loaded.model):  # never under another run's surgery or capture
             for s in range(0, len(batch), batch_size):
+                if check is not None:
+                    check(f"masked images {s + 1}-{min(s + batch_size, len(batch))} of {len(batch)}")
                 probs.append(loaded.model(batch[s:s + batch_size]).double().softmax(-1)[:, target].cpu())
         measured = torch.cat(probs).numpy().reshape(2, -1)
         out.append(np.stack([np.interp(every, when, c) for c in measured]))

@@ -210,8 +210,11 @@ def head_subsets(vit: LoadedModel, other: LoadedModel, source: ImageSource,
     n_heads = vit.heads
     dist_acc = AttentionDistanceAccumulator(blocks, n_heads)
     kept = []
+    words = f"{vit.label} heads of block{'s' if len(blocks) > 1 else ''} {', '.join(map(str, blocks))} and {other.label}"
+    part = run.with_progress(None if run.progress is None else (
+        lambda done, total, text: run.progress(done, total, f"{words}: {text}")))
     for _, found in stream([vit, other], source, select(source, opts.images, opts.shuffle), opts.batch_size,
-                           [[dist_stat, head_stat], [other_stat]], run):
+                           [[dist_stat, head_stat], [other_stat]], part):
         dist_acc.update(found[0][dist_stat.name])
         kept.append((found[0][head_stat.name]["grams"], found[1][other_stat.name]["grams"]))
     run.reduce_accumulators(dist_acc)
@@ -224,7 +227,8 @@ def head_subsets(vit: LoadedModel, other: LoadedModel, source: ImageSource,
     select_ = np.zeros((len(subsets), len(order)))
     for s, members in enumerate(subsets):
         select_[s, order[members]] = 1.0
-    for head_grams, other_grams in kept:
+    for b, (head_grams, other_grams) in enumerate(kept):
+        run.step(b, len(kept), f"CKA of {len(subsets)} head subsets with {other.label}: batch {b + 1} of {len(kept)}")
         subset_grams = np.einsum("sh,hij->sij", select_, head_grams.astype(np.float64))
         acc.update(cka_mod.centred(subset_grams), cka_mod.centred(other_grams))
     run.reduce_accumulators(acc)

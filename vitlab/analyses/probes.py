@@ -33,6 +33,7 @@ from ..inputs import taps as taps_mod
 from ..inputs.data import Batch, ImageSource
 from ..inputs.models import LoadedModel
 from ..options import option
+from ..progress import passes
 from .reports import PerModel
 
 L2_GRID = tuple(2.0**i for i in range(-10, 20))
@@ -310,17 +311,25 @@ def _draws(labels: dict[str, np.ndarray], split: Split, draws: int, seed: int) -
     return out
 
 
-def _gather(model: LoadedModel, source: ImageSource, split: Split, stat: ProbeFeatures, batch_size: int, run: Run
-            ) -> tuple[dict, dict]:
+PART_WORDS = {"train": "training images", "val": "held-out images", "test": "test images"}
+
+
+def _gather(model: LoadedModel, source: ImageSource, split: Split, stat: ProbeFeatures, batch_size: int, run: Run,
+            pass_at: tuple[int, int] = (0, 3)) -> tuple[dict, dict]:
     """Features {split: {key: (n, ...)}} and labels {split: (n,)} (unreadable images are left out).
 
     Under torchrun each rank computes its ``run.shard`` of the batches; ``run.gather`` (``vitlab.dist``: every
-    rank's object, in rank order) collects all ranks' batches, which are put back in batch order.
+    rank's object, in rank order) collects all ranks' batches, which are put back in batch order. Memory: the kept
+    features are each image's pooled vectors (``ProbeFeatures``: (D,) per layer and representation, (K, D) for
+    'token'), never a token map; the forward's own activations are freed batch by batch. ``pass_at``: (this model's
+    first pass, all passes) for the progress words.
     """
     mine: dict[str, list] = {}
-    for part in ("train", "val", "test"):
+    for p, part in enumerate(("train", "val", "test")):
+        words = f"{model.label}, {PART_WORDS[part]}"
+        sub = run.with_progress(passes(run.progress, pass_at[0] + p, pass_at[1], words))
         # per-image features: a short last batch is kept (the default drops batches under 4, for unbiased HSIC)
-        for batch, found in stream([model], source, getattr(split, part), batch_size, [[stat]], run, min_batch=1):
+        for batch, found in stream([model], source, getattr(split, part), batch_size, [[stat]], sub, min_batch=1):
             mine.setdefault(part, []).append((batch.index, found[0][stat.name], list(batch.labels)))
     everyone = run.gather_objects(mine)
     pieces = {p: sorted((b for d in everyone for b in d.get(p, [])), key=lambda b: b[0])
@@ -333,14 +342,14 @@ def _gather(model: LoadedModel, source: ImageSource, split: Split, stat: ProbeFe
 
 def probe_model(model: LoadedModel, source: ImageSource, split: Split, *, layers: Sequence[str] | None = None,
                 reps: Sequence[str] | None = None, tokens: int = 8, batch_size: int = 64, draws: int = 1,
-                seed: int = 0, run: Run | None = None) -> ProbeResult:
+                seed: int = 0, run: Run | None = None, pass_at: tuple[int, int] = (0, 3)) -> ProbeResult:
     """Few-shot probe accuracy of every layer x representation of one model (Figs 11, 13).
 
     ``draws`` few-shot draws (``split``, then re-draws of its images, seeds ``seed + d``): the accuracy is their
     mean, with its 95 % jackknife-t interval over the draws (the t interval of a mean; NaN below ``evidence.MIN_UNITS``
     draws or with ``run.bootstrap`` 0), as the tour's Fig 11. ``run.shard``/``run.gather`` (``vitlab.dist``): each rank
     extracts its batches' features; after the gather every rank holds all of them in batch order and fits the same
-    probes.
+    probes. ``pass_at``: (this model's first image pass, all passes), for the progress words of several models.
     """
     from ..stats import evidence as ev
 
@@ -354,13 +363,17 @@ def probe_model(model: LoadedModel, source: ImageSource, split: Split, *, layers
     if draws < 1:
         raise VitlabError(f"--draws must be at least 1, not {draws}")
     run = run or Run()
-    feats, labels = _gather(model, source, split, ProbeFeatures(layers, reps, tokens), batch_size, run)
+    feats, labels = _gather(model, source, split, ProbeFeatures(layers, reps, tokens), batch_size, run, pass_at)
     parts = _draws(labels, split, draws, seed)
     y = np.concatenate([labels[p] for p in ("train", "val", "test")])
     chance = float(np.mean([majority_rate(y[d["test"]]) for d in parts]))
     rows = []
+    fits = len(layers) * len(reps)
     for i, tap in enumerate(layers):
-        for rep in reps:
+        for r, rep in enumerate(reps):
+            # draws x (tokens) closed-form fits per layer and representation: the run stops between them when asked
+            run.step(i * len(reps) + r, fits, f"{model.label}: probe fits, {tap} {rep} ({i * len(reps) + r + 1} of "
+                     f"{fits}, {draws} draw{'s' if draws > 1 else ''} each)")
             x = np.concatenate([feats[p][f"{rep}|{tap}"] for p in ("train", "val", "test")])
             per = np.array([_probe_draw(x, y, d, split.classes) for d in parts])  # (draws, 4)
             acc = ev.mean_estimate(per[:, 0], "draws") if draws > 1 and run.bootstrap else None
@@ -412,5 +425,6 @@ def probes(models: Sequence[LoadedModel], source: ImageSource, opts: ProbeOption
         if reps and not mine:
             raise VitlabError(f"{m.label} has none of the representations {', '.join(reps)}")
         results.append(probe_model(m, source, split, layers=opts.layers, reps=mine, tokens=opts.tokens,
-                                   batch_size=opts.batch_size, draws=opts.draws, seed=opts.seed, run=run))
+                                   batch_size=opts.batch_size, draws=opts.draws, seed=opts.seed, run=run,
+                                   pass_at=(3 * len(results), 3 * len(models))))
     return ProbeReport(results, split, run.info)

@@ -23,11 +23,12 @@ Shapes: B batch, C input channels, H x W input pixels, L layers.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..engine import dist
+from ..engine import dist, hostmem
 from ..engine.context import Run, RunInfo
 from ..errors import VitlabError
 from ..inputs import taps as taps_mod
@@ -153,12 +154,12 @@ def block_names(loaded: LoadedModel) -> list[str]:
     return taps_mod.default_taps(model)
 
 
-def field_maps(loaded: LoadedModel, points: list[tuple[str, str]], source: ImageSource, batch, store
-               ) -> list[np.ndarray] | None:
+def field_maps(loaded: LoadedModel, points: list[tuple[str, str]], source: ImageSource, batch, store,
+               check: Callable[[str], None] | None = None) -> list[np.ndarray] | None:
     """Per-image |gradient| maps (n, H, W) of the centre of each (module, 'in'|'out') point over one batch, as
     :func:`centre_gradient` gives them, kept in ``store`` per (model fingerprint, batch, point), so that a tour run
     again (other intervals, other options) reads them instead of another forward and backward (issue 34). None when
-    the batch has no readable image."""
+    the batch has no readable image. ``check(where)`` (e.g. ``run.check``) is called before each point's gradient."""
     keys = [make_key("receptive-field-maps", VERSION, loaded.fingerprint, batch.key, module, where,
                      *loaded.layout_key) for module, where in points]
     hits = [store.get(k) for k in keys]
@@ -172,9 +173,14 @@ def field_maps(loaded: LoadedModel, points: list[tuple[str, str]], source: Image
         return None
     prefix, grid = taps_mod.num_prefix_tokens(loaded.model), taps_mod.grid_size(loaded.model)
     x = to_tensor(batch.images, loaded)
-    maps = [centre_gradient(loaded.model, module, x, where, prefix, grid).cpu().numpy() for module, where in points]
+    maps = []
+    for i, (module, where) in enumerate(points):
+        if check is not None:
+            check(f"{loaded.label}: {module} ({where}), point {i + 1} of {len(points)}")
+        maps.append(centre_gradient(loaded.model, module, x, where, prefix, grid).cpu().numpy())
     for k, m in zip(keys, maps):
         store.put(k, {"maps": m})
+    hostmem.release()
     return maps
 
 
@@ -328,8 +334,9 @@ def receptive_fields(loaded: LoadedModel, source: ImageSource, opts: ReceptiveOp
         dist.at_batch(batch.index)
         sums, x, ran = [], None, False
         for li, (module, where) in enumerate(points):
-            if progress:
-                progress(b * len(layers) + li, steps, f"batch {b + 1}/{len(batches)}, {layers[li]}")
+            # a block's gradient is a forward and a backward: the run stops between blocks when asked
+            run.step(b * len(layers) + li, steps, f"{loaded.label}: batch {b + 1} of {len(batches)}, "
+                     f"{layers[li]} (block {li + 1} of {len(layers)})")
             key = make_key("receptive-field", VERSION, loaded.fingerprint, batch.key, module, where,
                            *loaded.layout_key)
             hit = store.get(key, {"sum": None, "n": ()})  # a planted entry of other arrays is a miss
@@ -349,6 +356,9 @@ def receptive_fields(loaded: LoadedModel, source: ImageSource, opts: ReceptiveOp
             sums.append(hit)
         info.batches_computed += ran
         info.batches_from_cache += not ran
+        if ran:
+            x = None
+            hostmem.release()  # the backward graphs' freed memory back to the kernel (issue 51)
         if int(sums[0]["n"]) > 0:
             acc.update(np.stack([s["sum"] for s in sums]), int(sums[0]["n"]))
             kept.append((batch.index, (np.stack([s["sum"] for s in sums]), int(sums[0]["n"]))))

@@ -7,12 +7,17 @@ one from its flags (and torchrun's environment), the app from its sidebar.
     run = Run(store=Store(), progress=tqdm_progress("cka"))
     report = vitlab.engine.run.cka([a, b], source, CKAOptions(images=512), run)
     run.info            # what happened: batches computed / from cache, skipped images, forward passes
+
+A run stops where it checks: ``run.check()`` (between batches and inside long steps: a block's gradient, a probe
+fit, an ablation's pass, an attribution's order) raises :class:`RunStopped` once ``run.should_stop()`` says so.
+The app wires ``should_stop`` to Streamlit's stop and rerun requests (Cancel, a closed tab, another page, another
+run); what was computed before the stop is already in the store, so starting again reads it back.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable
+from typing import Any, Callable, ClassVar
 
 from ..errors import VitlabError
 from ..inputs.cache import Store
@@ -42,6 +47,15 @@ class RunInfo:
             self.forward_passes[label] = self.forward_passes.get(label, 0) + n
 
 
+class RunStopped(Exception):
+    """A run was asked to stop (``Run.should_stop``) and stopped at its next check; not an error: the batches done
+    before it are in the store. ``where`` says what it was doing."""
+
+    def __init__(self, where: str = ""):
+        super().__init__(f"stopped{': ' + where if where else ''}")
+        self.where = where
+
+
 def _no_store() -> Store:
     return Store(None)
 
@@ -60,8 +74,12 @@ class Run:
     - ``info``: filled in as the run goes (shared by every engine call made with this run);
     - ``seed``, ``bootstrap``: resampling for intervals (evidence), where an analysis reports them;
     - ``workers``: threads decoding and transforming images ahead of the forward (vitlab.engine.pipeline);
-      ``worker_kind``: "threads" or "processes" (None: ``pipeline.default_kind()``).
+      ``worker_kind``: "threads" or "processes" (None: ``pipeline.default_kind()``);
+    - ``should_stop``: called at every :meth:`check`; True makes the run raise :class:`RunStopped` there (None:
+      the run never stops early).
     """
+
+    Stopped: ClassVar[type[RunStopped]] = RunStopped  # ``except vitlab.Run.Stopped`` where the app catches it
 
     store: Store = field(default_factory=_no_store)
     progress: Progress | None = None
@@ -74,12 +92,25 @@ class Run:
     bootstrap: int = 200
     workers: int | None = None  # input threads of vitlab.engine.pipeline (None: pipeline.default_workers(); 0: none)
     worker_kind: str | None = None
+    should_stop: Callable[[], bool] | None = None
 
     @property
     def precision(self) -> str:
         """The activations' precision, part of every cache key: 'bf16' under autocast, else 'float32'
         (``run.forward_precision`` adds the device kind, and bf16 only where autocast applies: CUDA)."""
         return "bf16" if self.amp else "float32"
+
+    def check(self, where: str = "") -> None:
+        """Raise :class:`RunStopped` when :attr:`should_stop` asks for it (cheap: call it between batches and
+        inside every step that takes more than a second or so)."""
+        if self.should_stop is not None and self.should_stop():
+            raise RunStopped(where)
+
+    def step(self, done: int, total: int, text: str) -> None:
+        """Say how far the run is (``progress(done, total, text)``), after a :meth:`check`."""
+        self.check(text)
+        if self.progress is not None:
+            self.progress(done, total, text)
 
     def with_progress(self, progress: Progress | None) -> "Run":
         """The same run (same store, shard, info) reporting to another progress callback."""
