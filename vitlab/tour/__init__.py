@@ -150,7 +150,8 @@ def run_tour(models: list[LoadedModel], source: ImageSource, opts: TourOptions, 
         error = None
         ms.used.clear()
         try:
-            check, data, figure = measure[key](ms, source, opts, run)
+            check, data, figure = measure[key](ms, source, opts, run.with_progress(_within(run.progress, k, len(keys),
+                                                                                             claim.figure)))
         except VitlabError as e:
             error = str(e)
         error = _first_error(run, key, error)
@@ -158,6 +159,11 @@ def run_tour(models: list[LoadedModel], source: ImageSource, opts: TourOptions, 
             check, data, figure = cant_tell(key, error), [], {}
         # every row names its models and the images its statistic used, so a slide or a handout says what it
         # rests on (issue 37: Fig 6 reads its first rf_images, Fig 11 a probe pool, not the tour's images)
+        untrained = ms.untrained_note(list(ms.used))
+        if untrained and check.learned != "n.a.":  # NAME@random given: the learned question does not apply to it
+            nan = float("nan")
+            check = replace(check, learned="n.a.", learned_label=untrained, effect=nan, effect_lo=nan, effect_hi=nan,
+                            twin=nan, twin_lo=nan, twin_hi=nan, effect_note="")
         images, batch_size, note = M.data_used(key, source, opts)
         check = replace(check, models="; ".join(ms.used), images=images, batches=-(-images // batch_size),
                         batch_size=batch_size, data_note=note)
@@ -174,6 +180,14 @@ def run_tour(models: list[LoadedModel], source: ImageSource, opts: TourOptions, 
     if run.progress:
         run.progress(len(keys), len(keys), "done")
     return TourReport(rows, charts, [m.label for m in models], run.info, frames, figures, papers, passes)
+
+
+def _within(progress, k: int, n: int, figure: str):
+    """The progress of check ``k`` of ``n``: the bar stays at the check, the words follow its steps ("Fig 5 (check 3
+    of 10): zoo:vit-cls, batch 2 of 8"). None without a progress."""
+    if progress is None:
+        return None
+    return lambda done, total, text: progress(k, n, f"{figure} (check {k + 1} of {n}): {text}")
 
 
 def _first_error(run: Run, key: str, error: str | None) -> str | None:

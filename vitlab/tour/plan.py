@@ -121,15 +121,25 @@ def plan(keys: list[str], ms: Models, source, opts) -> tuple[list[Pass], dict[st
     return passes, left
 
 
+def _said(progress, what: str):
+    """``progress`` with its text prefixed by ``what`` ("pass 1 of 3 over the tour's images (zoo:vit-cls): batch 2 of
+    4"): the bar follows the batches, the words say which pass they belong to. None without a progress."""
+    if progress is None:
+        return None
+    return lambda done, total, text: progress(done, total, f"{what}: {text}")
+
+
 def run_passes(passes: list[Pass], source, run) -> list[dict]:
     """Stream each pass (its statistics land in ``run.store``); one record per pass for run.json: the image set,
     its images and batch size, the checks it serves, per model the statistics and the batches it ran forward."""
     records = []
-    for p in passes:
+    for i, p in enumerate(passes):
         before = dict(run.info.forward_passes)
         error = None
+        said = _said(run.progress, f"pass {i + 1} of {len(passes)} over {IMAGE_SETS[p.images]} "
+                                   f"({', '.join(m.label for m in p.models)})")
         try:
-            for _ in stream(p.models, source, p.indices, p.batch_size, p.statistics, run.with_progress(None),
+            for _ in stream(p.models, source, p.indices, p.batch_size, p.statistics, run.with_progress(said),
                             min_batch=p.min_batch):
                 pass
         except VitlabError as e:  # its checks meet it again themselves, each in its own "can't tell" row

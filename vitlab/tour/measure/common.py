@@ -21,8 +21,13 @@ from ...stats.evidence import Estimate
 
 
 def _stream(models, source, indices, batch_size, statistics, run: Run, min_batch: int = 4):
-    """``run.stream`` with this run's store and info and no progress of its own (the tour reports per check)."""
-    return stream(models, source, indices, batch_size, statistics, run.with_progress(None), min_batch=min_batch)
+    """``run.stream`` with this run's store and info; its batches reported under the check's words (``run_tour``
+    gives each check a progress that names it), prefixed with the models it runs."""
+    progress = run.progress
+    if progress is not None:
+        names = ", ".join(m.label for m in models)
+        progress = (lambda p: lambda done, total, text: p(done, total, f"{names}: {text}"))(progress)
+    return stream(models, source, indices, batch_size, statistics, run.with_progress(progress), min_batch=min_batch)
 
 
 class Models:
@@ -58,7 +63,25 @@ class Models:
         return self._use(self.by_label[spec])
 
     def twin(self, m: LoadedModel) -> LoadedModel | None:
+        """``m``'s untrained twin (None with ``--control none``); an untrained ``m`` is its own twin, and the tour
+        says its learned answer does not apply (:meth:`untrained_note`)."""
         return None if self.control == "none" else self.get(twin_spec(m.spec).label)
+
+    @staticmethod
+    def untrained(m: LoadedModel) -> bool:
+        """Whether ``m`` is an untrained model (random weights, ``NAME@random``): its own untrained twin."""
+        return twin_spec(m.spec).label == m.label
+
+    def untrained_note(self, used: list[str]) -> str:
+        """"n.a.: ..." when a model among ``used`` (labels) is untrained itself, so a learned answer has nothing
+        to compare; "" otherwise."""
+        mine = [m.label for m in self.given if m.label in used and self.untrained(m)]
+        if not mine:
+            return ""
+        if len(mine) == 1:
+            return f"n.a.: {mine[0]} is untrained itself: its untrained twin is the same model, nothing to compare"
+        return (f"n.a.: {' and '.join(mine)} are untrained themselves: their untrained twins are the same models, "
+                "nothing to compare")
 
     def need(self, *what: str) -> None:
         if "vit" in what and self._vit is None:

@@ -25,9 +25,12 @@ def _field_maps(m: LoadedModel, points: list[tuple[str, str]], source, opts, run
     from ...engine import dist
 
     kept = []
-    for batch in plan_batches(source, select(source, opts.rf_images, None), RF_BATCH)[run.shard[0]::run.shard[1]]:
+    batches = plan_batches(source, select(source, opts.rf_images, None), RF_BATCH)[run.shard[0]::run.shard[1]]
+    for i, batch in enumerate(batches):
         dist.at_batch(batch.index)
-        maps = field_maps(m, points, source, batch, run.store)
+        if run.progress:
+            run.progress(i, len(batches), f"{m.label}, receptive fields: batch {i + 1} of {len(batches)}")
+        maps = field_maps(m, points, source, batch, run.store, check=run.check)
         if maps is not None:
             kept.append((batch.index, maps))
     kept = run.gather_ordered(kept, "receptive-field maps")
