@@ -27,11 +27,20 @@ from vitlab.tour import CLAIMS, TOUR_IMAGES, classroom, glossary, lecture, summa
 VERDICT_BOX = {"shown": st.success, "not shown": st.warning, "can't tell": st.info}
 LEARNED_BOX = {"yes": st.success, "no": st.warning, "can't tell": st.info, "n.a.": st.info}
 MARK = {True: "✓", False: "✗", None: "—"}  # a prediction as the paper's answer, not, or none
-# the figures scale to their column and to the screen under the heading (a projector at 1280x720 included)
+# A projector layout (issue 47): a revealed step fits 1280x720 without scrolling, the figures beside the answer. The
+# figures scale to the height left under the heading (the paper-style figure above the interval chart); the answer's
+# column reads a little smaller; the lecturer's detail sits in the sidebar (tests/test_browser_lecture.py measures it)
 STYLE = """<style>
-[data-testid="stMainBlockContainer"] {padding-top: 2.6rem !important}
-.st-key-lecture-fig-p img {max-height: 68vh; object-fit: contain; object-position: left top}
-.st-key-lecture-fig-i img {max-height: 26vh; object-fit: contain; object-position: left top}
+[data-testid="stMainBlockContainer"] {padding-top: 0.9rem !important; padding-bottom: 0.5rem !important}
+.st-key-lecture-head h3 {padding: 0 !important}
+.st-key-lecture-fig-p img {max-height: calc(100vh - 19rem); object-fit: contain; object-position: left top}
+.st-key-lecture-fig-i img {max-height: 10.5rem; object-fit: contain; object-position: left top}
+.st-key-lecture-answer {gap: 0.5rem}
+.st-key-lecture-answer p, .st-key-lecture-answer li {font-size: 0.92rem; line-height: 1.4}
+.st-key-lecture-answer [data-testid="stAlert"] > div {padding: 0.45rem 0.75rem}
+.st-key-lecture-answer blockquote {margin: 0; padding-top: 0; padding-bottom: 0}
+.st-key-lecture-answer [data-testid="stCaptionContainer"] p {font-size: 0.84rem; line-height: 1.35}
+.st-key-lecture-answer [data-testid="stExpander"] summary {padding-top: 0.3rem; padding-bottom: 0.3rem}
 </style>"""
 
 
@@ -141,9 +150,10 @@ def sidebar_ui(settings: classroom.LectureSettings | None) -> None:
 
 
 def status(lec: classroom.Lecture, seconds: float) -> None:
-    """The lecturer's detail, folded: when and how the lecture was prepared, its exact models and command."""
+    """The lecturer's detail, folded in the sidebar (off the projected step): when and how the lecture was prepared,
+    its exact models and command."""
     info, plain = lec.tour.info, lab.md_plain
-    with st.expander("For the lecturer: how this lecture was prepared", expanded=False):
+    with st.sidebar.expander("For the lecturer: how this lecture was prepared", expanded=False):
         st.caption(f"Prepared {plain(lec.made)} with the command below: {info.batches_computed} batches computed "
                    f"then, {info.batches_from_cache} from the cache, {lec.seconds:.0f} s. Now: 0 batches computed, "
                    f"read from the disk cache ({seconds:.1f} s); nothing on this page runs a model. Models and data: "
@@ -166,7 +176,7 @@ def header_ui(key: str, k: int, lec: classroom.Lecture, revealed: bool) -> None:
     """The step's heading (a neutral topic before and after the reveal: a claim's title can give its answer away,
     and asserts the paper over "not shown"), Previous / Next (Next opens once the step is revealed)."""
     n = len(lec.steps)
-    head, tools = st.columns([3, 2], vertical_alignment="bottom")
+    head, tools = st.container(key="lecture-head").columns([3, 2], vertical_alignment="bottom")
     head.caption(f"Lecture · {lec.row(key).figure} · step {k + 1} of {n}")
     head.subheader(lecture.QUESTIONS[key].topic)
     nav = tools.container(horizontal=True, horizontal_alignment="right", gap="small")
@@ -204,12 +214,13 @@ def figure_ui(key: str, lec: classroom.Lecture) -> None:
 
 def answer_ui(key: str, lec: classroom.Lecture) -> None:
     """After the reveal: the prediction beside the paper's answer, the paper's words, both answers for these models
-    in a plain sentence each, the words met here first, and How we know (folded); the figures beside them."""
+    in a plain sentence each, the words met here first, and How we know (folded); the figures beside them. The exact
+    models and measurements go to the sidebar, for the lecturer."""
     row, q = lec.row(key), lecture.QUESTIONS[key]
     said = lecture.outcome(key, st.session_state["lecture.choices"].get(key), row)
     student = glossary.student(key, row, lec.settings)
-    left, right = st.columns([3, 2], gap="medium")
-    with right:
+    left, right = st.columns([1, 1], gap="medium")
+    with right.container(key="lecture-answer"):
         st.caption(q.ask)
         box = st.success if said["matches_paper"] else st.error
         box(f"**You predicted:** {said['prediction']}. **The paper:** {said['paper']}.")
@@ -222,8 +233,8 @@ def answer_ui(key: str, lec: classroom.Lecture) -> None:
         terms_ui(_terms(lec)[key][1])
         with st.expander("How we know", expanded=False):
             st.markdown("\n".join(f"- {lab.md_plain(line)}" for line in student.how))
-        with st.expander("For the lecturer: exact models and measurements", expanded=False):
-            st.caption(f"Models: {lab.md_plain(row.models) or 'none'}. {lab.md_plain(row.evidence)}")
+    with st.sidebar.expander("For the lecturer: this step's exact models and measurements", expanded=False):
+        st.caption(f"Models: {lab.md_plain(row.models) or 'none'}. {lab.md_plain(row.evidence)}")
     with left:
         figure_ui(key, lec)
 
