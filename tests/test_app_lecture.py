@@ -197,8 +197,8 @@ def test_the_page_prepares_the_lecture_the_command_would_and_opens_it(tmp_path, 
         assert kept is not None and kept.steps == ["cka", "skips"]
         assert main(["lecture", "-n", "64", "-b", "16", "--only", "cka,skips", "--cache-dir",
                      str(lab.store().directory)]) == 0
-        assert [m.value for m in at.sidebar.markdown][0].startswith("**Models:** the trained ViT and the trained "
-                                                                     "ResNet")
+        said = [m.value for m in at.sidebar.markdown]
+        assert said[0].startswith("**Models:** the trained ViT and the trained ResNet"), said
     finally:  # the module's store again (one per process), for the tests after this one
         monkeypatch.setenv("VITLAB_CACHE_DIR", module_store)
         lab.store.clear()
@@ -209,7 +209,6 @@ def test_the_page_prepares_the_lecture_the_command_would_and_opens_it(tmp_path, 
 
 
 def test_the_lecture_sidebar_shows_its_settings_and_other_pages_keep_their_pickers(prepared, monkeypatch):
-    import lab, os
     at = AppTest.from_file(str(APP / "Home.py"), default_timeout=300)
     at.run()
     at.selectbox(key="w.model_a.kind").set_value("zoo:mixer").run()
