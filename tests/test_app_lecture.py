@@ -18,7 +18,7 @@ pytest.importorskip("streamlit")
 from streamlit.testing.v1 import AppTest
 
 from tests.test_lecture_words import faults
-from vitlab.tour import CLAIMS, lecture
+from vitlab.tour import CLAIMS, classroom, lecture
 
 pytestmark = pytest.mark.usefixtures("app_cache")  # a fresh disk cache for this module (conftest)
 ZOO_READY = all((ROOT / "assets" / "zoo" / f"{n}.safetensors").is_file() for n in ("vit-cls", "resnet"))
@@ -43,10 +43,41 @@ def open_page(monkeypatch) -> AppTest:
     return at
 
 
-def test_without_a_prepared_lecture_the_page_names_the_command(app_cache, monkeypatch):
+def test_a_first_visit_offers_to_prepare_the_lecture_not_an_error(app_cache, monkeypatch):
+    """Nothing prepared: the lecture's settings (the command's defaults), a button, the command for a terminal, and
+    nothing computed until the button is pressed; no error box."""
     at = open_page(monkeypatch)
-    assert "No lecture is prepared" in at.error[0].value
+    assert not at.error and at.title[0].value == "Lecture"
+    assert at.markdown[0].value.startswith("No lecture is prepared on this server yet")
+    assert at.number_input(key="lecture.new.n").value == 256 and at.number_input(key="lecture.new.bs").value == 32
+    assert at.pills(key="lecture.new.steps").value == [c.figure for c in CLAIMS.values()]
+    assert at.toggle(key="lecture.new.twins").value
     assert at.code[0].value == "vitlab lecture --prepare -m zoo:vit-cls -m zoo:resnet --images 256 --batch-size 32"
+    assert not at.button(key="lecture.go").disabled
+    at.number_input(key="lecture.new.n").set_value(64).run()
+    at.pills(key="lecture.new.steps").set_value(["Fig 7", "Figs 1-2"]).run()
+    at.toggle(key="lecture.new.twins").set_value(False).run()
+    assert at.code[0].value == ("vitlab lecture --prepare -m zoo:vit-cls -m zoo:resnet --images 64 --batch-size 32 "
+                                "--control none --only cka,skips")
+    assert [m.value for m in at.sidebar.markdown] == ["No lecture chosen yet."]
+
+
+def test_a_server_that_only_reads_says_the_lecturer_has_not_prepared_it(app_cache, monkeypatch):
+    monkeypatch.setenv("VITLAB_LECTURE_PREPARE", "0")
+    at = open_page(monkeypatch)
+    assert not at.error and not at.button
+    assert at.info[0].value.startswith("The lecturer has not prepared this lecture yet.")
+    assert "(VITLAB_LECTURE_PREPARE=0)" in at.caption[0].value  # the lecturer's fold: why, and the command
+    assert at.code[0].value.startswith("vitlab lecture --prepare")
+
+
+def test_a_cancelled_preparation_is_said_and_the_settings_come_back(app_cache, monkeypatch):
+    at = open_page(monkeypatch)
+    at.session_state["lecture.prepare"] = classroom.settings()
+    at.session_state["lab.cancelled.Preparing the lecture"] = True  # what lab.compute's Cancel sets
+    at.run()
+    assert not at.exception and at.info[0].value.startswith("Preparing was cancelled: nothing was kept.")
+    assert not at.button(key="lecture.go").disabled and not at.get("progress")
 
 
 @pytest.fixture(scope="module")
@@ -132,3 +163,123 @@ def test_navigation_is_locked_to_the_path(prepared, monkeypatch):
     at.run()
     assert at.subheader[0].value == lecture.QUESTIONS["cka"].topic
     assert at.get("progress")[0].proto.text == "0 of 3 steps revealed"
+
+
+# ------------------------------------------------------------------ preparing on the page
+
+
+def test_the_page_prepares_the_lecture_the_command_would_and_opens_it(tmp_path, monkeypatch):
+    """Small settings chosen on the page, one click: the lecture kept is the one `vitlab lecture` reads back at the
+    same settings (one key), and the page opens its first step, reading it from the cache."""
+    if not ZOO_READY:
+        pytest.skip("the zoo's checkpoints are not trained")
+    import lab
+
+    from vitlab.cli import main
+    from vitlab.tour import TourOptions
+
+    module_store = str(lab.store().directory)
+    monkeypatch.setenv("VITLAB_CACHE_DIR", str(tmp_path / "page-cache"))
+    lab.store.clear()
+    try:
+        at = AppTest.from_file(str(APP / "Home.py"), default_timeout=600)
+        at.switch_page("views/lecture.py").run()
+        at.number_input(key="lecture.new.n").set_value(64).run()
+        at.number_input(key="lecture.new.bs").set_value(16).run()
+        at.pills(key="lecture.new.steps").set_value(["Figs 1-2", "Fig 7"]).run()
+        at.button(key="lecture.go").click().run()
+        assert not at.exception and not at.error, [e.message for e in at.exception]
+        assert at.subheader[0].value == lecture.QUESTIONS["cka"].topic
+        assert "Now: 0 batches computed, read from the disk cache" in caption_text(at)
+        want = classroom.settings(tour=TourOptions(images=64, batch_size=16, only=("cka", "skips")))
+        assert [e.settings for e in classroom.prepared(lab.store())] == [want]
+        kept = classroom.read(lab.store(), want)
+        assert kept is not None and kept.steps == ["cka", "skips"]
+        assert main(["lecture", "-n", "64", "-b", "16", "--only", "cka,skips", "--cache-dir",
+                     str(lab.store().directory)]) == 0
+        said = [m.value for m in at.sidebar.markdown]
+        assert said[0].startswith("**Models:** the trained ViT and the trained ResNet"), said
+    finally:  # the module's store again (one per process), for the tests after this one
+        monkeypatch.setenv("VITLAB_CACHE_DIR", module_store)
+        lab.store.clear()
+        lab.store()
+
+
+# ------------------------------------------------------------------ the sidebar
+
+
+def test_the_lecture_sidebar_shows_its_settings_and_other_pages_keep_their_pickers(prepared, monkeypatch):
+    at = AppTest.from_file(str(APP / "Home.py"), default_timeout=300)
+    at.run()
+    at.selectbox(key="w.model_a.kind").set_value("zoo:mixer").run()
+    at.number_input(key="w.images").set_value(48).run()
+    before = {w.key: w.value for w in [*at.sidebar.selectbox, *at.sidebar.number_input]}
+    at.switch_page("views/lecture.py").run()
+    assert not at.exception
+    assert not at.sidebar.selectbox and not at.sidebar.number_input and not at.sidebar.text_input
+    [said] = [m.value for m in at.sidebar.markdown]
+    assert said == ("**Models:** the trained ViT and the trained ResNet  \n**Images:** Fashion-MNIST test set, 64 "
+                    "images  \n**Batch:** 16 images  \n**Steps:** Figs 1-2, Fig 7, Fig 10")
+    at.switch_page("views/home.py").run()
+    assert {w.key: w.value for w in [*at.sidebar.selectbox, *at.sidebar.number_input]} == before
+
+
+# ------------------------------------------------------------------ a reload keeps the student's place
+
+
+def lecture_link(params: dict) -> AppTest:
+    """A fresh browser session (a reload, or the link opened again) on the Lecture page with the URL's ``params``."""
+    at = AppTest.from_file(str(APP / "Home.py"), default_timeout=300)
+    at.query_params = dict(params)
+    at.switch_page("views/lecture.py").run()
+    assert not at.exception, [e.message for e in at.exception]
+    return at
+
+
+def test_a_reload_finds_the_student_where_they_were_and_a_kept_prediction_reveals(prepared, monkeypatch):
+    at = open_page(monkeypatch)
+    q = lecture.QUESTIONS
+    at.radio(key="lecture.choice.cka").set_value(q["cka"].options[2]).run()
+    at.button(key="lecture.reveal").click().run()
+    at.button(key="lecture.next").click().run()
+    at.radio(key="lecture.choice.skips").set_value(q["skips"].options[1]).run()
+    link = dict(at.query_params)
+    assert {k: link[k] for k in ("step", "said", "shown")} == {"step": "2", "said": "21", "shown": "1"}
+    again = lecture_link(link)
+    assert again.subheader[0].value == q["skips"].topic and not again.info
+    assert again.radio(key="lecture.choice.skips").value == q["skips"].options[1]
+    assert not again.button(key="lecture.reveal").disabled  # the kept prediction reveals without a new pick
+    assert again.get("progress")[0].proto.text == "1 of 3 steps revealed"
+    again.button(key="lecture.reveal").click().run()
+    assert any(f"**You predicted:** {q['skips'].options[1]}." in b.value for b in [*again.success, *again.error])
+    again.button(key="lecture.prev").click().run()  # the step revealed before the reload stays revealed
+    assert any(f"**You predicted:** {q['cka'].options[2]}." in b.value for b in [*again.success, *again.error])
+    assert dict(again.query_params)["step"] == "1" and dict(again.query_params)["shown"] == "2"
+
+
+@pytest.mark.parametrize("edit", [{"shown": "3"}, {"said": "212"}, {"step": "3"}, {"sig": "0" * 20}, {"lecture": "x"}])
+def test_an_edited_link_is_refused_in_words_and_the_path_starts_at_step_one(prepared, monkeypatch, edit):
+    at = open_page(monkeypatch)
+    at.radio(key="lecture.choice.cka").set_value(lecture.QUESTIONS["cka"].options[0]).run()
+    at.button(key="lecture.reveal").click().run()
+    at = lecture_link({**dict(at.query_params), **edit})
+    assert at.info[0].value.startswith("This link's place in the lecture was not taken: ")
+    assert at.subheader[0].value == lecture.QUESTIONS["cka"].topic and at.button(key="lecture.reveal").disabled
+    assert at.get("progress")[0].proto.text == "0 of 3 steps revealed"
+
+
+def test_a_signed_place_is_still_checked_against_the_path():
+    """Even a place this server signed never jumps ahead: the step past the first unrevealed one, a revealed step
+    without a prediction, a prediction past the open step, an option that is not one."""
+    steps, key, secret = ["cka", "skips", "gap"], "k" * 40, b"s" * 32
+    ok = lecture.Place(1, (("cka", 0), ("skips", 2)), 1)
+    assert lecture.read_place(lecture.place_query(ok, steps, key, secret), steps, key, secret) == ok
+    assert lecture.read_place({}, steps, key, secret) is None
+    for bad, why in [(lecture.Place(2, (("cka", 0),), 1), "past the first one not yet revealed"),
+                     (lecture.Place(0, (("cka", 0),), 2), "reveals a step without a prediction"),
+                     (lecture.Place(0, (("cka", 0), ("gap", 1)), 0), "predicts a step past the first one"),
+                     (lecture.Place(0, (("cka", 3),), 0), "is not an option of step 1")]:
+        with pytest.raises(lecture.PlaceRefused, match=why):
+            lecture.read_place(lecture.place_query(bad, steps, key, secret), steps, key, secret)
+    with pytest.raises(lecture.PlaceRefused, match="not written by this server"):
+        lecture.read_place(lecture.place_query(ok, steps, key, secret), steps, key, b"t" * 32)

@@ -62,21 +62,37 @@ def _shot(page, name: str, folder: Path = SHOTS) -> None:
     page.screenshot(path=str(folder / f"{name}.png"))
 
 
-def _step(page, k: int, key: str, choice: int) -> None:
-    """Step k: the question before the answer, a prediction, the reveal, the answer beside it."""
+def _fits(page) -> None:
+    """What a projector shows is the whole step: the main block's content ends inside the window, nothing scrolls."""
+    box = page.evaluate("""() => ({bottom: document.querySelector('[data-testid="stMainBlockContainer"]')
+        .getBoundingClientRect().bottom, scroll: document.scrollingElement.scrollHeight,
+        main: document.querySelector('[data-testid="stMain"]').scrollHeight, height: innerHeight})""")
+    assert box["bottom"] <= box["height"] and box["main"] <= box["height"] and box["scroll"] <= box["height"], box
+
+
+def _step(page, k: int, key: str, choice: int, reload: bool = False, shots: bool = True) -> None:
+    """Step k: the question before the answer, a prediction, the reveal, the answer beside it (``reload``: the page
+    reloaded after the prediction: the step and the prediction are kept, and Reveal opens without a new pick)."""
     q, claim = lecture.QUESTIONS[key], CLAIMS[key]
     main = page.locator('[data-testid="stMain"]')
     main.get_by_text(f"Lecture · {claim.figure} · step {k + 1} of 10", exact=True).wait_for()
     _settle(page)
     assert page.locator('[data-testid="stProgress"]').inner_text().strip().endswith(f"{k} of 10 steps revealed")
-    assert main.get_by_text("Now: 0 batches computed, read from the disk cache").count() == 1
+    side = page.locator('[data-testid="stSidebar"]')
+    assert side.get_by_text("Now: 0 batches computed, read from the disk cache").count() == 1
     assert main.get_by_text(q.ask).count() == 1 and main.get_by_text(claim.claim).count() == 0
     assert page.get_by_role("button", name="Reveal the answer").is_disabled()
     assert page.get_by_role("button", name=re.compile("^(Next|Summary) ▶$")).is_disabled()
-    if k == 0:
+    if k == 0 and shots:
         _shot(page, "lecture_ask", ROOT / "tests" / "_artifacts")
     main.locator('[data-testid="stRadio"] [role="radiogroup"] label').nth(choice).click()
     _settle(page)
+    if reload:
+        page.reload()
+        main.get_by_text(f"Lecture · {claim.figure} · step {k + 1} of 10", exact=True).wait_for()
+        _settle(page)
+        assert main.locator('[data-testid="stRadio"] input').nth(choice).is_checked()
+        assert page.locator('[data-testid="stProgress"]').inner_text().strip().endswith(f"{k} of 10 steps revealed")
     page.get_by_role("button", name="Reveal the answer").click()
     main.get_by_text(f"{k + 1} of 10 steps revealed").wait_for()
     _settle(page)
@@ -88,7 +104,9 @@ def _step(page, k: int, key: str, choice: int) -> None:
     assert main.locator('[data-testid="stRadio"]').count() == 0  # the prediction is kept, not changed
     figures = main.locator('[class*="st-key-lecture-fig-"] img')  # drawn when prepared, inline SVG
     assert figures.count() >= 1 and figures.first.get_attribute("src").startswith("data:image/svg+xml")
-    if k == 0:
+    page.wait_for_function("() => [...document.images].every(i => i.complete && i.naturalWidth > 0)", timeout=SLOW)
+    _fits(page)
+    if k == 0 and shots:
         _shot(page, "lecture")
     page.get_by_role("button", name=re.compile("^(Next|Summary) ▶$")).click()
     _settle(page)
@@ -108,7 +126,7 @@ def test_lecture_predicts_reveals_reaches_the_end_and_downloads_the_summary(serv
             _settle(page)
             _no_exception(page)
             for k, key in enumerate(steps):
-                _step(page, k, key, choices[key])
+                _step(page, k, key, choices[key], reload=k == 4)
             main = page.locator('[data-testid="stMain"]')
             assert main.get_by_text("5 of 10").count() >= 1  # predictions that took the paper's answer
             with page.expect_download() as dl:
@@ -141,3 +159,72 @@ def _open_offline(browser, path: Path) -> None:
     assert page.locator('[data-matched="5"][data-steps="10"]').count() == 1
     assert asked == [path.as_uri()], asked
     context.close()
+
+
+def test_every_revealed_step_fits_a_1920x1080_screen(server):
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=ARGS)
+        try:
+            page = browser.new_page(viewport={"width": 1920, "height": 1080})
+            page.set_default_timeout(SLOW)
+            page.goto(f"{server}/lecture")
+            _settle(page)
+            for k, key in enumerate(CLAIMS):
+                _step(page, k, key, 0, shots=False)  # the screenshots are the 1280x720 walk's
+        finally:
+            browser.close()
+
+
+@pytest.fixture(scope="module")
+def empty_server(tmp_path_factory):
+    require_browser()
+    if not ZOO_READY:
+        pytest.skip("the zoo's checkpoints are not trained")
+    tmp = tmp_path_factory.mktemp("lecture-first")
+    env = {"VITLAB_CACHE_DIR": str(tmp / "cache"), "HF_HUB_OFFLINE": "1", "VITLAB_WARMUP": "0",
+           "PYTHONPATH": str(ROOT)}
+    with serve_app(tmp, env) as url:
+        yield url
+
+
+def test_a_first_visit_prepares_the_lecture_from_the_page(empty_server):
+    """Nothing prepared: no error, the settings; 64 images in batches of 16 and two steps chosen on the page, one
+    click, a progress bar with Cancel, then the lecture opens at its first step, read from the cache."""
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=ARGS)
+        try:
+            page = browser.new_page(viewport={"width": 1280, "height": 720})
+            page.set_default_timeout(SLOW)
+            page.goto(f"{empty_server}/lecture")
+            _settle(page)
+            main = page.locator('[data-testid="stMain"]')
+            main.get_by_text("No lecture is prepared on this server yet").wait_for()
+            assert page.locator('[data-testid="stAlert"]').filter(has_text="cache").count() == 0  # no error box
+            for label, value in (("Images", "64"), ("Batch", "16")):
+                box = main.get_by_label(label, exact=True)
+                box.fill(value)
+                box.press("Enter")
+                _settle(page)
+            pills = main.locator('[data-testid="stButtonGroup"] button')
+            for figure in [c.figure for k, c in CLAIMS.items() if k not in ("cka", "skips")]:
+                pills.filter(has_text=f"{figure}: ").click()
+                _settle(page)
+            code = main.locator('[data-testid="stCode"]').inner_text()
+            assert "--images 64 --batch-size 16 --only cka,skips" in code, code
+            main.get_by_role("button", name="Prepare the lecture").click()
+            # while it runs: lab.compute's progress bar ("Preparing the lecture: …") and its Cancel
+            main.locator('[data-testid="stProgress"]').filter(has_text="Preparing the lecture: ").wait_for()
+            main.get_by_role("button", name="Cancel").wait_for()
+            main.get_by_text(f"Lecture · {CLAIMS['cka'].figure} · step 1 of 2", exact=True).wait_for(timeout=600_000)
+            _settle(page)
+            _no_exception(page)
+            assert main.get_by_text(lecture.QUESTIONS["cka"].ask).count() == 1
+            side = page.locator('[data-testid="stSidebar"]')
+            assert side.get_by_text("Now: 0 batches computed, read from the disk cache").count() == 1
+            page.screenshot(path=str(ROOT / "tests" / "_artifacts" / "lecture_first_visit.png"))
+        finally:
+            browser.close()

@@ -437,19 +437,33 @@ def link(params: dict[str, str]) -> str:
                                     ""))
 
 
+def own(params: dict[str, str]) -> None:
+    """This run's page keeps its own state in the URL instead of the sidebar's and its widgets' (the Lecture page: a
+    student's place on the path, which the page signs and checks itself): :func:`finish` writes ``params`` alone."""
+    st.session_state.setdefault("share.run", {})["own"] = dict(params)
+
+
+def take_own(names: tuple[str, ...]) -> dict[str, str]:
+    """The link's raw values of the page's own ``names`` (:func:`own`), taken on the run that read the link (a fresh
+    browser session: a reload or a reopened link), so that no widget follows them; the page checks them itself."""
+    keys = (st.session_state.get("share.pending") or {}).get("keys") or {}
+    return {n: keys.pop(n) for n in names if n in keys}
+
+
 def finish() -> None:
     """After the page (the entrypoint calls it): follow a link's pending keys on the widgets the page drew, put the
     view's state in the URL (only when it changed), and fill the page's link box with it."""
     s = settings()
-    view = view_state()
+    run = st.session_state.get("share.run") or {}
+    owned = run.get("own")
+    view = view_state() if owned is None else {}
     for key, value in view.items():
         _KINDS[key] = _kind(value)
     _kept(view)
     _follow(view)
-    params = state(s, view)
+    params = state(s, view) if owned is None else owned
     if {k: st.query_params.get(k) for k in st.query_params} != params:
         st.query_params.from_dict(params)
-    run = st.session_state.get("share.run") or {}
     if run.get("link") is not None:
         run["link"].code(link(params), language=None, wrap_lines=True)
     for problem in _errors()[run.get("shown", 0):]:

@@ -130,24 +130,34 @@ def upload_problems_ui(uploads: tuple) -> None:
         st.caption(f"{md_plain(name)}: {md_plain(what)}")
 
 
+# pages whose settings are their own, not the sidebar's (the Lecture page shows its lecture's): no pickers there;
+# their plain state (lab.*) stays, so every other page finds the sidebar as it was left
+OWN_SETTINGS = ("lecture",)
+
+
 def sidebar() -> None:
-    """The shared pickers (drawn by the entrypoint on every page) and the cache status."""
+    """The shared pickers (drawn by the entrypoint on every page but :data:`OWN_SETTINGS`) and the cache status."""
     links.read_link()  # a link's settings, before the pickers draw (app/lab/links.py)
     with st.sidebar:
-        st.subheader("Models")
-        model_picker("model_a", "Model A")
-        model_picker("model_b", "Model B")
-        st.subheader("Data")
-        source_picker()
-        c1, c2 = st.columns(2)
-        images = c1.number_input("Images", 4, 100_000, step=16, key=_seed("w.images", _plain("images")))
-        batch = c2.number_input("Batch size", 4, 4096, step=8, key=_seed("w.batch_size", _plain("batch_size")))
-        device = st.selectbox("Device", DEVICES, key=_seed("w.device", _plain("device")))
-        st.session_state.update({"lab.images": int(images), "lab.batch_size": int(batch), "lab.device": device})
+        if st.session_state.get("lab.page") not in OWN_SETTINGS:
+            pickers_ui()
         for problem in env_settings()[1]:
             st.error(md_plain(problem, lines=True))
         status_ui()
         st.html(CLOCK, unsafe_allow_javascript=True, width="content")
+
+
+def pickers_ui() -> None:
+    st.subheader("Models")
+    model_picker("model_a", "Model A")
+    model_picker("model_b", "Model B")
+    st.subheader("Data")
+    source_picker()
+    c1, c2 = st.columns(2)
+    images = c1.number_input("Images", 4, 100_000, step=16, key=_seed("w.images", _plain("images")))
+    batch = c2.number_input("Batch size", 4, 4096, step=8, key=_seed("w.batch_size", _plain("batch_size")))
+    device = st.selectbox("Device", DEVICES, key=_seed("w.device", _plain("device")))
+    st.session_state.update({"lab.images": int(images), "lab.batch_size": int(batch), "lab.device": device})
 
 
 # What the person waits (issue 38): the server's "page ready in" counts only the script's run; this script in the

@@ -3,29 +3,44 @@ paper's order: the student picks what they expect, then the step reveals the fig
 (pattern and learned, with numbers and intervals) and its control. Next opens only once the step is revealed; at
 the end, a summary to download (predictions beside the answers, with the figures, one HTML file that opens offline).
 
-Everything comes from a lecture prepared ahead of class (`vitlab lecture --prepare`, vitlab.tour.classroom): this
-page reads the disk cache and never loads a model or runs a check. Free mode (Paper tour, Present the tour) is
-unchanged. A prepared lecture is someone else's hand (issue 46): it is checked when it is read (its figures plain SVG,
+Everything comes from a lecture prepared ahead of class (`vitlab lecture --prepare`, or on this page by the lecturer
+when none is there: vitlab.tour.classroom's prepare and keep, with progress and Cancel): in class the page reads the
+disk cache and never loads a model or runs a check. A server that only reads (VITLAB_LECTURE_PREPARE=0, or a cache
+it cannot write) never prepares: it says the lecturer has not prepared the lecture yet. A student's place (step,
+predictions, revealed steps) is kept in the URL, signed by this server, so that a reload finds it; a link's place is
+checked before it is taken (vitlab.tour.lecture.read_place). The sidebar shows the lecture's settings, not the
+pickers (lab.pickers.OWN_SETTINGS). Free mode (Paper tour, Present the tour) is unchanged. A prepared lecture is someone else's hand (issue 46): it is checked when it is read (its figures plain SVG,
 its answers words of their closed sets), one that fails is said in words with the command that prepares it again,
 and every text it carries (its data folder, model names, evidence) is shown escaped (lab.md_plain), its command in a
 code block."""
 
 import functools
+import secrets
 import time
+from dataclasses import replace
 
 import lab
 import streamlit as st
 
-from vitlab.tour import classroom, glossary, lecture, summary
+from vitlab.tour import CLAIMS, TOUR_IMAGES, classroom, glossary, lecture, summary
 
 VERDICT_BOX = {"shown": st.success, "not shown": st.warning, "can't tell": st.info}
 LEARNED_BOX = {"yes": st.success, "no": st.warning, "can't tell": st.info, "n.a.": st.info}
 MARK = {True: "✓", False: "✗", None: "—"}  # a prediction as the paper's answer, not, or none
-# the figures scale to their column and to the screen under the heading (a projector at 1280x720 included)
+# A projector layout (issue 47): a revealed step fits 1280x720 without scrolling, the figures beside the answer. The
+# figures scale to the height left under the heading (the paper-style figure above the interval chart); the answer's
+# column reads a little smaller; the lecturer's detail sits in the sidebar (tests/test_browser_lecture.py measures it)
 STYLE = """<style>
-[data-testid="stMainBlockContainer"] {padding-top: 2.6rem !important}
-.st-key-lecture-fig-p img {max-height: 68vh; object-fit: contain; object-position: left top}
-.st-key-lecture-fig-i img {max-height: 26vh; object-fit: contain; object-position: left top}
+[data-testid="stMainBlockContainer"] {padding-top: 0.9rem !important; padding-bottom: 0.5rem !important}
+.st-key-lecture-head h3 {padding: 0 !important}
+.st-key-lecture-fig-p img {max-height: calc(100vh - 19rem); object-fit: contain; object-position: left top}
+.st-key-lecture-fig-i img {max-height: 10.5rem; object-fit: contain; object-position: left top}
+.st-key-lecture-answer {gap: 0.5rem}
+.st-key-lecture-answer p, .st-key-lecture-answer li {font-size: 0.92rem; line-height: 1.4}
+.st-key-lecture-answer [data-testid="stAlert"] > div {padding: 0.45rem 0.75rem}
+.st-key-lecture-answer blockquote {margin: 0; padding-top: 0; padding-bottom: 0}
+.st-key-lecture-answer [data-testid="stCaptionContainer"] p {font-size: 0.84rem; line-height: 1.35}
+.st-key-lecture-answer [data-testid="stExpander"] summary {padding-top: 0.3rem; padding-bottom: 0.3rem}
 </style>"""
 
 
@@ -91,14 +106,58 @@ def restart() -> None:
     st.session_state.update({"lecture.step": 0, "lecture.choices": {}, "lecture.revealed": []})
 
 
+@st.cache_resource(show_spinner=False)
+def _secret() -> bytes:
+    """This server's key for the places it writes into links (a restart makes a new one: older places start again)."""
+    return secrets.token_bytes(32)
+
+
+def restore(raw: dict, key: str, steps: list[str]) -> None:
+    """The place a reload or a reopened link holds (``raw``: its query, taken once per browser session), checked
+    (lecture.read_place): taken when this server wrote it for this lecture, else said in words; the path starts at
+    step 1."""
+    try:
+        place = lecture.read_place(raw, steps, key, _secret())
+    except lecture.PlaceRefused as e:
+        st.info(f"This link's place in the lecture was not taken: {e}. The lecture starts at step 1.")
+        return
+    if place is not None:
+        st.session_state.update({"lecture.step": place.step, "lecture.choices": dict(place.choices),
+                                 "lecture.revealed": steps[:place.revealed]})
+
+
+def keep_place(key: str, steps: list[str]) -> None:
+    """The student's place into the URL (signed), so that a reload or the link finds them where they are."""
+    revealed = st.session_state["lecture.revealed"]
+    shown = next((i for i, k in enumerate(steps) if k not in revealed), len(steps))
+    choices = tuple((k, c) for k, c in st.session_state["lecture.choices"].items() if c is not None and k in steps)
+    place = lecture.Place(int(st.session_state["lecture.step"]), choices, shown)
+    lab.links.own(lecture.place_query(place, steps, key, _secret()))
+
+
+def sidebar_ui(settings: classroom.LectureSettings | None) -> None:
+    """The lecture's settings in the sidebar, in words (the sidebar's pickers do not apply to a lecture)."""
+    with st.sidebar:
+        st.subheader("This lecture")
+        if settings is None:
+            st.markdown("No lecture chosen yet.")
+            return
+        claims = "every claim" if not settings.tour.only else ", ".join(CLAIMS[k].figure for k in settings.tour.only)
+        st.markdown(f"**Models:** {lab.md_plain(glossary.models_words(settings.models))}  \n"
+                    f"**Images:** {lab.md_plain(glossary.source_words(settings.data))}, "
+                    f"{settings.tour.images or 'every'} images  \n"
+                    f"**Batch:** {settings.tour.batch_size} images  \n**Steps:** {claims}")
+
+
 def status(lec: classroom.Lecture, seconds: float) -> None:
-    """The lecturer's detail, folded: when and how the lecture was prepared, its exact models and command."""
+    """The lecturer's detail, folded in the sidebar (off the projected step): when and how the lecture was prepared,
+    its exact models and command."""
     info, plain = lec.tour.info, lab.md_plain
-    with st.expander("For the lecturer: how this lecture was prepared", expanded=False):
+    with st.sidebar.expander("For the lecturer: how this lecture was prepared", expanded=False):
         st.caption(f"Prepared {plain(lec.made)} with the command below: {info.batches_computed} batches computed "
                    f"then, {info.batches_from_cache} from the cache, {lec.seconds:.0f} s. Now: 0 batches computed, "
                    f"read from the disk cache ({seconds:.1f} s); nothing on this page runs a model. Models and data: "
-                   f"{plain(lec.settings.describe())}. The sidebar's choices do not apply here")
+                   f"{plain(lec.settings.describe())}")
         st.code(lec.settings.command(), language="bash")
 
 
@@ -117,7 +176,7 @@ def header_ui(key: str, k: int, lec: classroom.Lecture, revealed: bool) -> None:
     """The step's heading (a neutral topic before and after the reveal: a claim's title can give its answer away,
     and asserts the paper over "not shown"), Previous / Next (Next opens once the step is revealed)."""
     n = len(lec.steps)
-    head, tools = st.columns([3, 2], vertical_alignment="bottom")
+    head, tools = st.container(key="lecture-head").columns([3, 2], vertical_alignment="bottom")
     head.caption(f"Lecture · {lec.row(key).figure} · step {k + 1} of {n}")
     head.subheader(lecture.QUESTIONS[key].topic)
     nav = tools.container(horizontal=True, horizontal_alignment="right", gap="small")
@@ -155,12 +214,13 @@ def figure_ui(key: str, lec: classroom.Lecture) -> None:
 
 def answer_ui(key: str, lec: classroom.Lecture) -> None:
     """After the reveal: the prediction beside the paper's answer, the paper's words, both answers for these models
-    in a plain sentence each, the words met here first, and How we know (folded); the figures beside them."""
+    in a plain sentence each, the words met here first, and How we know (folded); the figures beside them. The exact
+    models and measurements go to the sidebar, for the lecturer."""
     row, q = lec.row(key), lecture.QUESTIONS[key]
     said = lecture.outcome(key, st.session_state["lecture.choices"].get(key), row)
     student = glossary.student(key, row, lec.settings)
-    left, right = st.columns([3, 2], gap="medium")
-    with right:
+    left, right = st.columns([1, 1], gap="medium")
+    with right.container(key="lecture-answer"):
         st.caption(q.ask)
         box = st.success if said["matches_paper"] else st.error
         box(f"**You predicted:** {said['prediction']}. **The paper:** {said['paper']}.")
@@ -173,8 +233,8 @@ def answer_ui(key: str, lec: classroom.Lecture) -> None:
         terms_ui(_terms(lec)[key][1])
         with st.expander("How we know", expanded=False):
             st.markdown("\n".join(f"- {lab.md_plain(line)}" for line in student.how))
-        with st.expander("For the lecturer: exact models and measurements", expanded=False):
-            st.caption(f"Models: {lab.md_plain(row.models) or 'none'}. {lab.md_plain(row.evidence)}")
+    with st.sidebar.expander("For the lecturer: this step's exact models and measurements", expanded=False):
+        st.caption(f"Models: {lab.md_plain(row.models) or 'none'}. {lab.md_plain(row.evidence)}")
     with left:
         figure_ui(key, lec)
 
@@ -228,27 +288,143 @@ def path_ui(lec: classroom.Lecture) -> None:
         question_ui(key, lec)
 
 
+# ------------------------------------------------------------------------------------ preparing on the page
+
+PREPARING = "Preparing the lecture"  # lab.compute's label: its progress text, its Cancel flag
+REQUEST = "lecture.prepare"  # the settings the lecturer asked to prepare, until the lecture is kept or cancelled
+
+
+@st.cache_resource(show_spinner=False)
+def _underway() -> dict:
+    """Lectures being prepared on this server now (settings key -> when it started), shared by every session: a
+    second visitor waits for the first one's lecture rather than computing it again."""
+    return {}
+
+
+def prepare_ui(base: classroom.LectureSettings) -> classroom.LectureSettings:
+    """The lecture's settings, chosen by the lecturer (models of the zoo, images, batch, steps, untrained twins; the
+    rest as ``base``): widgets that lock while it is being prepared."""
+    busy = REQUEST in st.session_state
+    zoo = lab.zoo_specs()
+    c1, c2, c3, c4 = st.columns([3, 3, 1, 1])
+    models = []
+    for col, spec, label in ((c1, base.models[0], "First model (a ViT)"), (c2, base.models[-1],
+                                                                         "Second model (a CNN)")):
+        options = zoo if spec in zoo else [spec, *zoo]
+        models.append(col.selectbox(label, options, index=options.index(spec), key=f"lecture.new.{label[:6]}",
+                                    format_func=lambda m: f"{glossary.model_words(m)} ({m})", disabled=busy))
+    images = c3.number_input("Images", 16, 10_000, base.tour.images or TOUR_IMAGES, step=16, key="lecture.new.n",
+                             disabled=busy, help="The first images of the data set the tour reads")
+    batch = c4.number_input("Batch", 4, 1024, base.tour.batch_size, step=8, key="lecture.new.bs", disabled=busy,
+                            help="Images per batch: the intervals resample batches")
+    figures = {CLAIMS[k].figure: k for k in CLAIMS}
+    steps = st.pills("Steps (the paper's claims)", list(figures), selection_mode="multi", key="lecture.new.steps",
+                     default=[CLAIMS[k].figure for k in (base.tour.only or CLAIMS)], disabled=busy,
+                     format_func=lambda f: f"{f}: {lecture.QUESTIONS[figures[f]].topic}")
+    twins = st.toggle("Compare with untrained twins (what training changed)", base.tour.control == "random",
+                      key="lecture.new.twins", disabled=busy)
+    only = tuple(figures[f] for f in steps) if 0 < len(steps) < len(CLAIMS) else None
+    tour = replace(base.tour, images=int(images), batch_size=int(batch), only=only,
+                   control="random" if twins else "none")
+    return classroom.settings(models, base.data, tour, base.bootstrap, base.seed)
+
+
+def ask(settings: classroom.LectureSettings) -> None:
+    st.session_state[REQUEST] = settings
+
+
+def prepared_now(store, settings: classroom.LectureSettings) -> bool:
+    """Prepare the lecture the lecturer asked for (lab.compute: progress, Cancel) and keep it in the cache, as
+    `vitlab lecture --prepare` does; True once it is kept."""
+    underway = _underway()
+
+    def make(run):
+        underway[settings.key()] = time.time()
+        try:
+            models = [lab.model(spec, "auto", display=spec) for spec in settings.models]  # named as typed, as the CLI
+            return classroom.prepare(models, lab.named_source(settings.data), settings, run)
+        finally:
+            underway.pop(settings.key(), None)
+
+    made = lab.compute((REQUEST, settings), make, PREPARING, persist=False)
+    lab.runs._memo().pop((REQUEST, settings), None)  # the kept lecture is read back from the cache like any other
+    if made is None:
+        return False
+    classroom.keep(store, made)
+    st.session_state.pop(REQUEST, None)
+    return True
+
+
+def first_visit(store, base: classroom.LectureSettings, why: str | None = None) -> None:
+    """No lecture to teach (``why``: the one that was prepared and is gone): the lecturer prepares it here, or, on a
+    server that only reads, the student learns that the lecturer has not prepared it yet."""
+    st.title("Lecture")
+    refused = classroom.cannot_prepare(store)
+    if refused:
+        st.info("The lecturer has not prepared this lecture yet. It opens here once it is prepared: reload this page "
+                "then.")
+        with st.expander("For the lecturer: how to prepare it", expanded=False):
+            st.caption(f"This page cannot prepare it: {lab.md_plain(refused)}. From a terminal, into the cache this "
+                       "server reads:")
+            st.code(base.command(str(store.directory)), language="bash")
+        return
+    flag = f"lab.cancelled.{PREPARING}"
+    if st.session_state.pop(flag, False):
+        st.session_state.pop(REQUEST, None)
+        st.info("Preparing was cancelled: nothing was kept. Change the settings or prepare it again.")
+    others = {k: t for k, t in _underway().items() if REQUEST not in st.session_state}
+    if others:
+        st.info(f"A lecture is being prepared on this server (started {time.time() - min(others.values()):.0f} s "
+                "ago): it opens here when it is ready.")
+        st.button("Look again", key="lecture.again")
+        return
+    st.markdown(why or "No lecture is prepared on this server yet. Choose its settings and prepare it here: the "
+                "whole tour runs once (a minute or two for 64 images on a small server), then every student's page "
+                "only reads it.")
+    settings = prepare_ui(st.session_state.get(REQUEST) or base)
+    st.button("Prepare the lecture", key="lecture.go", type="primary", on_click=ask, args=(settings,),
+              disabled=REQUEST in st.session_state)
+    st.caption("or from a terminal, into the cache this server reads:")
+    st.code(settings.command(str(store.directory)), language="bash")
+    if REQUEST in st.session_state and prepared_now(store, st.session_state[REQUEST]):
+        st.rerun()
+
+
+def gone(entry: classroom.LectureEntry) -> str:
+    """A listed lecture that is no longer in the cache, in words."""
+    return (f"The lecture prepared {lab.md_plain(entry.made)} ({lab.md_plain(glossary.settings_words(entry.settings))})"
+            " is no longer in this server's cache: the cache made room, or vitlab or one of its models changed "
+            "since. Prepare it again here:")
+
+
 st.html(STYLE)
 store = lab.store()
 with lab.guard():
+    raw = lab.links.take_own(lecture.PLACE_KEYS)  # a reload's or a link's place: only on a session's first run
     entries = classroom.prepared(store)
+    lab.links.own({})
     if not entries:
-        st.title("Lecture")
-        default = classroom.settings()
-        st.error(f"No lecture is prepared in the cache {lab.md_plain(store.directory)}. Prepare one ahead of class "
-                 "(it runs the whole tour once; this page then only reads it):")
-        st.code(default.command(str(store.directory)), language="bash")
+        sidebar_ui(None)
+        first_visit(store, classroom.settings())
     else:
+        wanted = [i for i, e in enumerate(entries) if e.settings.key()[:12] == raw.get("lecture")]
+        if wanted and "lecture.pick" not in st.session_state:
+            st.session_state["lecture.pick"] = wanted[0]
         entry = choose(entries)
+        sidebar_ui(entry.settings)
         command = entry.settings.command(str(store.directory))
         try:
             lec, seconds, bad = _read(entry.settings, str(store.directory), entry.made)
         except NotPrepared:
-            not_shown(classroom.missing(entry.settings, store), command)
+            first_visit(store, entry.settings, gone(entry))
         else:
             if bad:
                 not_shown(bad, command)
             else:
-                begin(entry.settings.key())
+                key = entry.settings.key()
+                begin(key)
+                if raw:
+                    restore(raw, key, lec.steps)
                 path_ui(lec)
+                keep_place(key, lec.steps)
                 status(lec, seconds)

@@ -3,7 +3,9 @@
 ``vitlab lecture --prepare`` runs the tour once at the lecture's settings (:class:`LectureSettings`) and keeps the
 :class:`Lecture` (the :class:`~vitlab.tour.TourReport`, every figure as inline SVG, provenance) as one saved result
 (:mod:`vitlab.tour.saved`), and its settings in a small index of prepared lectures. The app's Lecture page reads only
-these two entries: it never loads a model or runs a check, and when nothing is prepared it names the command to run.
+these two entries to teach: in class it never loads a model or runs a check. When nothing is prepared, the lecturer
+prepares one on the page (the same :func:`prepare` and :func:`keep`), unless the server only reads
+(:func:`cannot_prepare`).
 
     models, source ─run_tour─► TourReport ─chart_svg─► Lecture ─keep─► Store   (once, ahead of class)
     Store ─prepared─► [LectureEntry] ─read─► Lecture ─► the page, the summary   (in class: reads only)
@@ -172,6 +174,23 @@ def writable(store: Store) -> None:
         raise VitlabError(f"the lecture cannot be kept: the disk cache{f' in {where}' if where else ''} is "
                           f"{'read-only' if store is not None and store.mode == 'ro' else 'off'}; prepare it with a "
                           f"cache the app reads and can write (--cache-dir DIR, or VITLAB_CACHE_DIR)")
+
+
+PREPARE_ENV = "VITLAB_LECTURE_PREPARE"  # 0: the app's Lecture page never prepares (a class server: students read)
+
+
+def cannot_prepare(store: Store) -> str | None:
+    """Why the app may not prepare a lecture on this server, in words (None when it may): ``VITLAB_LECTURE_PREPARE=0``
+    (a server a class reads from), or a disk cache it cannot keep a lecture in (:func:`writable`)."""
+    import os
+
+    if os.environ.get(PREPARE_ENV, "").strip() == "0":
+        return f"this server only reads lectures ({PREPARE_ENV}=0)"
+    try:
+        writable(store)
+    except VitlabError as e:
+        return str(e)
+    return None
 
 
 def keep(store: Store, lecture: Lecture) -> None:

@@ -14,6 +14,8 @@ disk cache, so that nothing computes in front of a class.
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 from dataclasses import dataclass
 
 from ..errors import VitlabError
@@ -159,3 +161,74 @@ def score(choices: dict[str, int | None], checks: list) -> dict[str, int]:
             "predicted": sum(choices.get(k) is not None for k, _ in rows),
             "matched": sum(choices.get(k) == QUESTIONS[k].paper for k, _ in rows),
             "shown": sum(c.pattern == "shown" for _, c in rows)}
+
+
+# ------------------------------------------------------------------ a student's place on the path, in a link
+
+PLACE_KEYS = ("lecture", "step", "said", "shown", "sig")  # the URL query of the Lecture page (none is a sidebar's)
+NO_CHOICE = "-"
+
+
+@dataclass(frozen=True)
+class Place:
+    """Where a student is: ``step`` (0-based; ``len(steps)`` is the summary), ``choices`` (claim key -> option index,
+    for the revealed steps and the one open), ``revealed`` (how many steps are revealed: always the path's first ones,
+    since a step opens only after the one before is revealed)."""
+
+    step: int
+    choices: tuple[tuple[str, int], ...]
+    revealed: int
+
+
+class PlaceRefused(VitlabError):
+    """A link's place that this server did not write for this lecture, or that does not hold together: said in words,
+    and the path starts at step 1."""
+
+
+def _signature(secret: bytes, lecture_key: str, step: str, said: str, shown: str) -> str:
+    text = f"{lecture_key}\n{step}\n{said}\n{shown}".encode()
+    return hmac.new(secret, text, hashlib.sha256).hexdigest()[:20]
+
+
+def place_query(place: Place, steps: list[str], lecture_key: str, secret: bytes) -> dict[str, str]:
+    """``place`` as the URL query (:data:`PLACE_KEYS`): the lecture's id, the step (1-based), the predictions as one
+    digit per step ('-': none), how many steps are revealed, and a signature with this server's ``secret`` (HMAC-SHA256):
+    a reload or a reopened link on this server finds the student where they were; an edited link is refused."""
+    chosen = dict(place.choices)
+    said = "".join(str(chosen[k]) if k in chosen else NO_CHOICE for k in steps).rstrip(NO_CHOICE)
+    step, shown = str(place.step + 1), str(place.revealed)
+    return {"lecture": lecture_key[:12], "step": step, "said": said, "shown": shown,
+            "sig": _signature(secret, lecture_key, step, said, shown)}
+
+
+def read_place(params: dict[str, str], steps: list[str], lecture_key: str, secret: bytes) -> Place | None:
+    """The place a link's ``params`` hold (None when it holds none), checked as untrusted input: written by this server
+    for this lecture (its signature), every prediction one of its step's options, every revealed step predicted, the
+    step never past the first unrevealed one (a jump ahead is refused, never trusted to skip "asks before it tells").
+    :class:`PlaceRefused` says what is wrong."""
+    if not any(k in params for k in PLACE_KEYS):
+        return None
+    lec, step, said, shown, sig = (str(params.get(k, "")) for k in PLACE_KEYS)
+    if lec != lecture_key[:12]:
+        raise PlaceRefused("the link's place is in another lecture, or in this one before it was prepared again")
+    if not hmac.compare_digest(sig.encode(), _signature(secret, lecture_key, step, said, shown).encode()):
+        raise PlaceRefused("the link's place was not written by this server (edited, or from before the server "
+                           "restarted)")
+    if not (step.isdigit() and shown.isdigit() and len(step) <= 3 and len(shown) <= 3 and len(said) <= len(steps)):
+        raise PlaceRefused("the link's place is not a step of this lecture")
+    choices = []
+    for key, c in zip(steps, said):
+        if c == NO_CHOICE:
+            continue
+        if not (c.isdigit() and int(c) < len(QUESTIONS[key].options)):
+            raise PlaceRefused(f"the link's prediction '{c}' is not an option of step {steps.index(key) + 1}")
+        choices.append((key, int(c)))
+    revealed, k = int(shown), int(step) - 1
+    predicted = {key for key, _ in choices}
+    if revealed > len(steps) or any(key not in predicted for key in steps[:revealed]):
+        raise PlaceRefused("the link reveals a step without a prediction")
+    if any(steps.index(key) > revealed for key in predicted):
+        raise PlaceRefused("the link predicts a step past the first one not yet revealed")
+    if not 0 <= k <= revealed:
+        raise PlaceRefused("the link's step is past the first one not yet revealed")
+    return Place(k, tuple(choices), revealed)
