@@ -50,7 +50,7 @@ def more_images_words(s, available: int, ref: tl.ReferenceOptions) -> str:
     """The words above the page when it measures more images than the sidebar's: how many and why, that the checks
     run on them too, and what the person can change."""
     chose = (f"the {s.images} you chose" if available >= s.images
-             else f"the {available} the sidebar's images hold ({s.images} chosen)")
+             else f"the {available} the sidebar's images give ({s.images} chosen)")
     return (f"**This page runs on {ref.images} images, more than {chose}.** Localization is a statistic over a data "
             f"set: it needs at least {tl.MIN_IMAGES} images (an interval over {tl.MIN_BATCHES} batches), so the maps "
             f"below and the Fig 9 and Fig 10 checks above them are measured on {ref.images} images of the reference "
