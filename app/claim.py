@@ -31,15 +31,16 @@ def check(key: str, models: list, src, s: lab.Settings, images: int | None = Non
           batch_size: int | None = None) -> tour.Check | None:
     """The tour's check ``key`` on ``models`` (the page's; a ViT and a CNN among them where the claim needs them)
     over the page's images in its batches, with the tour's resamples and seed, so that it equals the Paper tour's row
-    on the same settings. None when the run stopped (the error is shown in place)."""
+    on the same settings. None when the run stopped (the error is shown in place). ``images``: a count other than
+    the sidebar's that the page chose (and said so: Localization below 64 images), named in the run's progress."""
+    label = f"{tour.CLAIMS[key].figure} check" + ("" if images is None else f" on {images} images")
     images = s.images if images is None else images
     batch_size = s.batch_size if batch_size is None else batch_size
     opts = options(key, images, batch_size)
     labels = tuple(dict.fromkeys(m.label for m in models))
     models = list({m.label: m for m in models}.values())
     report = lab.compute(("claim", key, s.key, src.name, labels, images, batch_size), lambda run: tour.run_tour(
-        models, src, opts, replace(run, bootstrap=tour.TOUR_BOOTSTRAP, seed=tour.TOUR_SEED)),
-        f"{tour.CLAIMS[key].figure} check")
+        models, src, opts, replace(run, bootstrap=tour.TOUR_BOOTSTRAP, seed=tour.TOUR_SEED)), label)
     return None if report is None else report.rows[0]
 
 

@@ -253,6 +253,7 @@ def test_the_page_shows_accuracy_per_block_with_intervals_for_the_four_models():
         at.session_state[k] = v
     at.run()
     at.switch_page("views/logit_lens.py").run()
+    at.button(key="lens.zoo").click().run()  # the sidebar's two (zoo:vit-cls, zoo:resnet) and the zoo's other two
     assert not at.exception and not at.error, [e.value for e in at.error]
     table = at.dataframe[0].value
     interval = re.compile(r"^\d\.\d{3} \[\d\.\d{3}, \d\.\d{3}\]$")

@@ -46,6 +46,19 @@ def your_images_ui(s, src):
     return src, min(s.images, len(src)), src.name
 
 
+def more_images_words(s, available: int, ref: tl.ReferenceOptions) -> str:
+    """The words above the page when it measures more images than the sidebar's: how many and why, that the checks
+    run on them too, and what the person can change."""
+    chose = (f"the {s.images} you chose" if available >= s.images
+             else f"the {available} the sidebar's images give ({s.images} chosen)")
+    return (f"**This page runs on {ref.images} images, more than {chose}.** Localization is a statistic over a data "
+            f"set: it needs at least {tl.MIN_IMAGES} images (an interval over {tl.MIN_BATCHES} batches), so the maps "
+            f"below and the Fig 9 and Fig 10 checks above them are measured on {ref.images} images of the reference "
+            f"set, {lab.md_plain(data_in_sentence(ref.source))}. To measure your own images, choose at least "
+            f"{tl.MIN_IMAGES} in the sidebar; for a quicker run, set Reference images (under Reference set) to "
+            f"{tl.MIN_IMAGES}.")
+
+
 def token_state(grid: tuple[int, int]) -> tuple[int, int]:
     """The chosen token, kept in session keys 'loc.row'/'loc.col' (the number inputs', which the two clickable charts
     move). A view starts on the centre token, and again when the grid changes size (another model); a token it
@@ -68,6 +81,7 @@ def token_state(grid: tuple[int, int]) -> tuple[int, int]:
 st.html("<style>.st-key-loc-original [data-testid='stImage'] img {max-height: 33vh; max-width: 100%; width: auto; "
         "height: auto; object-fit: contain}</style>")
 st.title("Localization")
+notice = st.container()  # which images this page runs on, said before anything runs
 lead = st.container()  # the finding, filled from this page's own result
 st.caption("Localization is measured over a data set: for each token, the linear CKA over images with the input patch "
            "at every position. On one image, a token's gradient map and attention map say which pixels it carries.")
@@ -83,12 +97,12 @@ st.caption(f"CLS vs GAP in the zoo: for vit-cls / vit-gap, {vitlab.tour.GAP_CAVE
            "chance-corrected rate: grids of different sizes on one scale (Paper tour, Figs 9-10).")
 report = data = None
 with lab.guard():
-    a, b = lab.models(s)
     src = lab.source(s)
     data_name, data_images, note = tl.images_for_dataset(min(s.images, len(src)), src.name, ref)
-    if note:
-        st.info(lab.md_plain(note, lines=True))
+    if note:  # more images than the person chose: said above the lead, before anything runs
+        notice.warning(more_images_words(s, len(src), ref))
     data = src if note is None else lab.named_source(ref.source)
+    a, b = lab.models(s)
     opts = localization.LocalizationOptions(images=data_images, batch_size=s.batch_size)
     report = lab.compute(("loc", s.key, data_name, data_images),
                          lambda run: localization.localization([a, b], data, opts, run), "Localization")
@@ -108,6 +122,11 @@ if report is not None:
     rate = charts.localization_rate_chart(rates, bars=report.interval_caption(s.batch_size))
     lab.chart(rate, key="loc.rate")
     lab.export(rate, rates, "localization_rate", "loc.rate")
+    # the layers each model is drawn at: its first, middle and last block with a grid a map can hold
+    unshown = [w for w in dict.fromkeys(localization.undrawable_note(x) for x in (a, b)) if w]
+    if unshown:
+        st.caption("Blocks without a map: " + " ".join(f"{lab.md_plain(w)}." for w in unshown)
+                   + " Each model is drawn at its first, middle and last block that has one.")
     lab.links.box("localization", [s.model_a, s.model_b], opts, "localization_rates", s,
               None if note is None else data_name)
 
@@ -120,8 +139,9 @@ if report is not None:
     m = a if slot == "A" else b
     results = [r for r in report.results if r.model == m.label]
     layer = c2.selectbox("Layer", [r.layer for r in results], key="loc.layer", format_func=layer_in_words,
-                         help="Blocks counted from 1; the CSV names each layer as vitlab's taps do "
-                              "(block 1 is 'blocks.0.resid_post' of a ViT)")
+                         help="The first, middle and last block whose grid a map can hold (at most "
+                              f"{localization.MAX_POSITIONS:,} positions); the CSV names each layer as vitlab's taps "
+                              "do (block 0 is 'blocks.0.resid_post' of a ViT)")
     result = next(r for r in results if r.layer == layer)
     gh, gw = result.grid
     part = summary[(summary["model"] == m.label) & (summary["layer"] == layer)]

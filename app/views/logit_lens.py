@@ -11,7 +11,7 @@ from vitlab import logit_lens
 from vitlab.analyses import findings
 from vitlab.charts import logit_lens as charts
 
-PREFERRED = ("zoo:vit-cls", "zoo:vit-gap-14", "zoo:mixer", "zoo:resnet")
+ZOO_SET = ("zoo:vit-cls", "zoo:vit-gap-14", "zoo:mixer", "zoo:resnet")  # CLS ViT, GAP ViT, Mixer, ResNet side by side
 # not a claim of the paper (the tour's Fig 11 check, on the Linear probes page, is the one voice for that): the
 # question both pages answer, and how this one does
 QUESTION = ("**Where does the class appear?** Linear probes (Fig 11) answer with a classifier trained per layer; the "
@@ -19,12 +19,30 @@ QUESTION = ("**Where does the class appear?** Linear probes (Fig 11) answer with
             "on this question, with the tour's answer for these models, is on the Linear probes page.")
 
 
+def add_zoo_set() -> None:
+    """A button callback: add the zoo's CLS ViT, GAP ViT, Mixer and ResNet to the models read out."""
+    have = [m for m in st.session_state.get("lens.models", []) if m]
+    st.session_state["lens.models"] = list(dict.fromkeys(have + [m for m in ZOO_SET if m in lab.zoo_specs()]))
+
+
 def options_ui(s) -> list[str]:
-    zoo = lab.zoo_specs()
-    default = [m for m in PREFERRED if m in zoo] or [m for m in (s.model_a, s.model_b) if m]
-    return st.multiselect("Models", list(dict.fromkeys(zoo + default)), default=default, key="lens.models",
-                          accept_new_options=True,
+    """The models read out: the sidebar's A and B (as every analysis page), then any added here."""
+    sidebar = [m for m in dict.fromkeys((s.model_a, s.model_b)) if m]
+    c1, c2 = st.columns([3, 1], vertical_alignment="bottom")
+    typed = [m for m in st.session_state.get("lens.models", []) if isinstance(m, str)]  # a link's or typed names
+    more = c1.multiselect("More models, beside the sidebar's A and B", list(dict.fromkeys(lab.zoo_specs() + typed)),
+                          key="lens.models",
+                          accept_new_options=True, placeholder="zoo models, or type a timm name",
                           help="Zoo models, or type any timm name (NAME@random[:SEED] for random weights)")
+    c2.button("Add the zoo's four", key="lens.zoo", on_click=add_zoo_set,
+              help="The zoo's CLS ViT, GAP ViT, Mixer and ResNet, trained on Fashion-MNIST: heads whose classes are "
+                   "the data's, so each block has an accuracy")
+    specs = list(dict.fromkeys(sidebar + list(more)))
+    added = [m for m in specs if m not in sidebar]
+    named = " and ".join(f"{slot} ({lab.md_plain(m)})" for slot, m in zip(("A", "B"), (s.model_a, s.model_b)) if m)
+    st.caption(f"Read out: the sidebar's models {named}" + (f", and {', '.join(lab.md_plain(m) for m in added)} "
+                                                            "added here" if added else "") + ".")
+    return specs
 
 
 st.title("Logit lens")
@@ -34,8 +52,10 @@ specs = options_ui(s)
 report = None
 with lab.guard():
     if not specs:
-        raise vitlab.VitlabError("choose at least one model")
+        raise vitlab.VitlabError("choose a model in the sidebar or add one here")
     models = [lab.model(m, s.device) for m in specs]
+    for note in filter(None, map(logit_lens.untrained_note, models)):  # said before the run, not after
+        st.info(lab.md_plain(note, lines=True))
     src = lab.source(s)
     opts = logit_lens.LensOptions(images=s.images, batch_size=s.batch_size)
     report = lab.compute(("lens", s.key, tuple(specs)), lambda run: logit_lens.logit_lens(models, src, opts, run),

@@ -36,6 +36,18 @@ def options_ui() -> tuple[str, str, str]:
     return tokens, kernel, measure
 
 
+def check_representation(tokens: str, models) -> None:
+    """The CLS token asked of a model without one, in the words of this page's control (the engine's error names the
+    CLI's option)."""
+    if tokens != "cls":
+        return
+    for m in models:
+        if not m.has_cls:
+            why = "it is a CNN" if m.family in ("resnet", "resnetv2") else "it pools its tokens"
+            raise vitlab.VitlabError(f"{m.label} has no CLS token ({why}): choose 'all tokens' or 'mean of tokens "
+                                     "(GAP)' in the Representation picker above")
+
+
 def in_words(families: dict[str, str], model: str):
     """A picker's ``format_func`` and a caption's words for the layers of ``model``: "block 0 after attention",
     "stage 2 block 1" (the tap's own name stays in the tooltip, the CSV and the link)."""
@@ -175,6 +187,7 @@ with lab.guard():
     a, b = lab.models(s)
     src = lab.source(s)
     families = {a.label: a.family, b.label: b.family}  # a Mixer's mid-block tap is after token mixing
+    check_representation(tokens, (a, b))
     if measure not in ("cka", "cka-rbf"):
         other_measure(a, b, src, s, tokens, measure, families)
     else:
@@ -217,4 +230,5 @@ if st.toggle("Agreement between measures (every measure side by side; SVCCA/PWCC
              key="sim.agree"):
     with lab.guard():
         a, b = lab.models(s)
+        check_representation(tokens, (a, b))
         agreement_ui(a, b, lab.source(s), s, tokens, {a.label: a.family, b.label: b.family})

@@ -23,6 +23,7 @@ Shapes: B batch, T tokens (prefix + spatial, or h·w positions), G grid position
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -270,12 +271,115 @@ def rates_with_and_without(all_tokens: LocalizationReport, left_out: Localizatio
     return pd.concat(parts, ignore_index=True)
 
 
-def default_layers(model) -> list[str]:
-    """First, middle and last block outputs (ViT/Mixer resid_post; CNN blocks)."""
+def _input_size(model, input_size) -> tuple[int, int, int] | None:
+    """(C, H, W) of the model's input: ``input_size`` (a LoadedModel's ``data_config['input_size']``) or the size timm
+    built the model for (its ``pretrained_cfg``); None when neither says."""
+    size = input_size if input_size is not None else (getattr(model, "pretrained_cfg", None) or {}).get("input_size")
+    return None if size is None or len(size) != 3 else tuple(int(v) for v in size)
+
+
+_GRIDS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # model -> {input size: {tap: grid}}
+
+
+def layer_grids(model, input_size=None) -> dict[str, tuple[int, int] | None]:
+    """{block-output tap: (rows, cols) of its positions}, known before any image runs (the taps are
+    :func:`candidate_layers`'s): a token model's patch grid at every block; a CNN's from one forward of an empty
+    input through a copy of the model on the meta device (shapes only: no memory, no arithmetic, the model's own
+    strides and paddings, whatever surgery it had; ResNet-50 at 224 px: 56, 28, 14, 7). ``input_size``: (C, H, W),
+    default the size timm built the model for; a CNN's grids are None when that is unknown or the meta forward
+    fails (then the first batch's activations say, as before)."""
+    names = candidate_layers(model)
+    grid = taps_mod.grid_size(model)
+    if grid is not None:
+        return {t: (int(grid[0]), int(grid[1])) for t in names}
+    size = _input_size(model, input_size)
+    if size is None:
+        return dict.fromkeys(names)
+    known = _GRIDS.setdefault(model, {})
+    if size not in known:
+        try:
+            known[size] = _meta_grids(model, names, size)
+        except Exception:  # noqa: BLE001 - an op without a meta kernel: the grids are read from the first batch
+            known[size] = dict.fromkeys(names)
+    return dict(known[size])
+
+
+def _meta_grids(model, names: list[str], size: tuple[int, int, int]) -> dict[str, tuple[int, int]]:
+    import copy
+
+    import torch
+
+    # the copy shares no tensor with the model: every parameter and buffer is replaced by a meta tensor of its shape
+    # through deepcopy's memo. Under the model's lock, so that no other run's hooks are on it while it is copied.
+    with taps_mod.holding(model):
+        memo = {}
+        for t in [*model.parameters(), *model.buffers()]:
+            empty = torch.empty_like(t, device="meta")
+            memo[id(t)] = torch.nn.Parameter(empty, t.requires_grad) if isinstance(t, torch.nn.Parameter) else empty
+        shadow = copy.deepcopy(model, memo)
+    with taps_mod.capture(shadow, names) as got, torch.no_grad():
+        shadow(torch.empty(1, *size, device="meta"))
+    return {t: (int(got[t].shape[-2]), int(got[t].shape[-1])) for t in names}
+
+
+def candidate_layers(model) -> list[str]:
+    """Every block output a localization map can be drawn for: ViT/Mixer ``resid_post``, CNN block outputs."""
     fam = taps_mod.family(model)
-    names = [t for t in taps_mod.default_taps(model) if fam not in ("vit", "mixer") or t.endswith(".resid_post")]
+    return [t for t in taps_mod.default_taps(model) if fam not in ("vit", "mixer") or t.endswith(".resid_post")]
+
+
+def drawable(grid: tuple[int, int] | None) -> bool:
+    """A grid a localization map can hold (:data:`MAX_POSITIONS`); an unknown grid is tried (checked per batch)."""
+    return grid is None or grid[0] * grid[1] <= MAX_POSITIONS
+
+
+def default_layers(model, input_size=None) -> list[str]:
+    """First, middle and last block outputs that a map can be drawn for (ViT/Mixer resid_post; CNN blocks): a CNN's
+    first drawable block is the first of the first stage whose grid has at most :data:`MAX_POSITIONS` positions
+    (ResNet-50 at 224 px: layer2.0, 28x28, since layer1's 56x56 has 3,136). ``input_size``: the model's input
+    ((C, H, W), a LoadedModel's ``data_config['input_size']``; default: the size timm built it for). A VitlabError
+    in words when no block is drawable."""
+    grids = layer_grids(model, input_size)
+    names = [t for t, g in grids.items() if drawable(g)]
+    if not names:
+        raise VitlabError(_none_drawable(model, grids))
     picks = sorted({0, len(names) // 2, len(names) - 1})
     return [names[i] for i in picks]
+
+
+def _none_drawable(model, grids: dict) -> str:
+    last = next(reversed(grids.values()))
+    return (f"{type(model).__name__}: every block has more grid positions than a localization map can hold (at most "
+            f"{MAX_POSITIONS}; its last block has a {last[0]}x{last[1]} grid, {last[0] * last[1]:,} positions): "
+            "give the model smaller images")
+
+
+def undrawable_note(loaded: LoadedModel) -> str | None:
+    """Which blocks of ``loaded`` have no localization map and why, in words (None when every block has one):
+    "resnet50: stage 1 blocks 0-2 (56x56 grid, 3,136 positions) are not drawn: a localization map holds at most
+    1,024 positions (one CKA per token and position)"."""
+    from ..charts.words import layer_in_words
+
+    grids = layer_grids(loaded.model, loaded.data_config["input_size"])
+    left = [(t, g) for t, g in grids.items() if not drawable(g)]
+    if not left:
+        return None
+    by_grid: dict[tuple[int, int], list[str]] = {}
+    for t, g in left:
+        by_grid.setdefault(g, []).append(t)
+    parts = [f"{_span([layer_in_words(t) for t in ts])} ({g[0]}x{g[1]} grid, {g[0] * g[1]:,} positions)"
+             for g, ts in by_grid.items()]
+    return (f"{loaded.label}: {'; '.join(parts)} {'is' if len(left) == 1 else 'are'} not drawn: a localization map "
+            f"holds at most {MAX_POSITIONS:,} positions (one CKA per token and position)")
+
+
+def _span(words: list[str]) -> str:
+    """["stage 1 block 0", "stage 1 block 1", "stage 1 block 2"] -> "stage 1 blocks 0-2" (one stage's run)."""
+    heads = {w.rsplit(" ", 1)[0] for w in words}
+    if len(words) > 1 and len(heads) == 1 and all(w.rsplit(" ", 1)[1].isdigit() for w in words):
+        head = heads.pop()
+        return f"{head}s {words[0].rsplit(' ', 1)[1]}-{words[-1].rsplit(' ', 1)[1]}"
+    return ", ".join(words)
 
 
 @dataclass(frozen=True)
@@ -304,7 +408,7 @@ def localization(models: Sequence[LoadedModel], source: ImageSource,
     run = run or Run()
     stats, indices = [], select(source, opts.images, opts.shuffle)
     for m in models:
-        ls = tuple(opts.layers) if opts.layers else tuple(default_layers(m.model))
+        ls = tuple(opts.layers) if opts.layers else tuple(default_layers(m.model, m.data_config["input_size"]))
         taps_mod.check_taps(m.model, ls)
         stats.append(LocalizationStatistic(ls))
     left = [None] * len(models)
@@ -343,15 +447,24 @@ def localization(models: Sequence[LoadedModel], source: ImageSource,
                     out.warnings.append(f"{m.label} {tap}: every grid position is flagged in some image (k = "
                                         f"{opts.flagged_k:g}): no localized rate without flagged tokens")
             if run.bootstrap:  # every rank's per-batch terms, in batch order (run.reduce_accumulators)
-                from ..stats import evidence as ev
-
-                reps = acc.replicates(ev.jackknife_indices(acc.batches)) if acc.batches > 1 else None
-                g = grid[0] * grid[1]
                 out.rate_units = acc.batches
-                if reps is not None:
-                    out.rate_samples = ev.localized_rate(reps[..., :prefix + g, :], prefix, out.spatial_kept())
+                if acc.batches > 1:
+                    out.rate_samples = _jackknife_rates(acc, prefix + grid[0] * grid[1], prefix, out.spatial_kept())
             results.append(out)
     return LocalizationReport(results, run.info)
+
+
+def _jackknife_rates(acc, rows: int, prefix: int, keep: np.ndarray) -> np.ndarray:
+    """(T,) localized rate of each leave-one-batch-out replicate, one replicate at a time: ``acc.replicates`` of all
+    T at once stacks (T, T − 1, tokens, positions) terms, T times the terms themselves (ResNet-50's 28x28 stage,
+    784 x 784 cells, over 64 batches: 20 GB; the app's server was killed for it). Each replicate is the same sum as
+    there (``cka_replicates`` on its row of the indices), so the rates are the same to the last bit."""
+    from ..stats import evidence as ev
+
+    xy, xx, yy = acc.terms()
+    idx = ev.jackknife_indices(acc.batches)
+    return np.array([ev.localized_rate(ev.cka_replicates(xy, xx, yy, idx[t:t + 1])[0, :rows], prefix, keep)
+                     for t in range(len(idx))], dtype=np.float64)
 
 
 def _accumulator(tokens: int, positions: int) -> cka_mod.MinibatchCKA:

@@ -342,6 +342,18 @@ class LensReport(PerModel):
                             f"{'; '.join(parts)}; {interval_basis('batches', units, batch_size=batch_size)}.")
 
 
+def untrained_note(loaded: LoadedModel) -> str | None:
+    """Why the readout of a model with random weights (``NAME@random``, a zoo model's untrained twin) answers
+    nothing about where a class appears, in words; None for trained weights."""
+    weights = loaded.spec.weights
+    if not weights.startswith(("random", "zoo@random")):
+        return None
+    return (f"{loaded.label} has random weights: its final norm and head are untrained, so each block's readout is "
+            "what a random head picks. Its accuracy is at chance by construction and says nothing about where a "
+            "class appears; its agreement with its own final prediction says only how early the random head's "
+            "choice is fixed.")
+
+
 @dataclass(frozen=True)
 class LensOptions(DataOptions):
     """Options of the logit lens (``vitlab logit-lens``)."""

@@ -275,9 +275,11 @@ def block_of_tap(loaded: LoadedModel, tap: str) -> str:
 
 def images_for_dataset(given: int, given_name: str, reference: ReferenceOptions) -> tuple[str, int, str | None]:
     """(source, images, note) for a data-set statistic over the images given: them if there are at least
-    :data:`MIN_IMAGES`, else the reference set (and a note saying so)."""
+    :data:`MIN_IMAGES`, else the reference set at its own count, and a note that says so and that this is more than
+    the images given."""
     if enough_images(given):
         return given_name, given, None
     return reference.source, reference.images, (
-        f"{given} image(s) given: too few for a data-set statistic (at least {MIN_IMAGES}); the localization maps "
-        f"below are measured on the reference set, {data_in_sentence(reference.source)} ({reference.images} images)")
+        f"{given} image(s) given: too few for a data-set statistic (at least {MIN_IMAGES}, for an interval over "
+        f"{MIN_BATCHES} batches); localization is measured on {reference.images} images of the reference set, "
+        f"{data_in_sentence(reference.source)}, instead: {reference.images - given} more than given")
