@@ -57,11 +57,12 @@ if result is not None:
     part, xy = frame[frame["depth"] == depth], coords[coords["depth"] == depth]
     c1, c2 = st.columns(2)
     with c1:
-        heat = sim_charts.models_heatmap(part, size=240)  # fits half of 1280 px (issue 34)
+        # with each name whole on lines of 20 characters it fits half of 1280 px beside the map (issues 34, 51)
+        heat = sim_charts.models_heatmap(part, size=200)
         lab.chart(heat, key="mm.heat")
         lab.export(heat, part, f"models_{measure}_depth{depth:g}", "mm.heat")
     with c2:
-        scatter = sim_charts.mds_scatter(xy)
+        scatter = sim_charts.mds_scatter(xy, size=280)
         lab.chart(scatter, key="mm.mds")
         lab.export(scatter, xy, f"mds_{measure}_depth{depth:g}", "mm.mds")
     lab.links.box("compare-models", specs, opts, "compare_models", s)

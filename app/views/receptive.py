@@ -39,7 +39,7 @@ if result is not None:
     for w in result.warnings:
         st.warning(lab.md_plain(w, lines=True))
     frame = result.to_frame()
-    chart = charts.receptive_field_chart(frame, columns=6, size=110)
+    chart = charts.receptive_field_chart(frame)  # tiles large enough to see a shape, as many a row as fit
     lab.chart(chart, key="rf.chart")
     lab.export(chart, frame, f"receptive_fields_{result.model}_{residual}", "rf.chart")
     lab.links.box("receptive-field", [spec], opts, "receptive_field", s)

@@ -9,6 +9,7 @@ import vitlab
 from vitlab import charts, interventions, skips
 from vitlab.analyses import findings
 from vitlab.charts import skips as skip_charts
+from vitlab.charts.words import group_warnings
 
 RETRAINED = ("zoo:vit-cls-noskip", "zoo:vit-cls-noskip0")
 VALUES = {"ratio": "norm ratio ‖z‖ / ‖f(z)‖", "cosine": "cosine(z, f(z))"}
@@ -34,12 +35,13 @@ with lead, lab.guard():
 with lead:
     claim.lead(row, "Fig 7")
 if report is not None:
-    for w in report.warnings:
+    # one line per model and kind of warning: one a ResNet-50 block pushed the charts screens down (issue 51)
+    for w in group_warnings(report.warnings, {r.model: r.layers for r in report.results}):
         st.warning(lab.md_plain(w, lines=True))
     frame = report.to_frame()
     with lab.guard():
         summary = report.summary()
-        lines = skip_charts.skip_lines(summary, value)
+        lines = skip_charts.skip_lines(summary, value)  # its subtitle says which lines it cannot draw, and why
         lab.chart(lines, key="skips.lines")
         lab.export(lines, summary, f"skip_{value}_lines", "skips.lines")
         lab.links.box("skip-ratio", [s.model_a, s.model_b], opts, "skip_ratio_summary", s)

@@ -95,14 +95,18 @@ with lead:
 
 if result is not None:
     frame = result.to_frame()
-    chart = charts.flag_summary_chart(frame)
-    lab.chart(chart, key="tn.flags")
-    lab.export(chart, frame, f"token_flags_{result.model}", "tn.flags")
+    empty = charts.no_flags_words(frame)
+    if empty is not None:  # said, not drawn: an empty chart showed one tick, "0.000000" (issue 51)
+        st.info(lab.md_plain(empty[0].upper() + empty[1:] + "."))
+    else:
+        chart = charts.flag_summary_chart(frame)
+        lab.chart(chart, key="tn.flags")
+        lab.export(chart, frame, f"token_flags_{result.model}", "tn.flags")
     lab.links.box("token-norms", [spec], opts, "token_norms", s)
     c1, c2 = st.columns(2)
     tap = c1.selectbox("Layer", result.layers, index=len(result.layers) - 1, key="tn.tap", format_func=layer_in_words,
-                       help="Blocks counted from 1; the CSV names each layer as vitlab's taps do (e.g. "
-                            "'blocks.0.resid_post')")
+                       help="Blocks counted from 0, as the model names them; the CSV names each layer as vitlab's "
+                            "taps do (e.g. 'blocks.0.resid_post')")
     image = c2.selectbox("Image", list(range(len(result.ids))), key="tn.image", format_func=lab.image_name(src))
     hist = result.histogram_frame()
     chart = charts.norm_histogram(hist, tap)
@@ -112,9 +116,11 @@ if result is not None:
         view = vitlab.activations.model_view(m, src.load(image))
         flagged = result.flagged_frame()
         here = flagged[(flagged["tap"] == tap) & (flagged["image"] == result.ids[image])]
-        lab.image(overlay(view, result.flag_grid(image, tap), min_side=224), here,
-                  f"flagged_{result.model}_{tap}_{result.ids[image]}", "tn.overlay",
-                  caption=f"flagged tokens at {layer_in_words(tap)} (bright): {len(here)}")
+        c1, _ = st.columns(2)  # half the page: across the whole of it the image alone was taller than a screen
+        with c1:
+            lab.image(overlay(view, result.flag_grid(image, tap), min_side=224), here,
+                      f"flagged_{result.model}_{tap}_{result.ids[image]}", "tn.overlay",
+                      caption=f"flagged tokens at {layer_in_words(tap)} (bright): {len(here)}")
     st.subheader("With and without flagged tokens")
     if result.any_flagged:
         with_and_without(m, src, s, result, image, float(k))

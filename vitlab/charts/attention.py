@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 
 from ..errors import VitlabError
-from .common import interval_tooltips
+from .common import PAGE_WIDTH, interval_tooltips
 from .words import labels_in_words
 
 # anchor colours of "inferno" (dark -> bright), interpolated linearly: enough for an overlay, no matplotlib needed
@@ -48,7 +48,13 @@ def overlay(image: np.ndarray, heat: np.ndarray, alpha: float = 0.6, min_side: i
 
 
 def _facet_model(chart, frame: pd.DataFrame):
-    return chart.facet(column=alt.Column("model:N", title=None)) if frame["model"].nunique() > 1 else chart
+    """One panel per model, stacked (side by side, two ViT-B/16s ran past a 1280-px page's right edge)."""
+    return chart.facet(row=alt.Row("model:N", title=None)) if frame["model"].nunique() > 1 else chart
+
+
+# the distance chart's plot: at most this wide, so that with its y axis and a two-column head legend it fits the
+# page (PAGE_WIDTH); ViT-B/16's 12 x 12 heads were drawn 2,522 px wide at 16 px a head (issue 51)
+DISTANCE_PLOT_WIDTH = 600
 
 
 def attention_distance_chart(frame: pd.DataFrame, units: str = "px", title: str | None = None,
@@ -76,10 +82,16 @@ def attention_distance_chart(frame: pd.DataFrame, units: str = "px", title: str 
     yscale = alt.Scale(domain=[max(0.0, lo - pad), hi + pad], zero=False, nice=False)
     x = alt.X("layer:O", title="block", axis=alt.Axis(labelAngle=0))
     offset = alt.XOffset("head:N", sort=sorted(frame["head"].unique()))
-    dots = alt.Chart().mark_circle(size=45, opacity=0.85).encode(
+    # 16 px a head where that fits; beyond, the plot keeps its width and a block's heads draw closer (ViT-L/16's
+    # 24 x 16 at 1.6 px a head: a column of dots per block, as the paper's Fig 3 draws them), on smaller dots
+    width = int(min(DISTANCE_PLOT_WIDTH, max(300, 16 * heads * blocks + 8 * blocks)))
+    step = width / max(1, heads * blocks)
+    dot = float(np.clip((1.6 * step) ** 2, 14, 45))
+    colours = alt.Scale(scheme="tableau20") if heads > 10 else alt.Scale()  # tableau10 repeats from head 10 on
+    dots = alt.Chart().mark_circle(size=dot, opacity=0.85).encode(
         x=x, xOffset=offset,
         y=alt.Y(f"{col}:Q", title=f"mean attention distance ({label})", scale=yscale),
-        color=alt.Color("head:N", title="head", legend=legend),
+        color=alt.Color("head:N", title="head", legend=legend, scale=colours),
         tooltip=["model", "layer", "head", alt.Tooltip(f"{col}:Q", format=".3f"),
                  alt.Tooltip(f"{std}:Q", format=".3f", title="std over images"), "images",
                  *([alt.Tooltip("distance_lo:Q", format=".3f", title="95 % lo (px)"),
@@ -90,7 +102,8 @@ def attention_distance_chart(frame: pd.DataFrame, units: str = "px", title: str 
     if ranged:  # the mean's 95 % interval over images
         layers.append(alt.Chart().mark_rule(opacity=0.6).encode(x=x, xOffset=offset, y="distance_lo:Q",
                                                                 y2="distance_hi:Q",
-                                                                color=alt.Color("head:N", legend=None)))
+                                                                color=alt.Color("head:N", legend=None,
+                                                                                scale=colours)))
     if uniform in frame and frame[uniform].notna().any():
         layers.append(alt.Chart().mark_rule(strokeDash=[4, 3], color="grey").encode(
             y=f"mean({uniform}):Q", tooltip=[alt.Tooltip(f"mean({uniform}):Q", title="uniform attention",
@@ -100,7 +113,7 @@ def attention_distance_chart(frame: pd.DataFrame, units: str = "px", title: str 
             x=x, xOffset=offset, y=f"{col}:Q").transform_filter(
             f"datum.layer == {int(selected[0])} && datum.head == {int(selected[1])}"))
     chart = alt.layer(*layers, data=frame).properties(
-        width=max(300, 16 * heads * blocks + 8 * blocks), height=260,
+        width=width, height=260,
         title=title or "Mean attention distance per head (dashed: uniform attention)")
     return _facet_model(chart, frame)
 
@@ -193,11 +206,17 @@ def head_subset_chart(frame: pd.DataFrame):
         title=f"{frame['model_a'].iloc[0]} head subsets (local → global) vs {frame['model_b'].iloc[0]}")
 
 
-def receptive_field_chart(frame: pd.DataFrame, columns: int = 6, size: int = 128):
-    """A grid of normalised effective receptive fields, one panel per layer (Raghu et al. Fig 6)."""
+def receptive_field_chart(frame: pd.DataFrame, width: int = PAGE_WIDTH, min_tile: int = 150):
+    """A grid of normalised effective receptive fields, one panel per layer (Raghu et al. Fig 6), as many a row as
+    fit ``width`` (the legend included) with each tile at least ``min_tile`` px a side, so that a field's shape can
+    be seen (ViT-B/16's 64 x 64 maps were 64-px tiles at six a row, a bright dot each: issue 51)."""
     order = list(dict.fromkeys(frame.sort_values("order")["layer"]))
     gh, gw = int(frame["row"].max()) + 1, int(frame["col"].max()) + 1
-    cell = max(1, size // max(gh, gw))
+    side = max(gh, gw)
+    room = width - _RF_LEGEND
+    # whole-pixel cells (fractional ones leave seams in PNGs), as large as min_tile asks and the width allows
+    cell = max(1, min(-(-min_tile // side), (room - _RF_GAP) // side))
+    columns = max(1, min(len(order), (room + _RF_GAP) // (cell * side + _RF_GAP)))
     chart = alt.Chart(frame).mark_rect().encode(
         x=alt.X("col:O", axis=None), y=alt.Y("row:O", axis=None),
         color=alt.Color("value:Q", scale=alt.Scale(scheme="inferno", domain=[0, 1]), title="|grad| / max"),
@@ -206,7 +225,11 @@ def receptive_field_chart(frame: pd.DataFrame, columns: int = 6, size: int = 128
     first = frame.iloc[0]
     return chart.facet(facet=alt.Facet("layer:N", sort=order, title=None,
                                        header=alt.Header(labelExpr=labels_in_words(order))), columns=columns,
+                       spacing=_RF_GAP,
                        title=f"Effective receptive fields ({first['residual']}-residual): {first['model']}")
+
+
+_RF_LEGEND, _RF_GAP = 90, 16  # px: the colour legend beside the grid with its gap, and the gap between tiles
 
 
 def receptive_radius_chart(summary: pd.DataFrame, width: int = 420):

@@ -5,13 +5,18 @@ Each builder takes a result's frame (``summary()``, ``cka_frame()``, ``to_frame(
 
 from __future__ import annotations
 
+import textwrap
+
 import altair as alt
 import pandas as pd
 
+from .common import PAGE_WIDTH
 from .words import labels_in_words, layer_in_words
 
 SELECTION_COLOURS = alt.Scale(domain=["local", "global", "random"], range=["#1b9e77", "#d95f02", "#7570b3"])
 METRIC_TITLES = {"delta_accuracy": "Δ accuracy vs the intact model", "kl": "KL(intact ‖ ablated), nats"}
+# a plot beside its y axis within the page (PAGE_WIDTH): ViT-L/16's 48 taps at 22 px ran to 1,056 px
+_PLOT_MAX = PAGE_WIDTH - 120
 
 
 def ablation_curves(summary: pd.DataFrame, metric: str = "delta_accuracy"):
@@ -104,18 +109,43 @@ def norm_histogram(hist: pd.DataFrame, tap: str):
                                                        title=f"Token norms at {layer_in_words(tap)}")
 
 
+def no_flags_words(frame: pd.DataFrame) -> str | None:
+    """What the flagged-tokens chart would show when no token is flagged at any tap, in words (its bars would all
+    be 0 on an axis with one tick, "0.000000": issue 51); None when some token is flagged."""
+    if frame.empty:
+        return "no token norms were computed, so no token is flagged"
+    if (frame["flagged_tokens"] > 0).any():
+        return None
+    k, images = frame["k"].iloc[0], int(frame["images"].iloc[0])
+    return (f"no token flagged: at none of {frame['model'].iloc[0]}'s {len(frame)} layers, over {images} images, does "
+            f"a spatial token's norm exceed median + {k:g} · 1.4826 · MAD, so there is no flagged share to draw")
+
+
 def flag_summary_chart(frame: pd.DataFrame):
-    """Per tap: flagged share of spatial tokens and the flagged tokens' share of the centred Gram's energy."""
+    """Per tap: flagged share of spatial tokens and the flagged tokens' share of the centred Gram's energy; with no
+    token flagged, that in words (``no_flags_words``), not an empty chart."""
+    title = f"{frame['model'].iloc[0]}: flagged tokens" if len(frame) else "flagged tokens"
+    words = no_flags_words(frame)
+    if words is not None:
+        return words_chart(words, title)
     long = frame.melt(id_vars=["model", "tap"], value_vars=["flagged_share", "energy_share"], var_name="share",
                       value_name="value")
     long["share"] = long["share"].map({"flagged_share": "of spatial tokens", "energy_share": "of the Gram's energy"})
     return alt.Chart(long).mark_bar().encode(
         x=alt.X("tap:N", sort=list(frame["tap"]), title=None,
                 axis=alt.Axis(labelAngle=-60, labelExpr=labels_in_words(frame["tap"]))),
-        xOffset="share:N", y=alt.Y("value:Q", title="flagged share"),
+        xOffset="share:N", y=alt.Y("value:Q", title="flagged share", axis=alt.Axis(format="~%")),
         color=alt.Color("share:N", title=None, legend=alt.Legend(orient="bottom", labelLimit=0)),
         tooltip=["tap", "share", alt.Tooltip("value:Q", format=".4f")],
-    ).properties(width=max(260, 22 * len(frame)), height=200, title=f"{frame['model'].iloc[0]}: flagged tokens")
+    ).properties(width=min(_PLOT_MAX, max(260, 22 * len(frame))), height=200, title=title)
+
+
+def words_chart(words: str, title: str, width: int = 60):
+    """A chart that says ``words`` (wrapped at ``width`` characters) in place of an empty plot, for the exports."""
+    return alt.Chart(pd.DataFrame({"text": [textwrap.wrap(words, width)]})).mark_text(
+        align="left", baseline="top", fontSize=13, lineHeight=18, color="#333").encode(
+        text="text:N", x=alt.value(0), y=alt.value(0)).properties(width=min(_PLOT_MAX, 8 * width), height=80,
+                                                                  title=title, view=alt.ViewConfig(stroke=None))
 
 
 def distance_compare_chart(frame: pd.DataFrame):
@@ -125,5 +155,5 @@ def distance_compare_chart(frame: pd.DataFrame):
         y=alt.Y("distance_px:Q", title="mean attention distance (pixels)", scale=alt.Scale(zero=True)),
         color=alt.Color("tokens:N", title=None, legend=alt.Legend(orient="bottom", labelLimit=0)),
         tooltip=["layer", "head", "tokens", alt.Tooltip("distance_px:Q", format=".3f")],
-    ).properties(width=max(240, 36 * frame["layer"].nunique()), height=220,
+    ).properties(width=min(_PLOT_MAX, max(240, 36 * frame["layer"].nunique())), height=220,
                  title="Attention distance with and without flagged tokens")

@@ -12,6 +12,11 @@ from ..errors import VitlabError
 
 alt.data_transformers.disable_max_rows()
 FORMATS = ("png", "svg", "csv")
+# the app's main column at 1280 px with the sidebar open (1280 - 300 sidebar - 2 x 80 padding, measured in Chromium
+# by tests/test_browser_real_size.py); a chart drawn whole on a page is at most this wide, axes and legend included
+PAGE_WIDTH = 820
+# one of two columns of that page (st.columns(2): 16 px between them)
+HALF_WIDTH = (PAGE_WIDTH - 16) // 2
 
 
 def slug(text: str, limit: int = 120) -> str:

@@ -9,6 +9,7 @@ import pandas as pd
 
 from ..stats.measures import MEASURES
 from .cka import layer_labels
+from .words import names_wrapped
 
 
 def _scale(measure: str) -> alt.Scale:
@@ -84,29 +85,41 @@ def sensitivity_chart(frame: pd.DataFrame, width: int = 320, height: int = 180):
 
 
 def models_heatmap(frame: pd.DataFrame, size: int = 300):
-    """models x models matrix of one depth (rows of ``ManyModelsResult.to_frame`` with one depth)."""
+    """models x models matrix of one depth (rows of ``ManyModelsResult.to_frame`` with one depth); each model's
+    name whole, on lines of at most 20 characters (``names_wrapped``), so that at ``size`` 200 it fits half of a
+    1280-px page (HALF_WIDTH) beside the MDS map."""
     measure, depth = frame["measure"].iloc[0], frame["depth"].iloc[0]
     order = list(dict.fromkeys(frame["model_a"]))
+    names = names_wrapped(order)
     base = alt.Chart(frame).encode(
-        x=alt.X("model_b:N", sort=order, title=None, axis=alt.Axis(labelAngle=-45, labelLimit=140)),
-        y=alt.Y("model_a:N", sort=order, title=None, axis=alt.Axis(labelLimit=140)))
+        x=alt.X("model_b:N", sort=order, title=None, axis=alt.Axis(labelAngle=-45, labelLimit=0, labelExpr=names)),
+        y=alt.Y("model_a:N", sort=order, title=None, axis=alt.Axis(labelLimit=0, labelExpr=names)))
     rect = base.mark_rect().encode(
-        color=alt.Color("value:Q", scale=_scale(measure), title=MEASURES[measure].title),
+        color=alt.Color("value:Q", scale=_scale(measure), title=MEASURES[measure].title,
+                        legend=alt.Legend(titleLimit=0, gradientLength=min(size, 200))),
         tooltip=["model_a", "tap_a", "model_b", "tap_b", alt.Tooltip("value:Q", format=".4f")])
     text = base.mark_text(fontSize=9).encode(text=alt.Text("value:Q", format=".2f"))
     return (rect + text).properties(width=size, height=size, title=f"{MEASURES[measure].title} at depth {depth:g}")
 
 
 def mds_scatter(frame: pd.DataFrame, size: int = 300):
-    """2-D classical MDS of the models at one depth (rows of ``ManyModelsResult.coords_frame``)."""
+    """2-D classical MDS of the models at one depth (rows of ``ManyModelsResult.coords_frame``): each model a
+    colour and a shape, named whole in the legend under the plot (a name written beside its point ran past the
+    chart's edge and over its neighbour: issue 51)."""
     depth, explained = frame["depth"].iloc[0], frame["explained"].iloc[0]
-    base = alt.Chart(frame).encode(x=alt.X("x:Q", title="MDS 1"), y=alt.Y("y:Q", title="MDS 2"),
-                                   tooltip=["model", "tap", alt.Tooltip("x:Q", format=".3f"),
-                                            alt.Tooltip("y:Q", format=".3f")])
-    points = base.mark_circle(size=80).encode(color=alt.Color("model:N", legend=None))
-    labels = base.mark_text(align="left", dx=6, fontSize=10).encode(text="model:N")
-    return (points + labels).properties(width=size, height=size,
-                                        title=f"Models at depth {depth:g} (MDS, {explained:.0%} of the variance)")
+    order = list(dict.fromkeys(frame["model"]))
+    colours = alt.Scale(scheme="tableau20") if len(order) > 10 else alt.Scale()
+    # one legend for both channels: Vega-Lite merges them only where legend and sort are alike
+    legend = alt.Legend(orient="bottom", direction="vertical", columns=1, labelLimit=0,
+                        labelExpr=names_wrapped(order, 40))
+    return alt.Chart(frame).mark_point(size=90, filled=True, opacity=0.9).encode(
+        x=alt.X("x:Q", title="MDS 1", scale=alt.Scale(padding=12)),
+        y=alt.Y("y:Q", title="MDS 2", scale=alt.Scale(padding=12)),
+        color=alt.Color("model:N", scale=colours, title="model", legend=legend),  # a sort here splits the legend
+        shape=alt.Shape("model:N", title="model", legend=legend),
+        tooltip=["model", "tap", alt.Tooltip("x:Q", format=".3f"), alt.Tooltip("y:Q", format=".3f")],
+    ).properties(width=size, height=size, title=alt.TitleParams(
+        f"Models at depth {depth:g}", subtitle=f"classical MDS, {explained:.0%} of the variance"))
 
 
 def compare_models_charts(result) -> dict[str, alt.TopLevelMixin]:

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import textwrap
+
 import altair as alt
+import numpy as np
 import pandas as pd
 
 from ..errors import VitlabError
@@ -45,12 +48,47 @@ def skip_heatmap(frame: pd.DataFrame, value: str = "ratio", title: str | None = 
     ).properties(width=width, height=max(160, 12 * len(order)), title=title or f"{VALUES[value]} per token: {model}")
 
 
+def not_drawn(summary: pd.DataFrame, value: str = "ratio") -> list[str]:
+    """The lines of :func:`skip_lines` with points it cannot draw, each with why, in words: a ratio is infinite
+    where the long branch f(z) is zero (every block of an untrained ResNet: its last norm starts at zero), and a
+    cosine of a zero vector is undefined; a log axis has no place for either (issue 51: the legend listed them)."""
+    _check(summary, value)
+    out = []
+    for series, part in _series(summary).groupby("series", sort=False):
+        v = part[value].to_numpy(dtype=float)
+        bad = ~np.isfinite(v) | ((v <= 0) if value == "ratio" else False)
+        if not bad.any():
+            continue
+        unit = "blocks" if (part["sublayer"] == "block").all() else "sublayers"
+        if value == "ratio" and np.isposinf(v[bad]).all():
+            what, why = "‖z‖/‖f(z)‖ is infinite", "the long branch f(z) is zero"
+        elif value == "ratio":
+            what, why = "‖z‖/‖f(z)‖ is undefined or not positive", "a norm is zero or not a number"
+        else:
+            what, why = "cos(z, f(z)) is undefined", "f(z) or z is zero"
+        if bad.all():
+            out.append(f"{series} not drawn: {what} in all {len(v)} {unit} ({why})")
+        else:
+            out.append(f"{series} drawn without {int(bad.sum())} of its {len(v)} {unit}: {what} there ({why})")
+    return out
+
+
+def _series(summary: pd.DataFrame) -> pd.DataFrame:
+    return summary.assign(series=summary["model"] + " · " + summary["kind"] + " · " + summary["sublayer"])
+
+
 def skip_lines(summary: pd.DataFrame, value: str = "ratio", title: str | None = None, width: int = 420):
     """Mean over CLS tokens and over spatial tokens per sublayer (``SkipReport.summary()``), against depth: one line
-    per model/kind (Fig 7); the ratio's 95 % intervals (``ratio_lo``/``ratio_hi``), where present, as error bars."""
+    per model/kind (Fig 7); the ratio's 95 % intervals (``ratio_lo``/``ratio_hi``), where present, as error bars.
+    Points that cannot be drawn (:func:`not_drawn`) are left out, a line with none left out of the legend too, and
+    the subtitle says which and why."""
     _check(summary, value)
-    summary = summary.copy()
-    summary["series"] = summary["model"] + " · " + summary["kind"] + " · " + summary["sublayer"]
+    missing = not_drawn(summary, value)
+    summary = _series(summary)
+    finite = np.isfinite(summary[value].to_numpy(dtype=float))
+    summary = summary[finite & ((summary[value] > 0) if value == "ratio" else True)]
+    if summary.empty:
+        raise VitlabError("no skip statistic can be drawn: " + "; ".join(missing))
     y_scale = alt.Scale(type="log") if value == "ratio" else alt.Scale(domain=[-1, 1])
     interval = _interval(summary)
     base = alt.Chart(summary).encode(
@@ -63,7 +101,10 @@ def skip_lines(summary: pd.DataFrame, value: str = "ratio", title: str | None = 
     chart = base.mark_line(point=True)
     if interval and value == "ratio":
         chart = chart + base.mark_rule(strokeWidth=1.5, opacity=0.6).encode(y="ratio_lo:Q", y2="ratio_hi:Q")
-    return chart.properties(width=width, height=260, title=title or f"{VALUES[value]}: CLS vs spatial tokens")
+    text = title or f"{VALUES[value]}: CLS vs spatial tokens"
+    heading = alt.TitleParams(text, subtitle=[line for m in missing for line in textwrap.wrap(m, 100)]) \
+        if missing else text
+    return chart.properties(width=width, height=260, title=heading)
 
 
 def skip_charts(report) -> dict[str, alt.Chart]:

@@ -76,3 +76,67 @@ def axis_words(words: dict[str, str]) -> str:
     import json
 
     return f"({json.dumps(words)})[datum.value] || datum.value"
+
+
+def group_warnings(warnings: list[str], layers: dict[str, list[str]] | None = None, shown: int = 6) -> list[str]:
+    """One line per model and message for warnings of the form '<model> <layer>: <message>' (one per layer, as the
+    skip ratios give them), the layers in words: "resnet50@random:0, all 16 blocks (stage 1 block 0 to stage 4
+    block 2): <message>" in place of sixteen boxes of the same words (issue 51). ``layers``: each model's layers,
+    in order (for "all N" and the order); at most ``shown`` layers are named when not all. A warning of another
+    form, or of a model not in ``layers``, is kept as it is."""
+    layers = layers or {}
+    groups: dict[tuple[str, str], list[str]] = {}
+    out: list[str | tuple[str, str]] = []
+    for text in warnings:
+        key = None
+        head, sep, message = text.partition(": ")
+        for model in sorted(layers, key=len, reverse=True):  # the longest name first: 'x' is a prefix of 'x v2'
+            if sep and head.startswith(model + " ") and head[len(model) + 1:] in layers[model]:
+                key = (model, message)
+                break
+        if key is None:
+            out.append(text)
+            continue
+        if key not in groups:
+            groups[key] = []
+            out.append(key)
+        groups[key].append(head[len(key[0]) + 1:])
+    return [item if isinstance(item, str) else _grouped(item, groups[item], layers[item[0]], shown) for item in out]
+
+
+def _grouped(key: tuple[str, str], named: list[str], every: list[str], shown: int) -> str:
+    model, message = key
+    named = [t for t in every if t in set(named)]
+    words = [layer_in_words(t) for t in named]
+    if len(named) == 1:
+        return f"{model} {words[0]}: {message}"
+    unit = "sublayers" if any(w.endswith("sublayer") for w in words) else "blocks"
+    if len(named) == len(every):
+        return f"{model}, all {len(named)} {unit} ({words[0]} to {words[-1]}): {message}"
+    listed = ", ".join(words[:shown]) + (f" and {len(words) - shown} more" if len(words) > shown else "")
+    return f"{model}, {len(named)} {unit} ({listed}): {message}"
+
+
+def wrap_name(name: str, width: int = 20) -> list[str]:
+    """A model's name on lines of at most ``width`` characters, broken after '/', '_', '.', ':' or '-' and before
+    '@' where it can be ("vit_base_patch16_224", "@random:0"); a run of ``width`` characters with no break in it is
+    cut into pieces of ``width``. Joined, the lines are the name."""
+    pieces = [p for p in re.split(r"(?<=[/_.:\-])|(?=@)", name) if p]
+    lines: list[str] = []
+    for piece in pieces:
+        while len(piece) > width:
+            lines.append(piece[:width])
+            piece = piece[width:]
+        if lines and len(lines[-1]) + len(piece) <= width:
+            lines[-1] += piece
+        elif piece:
+            lines.append(piece)
+    return lines or [name]
+
+
+def names_wrapped(names, width: int = 20) -> str:
+    """A ``labelExpr`` that writes each name whole on lines of at most ``width`` characters (:func:`wrap_name`),
+    where Vega would cut it at a label limit ("vit_base_patch16_224@r…": issue 51)."""
+    import json
+
+    return f"({json.dumps({str(n): wrap_name(str(n), width) for n in names})})[datum.value] || datum.value"
