@@ -84,3 +84,14 @@ def test_the_trained_difference_is_shown_when_only_the_twins_value_is_missing():
     assert full.lines()["learned_numbers"] == ("trained −1.226 [−1.244, −1.208] against the untrained twins' ViT − CNN "
                                                "median ratio −0.500 [−0.700, −0.300]")
     assert "-" not in "".join(full.lines()[k] for k in ("pattern_numbers", "learned_numbers"))
+
+
+def test_a_control_that_could_not_be_measured_is_said_in_words_never_nan():
+    from vitlab.stats.evidence import Estimate
+    from vitlab.tour import check_skips
+
+    nan = float("nan")
+    row = check_skips(Estimate(3.2, 3.0, 3.4, "batches", 8, "jackknife t"), Estimate(nan, nan, nan), "detail")
+    text = row.lines()["pattern_text"]
+    assert text.endswith("against CNN median ratio, which could not be measured (see the evidence)"), text
+    assert "nan" not in text

@@ -122,7 +122,9 @@ class Check:
             learned = self.learned_label.removeprefix("n.a.: ")
         else:
             stat = say(self.statistic, self.lo, self.hi, rng)
-            if self.control == 0 or not (self.control_lo == self.control_lo and self.control_lo < self.control_hi):
+            if self.control != self.control:  # e.g. a CNN whose branches are all zero (untrained): no ratio at all
+                pattern = f"{stat} against {self.control_label}, which could not be measured (see the evidence)"
+            elif self.control == 0 or not (self.control_lo == self.control_lo and self.control_lo < self.control_hi):
                 pattern = f"{stat} against {fixed_reference(self.control_label, self.control)}"
             else:
                 pattern = f"{stat} against {self.control_label}, {say(self.control, self.control_lo, self.control_hi, rng)}"
