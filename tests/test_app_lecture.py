@@ -283,3 +283,26 @@ def test_a_signed_place_is_still_checked_against_the_path():
             lecture.read_place(lecture.place_query(bad, steps, key, secret), steps, key, secret)
     with pytest.raises(lecture.PlaceRefused, match="not written by this server"):
         lecture.read_place(lecture.place_query(ok, steps, key, secret), steps, key, b"t" * 32)
+
+
+# ------------------------------------------------------------------ a class on one server
+
+
+def test_a_click_collects_no_garbage_over_the_whole_heap_a_computation_does(prepared, monkeypatch):
+    """Streamlit's full collection after every run (~0.22 s of CPU with torch in the heap: nine tenths of a click,
+    bench/class_bench.py) is off; the app collects the whole heap only after a run that did work."""
+    import lab
+    from streamlit import config
+
+    at = open_page(monkeypatch)
+    assert config.get_option("runner.postScriptGC") is False
+    full = []
+    monkeypatch.setattr(lab.runs.gc, "collect", lambda generation=2: full.append(generation) or 0)
+    at.radio(key="lecture.choice.cka").set_value(lecture.QUESTIONS["cka"].options[0]).run()
+    at.button(key="lecture.reveal").click().run()
+    at.button(key="lecture.next").click().run()
+    assert not at.exception and full == []
+    lab.runs.begin_run()  # a run that computed: its garbage (activations, per-batch statistics) is collected
+    assert not lab.runs.end_run() and full == []
+    assert lab.compute(("gc test",), lambda run: 1, "A test", persist=False) == 1
+    assert lab.runs.end_run() and full == [2]
