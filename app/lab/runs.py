@@ -338,12 +338,21 @@ def _disk_key(key: tuple) -> str:
     return saved.result_key(saved.plain(key), models, saved.files_key(key))
 
 
-def _note(result: Any, origin: str) -> None:
-    """Remember where a result came from and when the page had it, for :func:`run_caption`."""
+def _carried(result: Any) -> Any:
+    """The object :func:`run_caption` is given for ``result``: its ``RunInfo`` (``result.info``, or the RunInfo of a
+    tuple such as Many models' ``(result, run.info)``), else the result itself (e.g. one model's attention distances)."""
     info = getattr(result, "info", None)
-    if info is not None:
+    if info is None and isinstance(result, tuple):
+        info = next((x for x in result if isinstance(x, vitlab.RunInfo)), None)
+    return result if info is None else info
+
+
+def _note(result: Any, origin: str, ran: Any = None) -> None:
+    """Remember where a result came from, when the page had it and, when it ran now, what the run did (``ran``: the
+    run's RunInfo), for :func:`run_caption`."""
+    if result is not None:
         run = _run_state()
-        run["origins"][id(info)] = (origin, time.perf_counter() - run["t0"])
+        run["origins"][id(_carried(result))] = (origin, time.perf_counter() - run["t0"], ran)
 
 
 def _remember(memo: dict, key: tuple, result: Any) -> None:
@@ -399,8 +408,9 @@ def compute(key: tuple, fn: Callable[[vitlab.Run], Any], label: str, persist: bo
         bar.progress(min(1.0, done / total) if total else 0.0, text=f"{label}: {text}")
 
     _run_state()["worked"] = True  # end_run collects the garbage of the steps, stopped or not
+    engine_run = vitlab.Run(store=store(), progress=progress, should_stop=stop_requested())
     try:
-        result = fn(vitlab.Run(store=store(), progress=progress, should_stop=stop_requested()))
+        result = fn(engine_run)
     except vitlab.Run.Stopped:
         # emptying the box is a call into Streamlit: there it acts on the request that stopped the run (a rerun
         # or a stop), and this script run ends; in the rare case that it does not, the page gets no result
@@ -410,7 +420,7 @@ def compute(key: tuple, fn: Callable[[vitlab.Run], Any], label: str, persist: bo
         box.empty()
         hostmem.release()
     _remember(memo, key, result)
-    _note(result, "recomputed" if disk is not None and disk[1] else "computed")
+    _note(result, "recomputed" if disk is not None and disk[1] else "computed", engine_run.info)
     if disk is not None and result is not None:
         try:
             saved.save(store(), disk[0], result)

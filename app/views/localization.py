@@ -103,6 +103,7 @@ with lead:
         claim.lead(rows.get(key), figure)
 
 if report is not None:
+    st.caption(lab.run_caption(report.info, data_images))
     summary = report.summary()
     rates = report.rates()  # per layer: rate, its 95 % interval, chance level, chance-corrected rate
     rate = charts.localization_rate_chart(rates, bars=report.interval_caption(s.batch_size))
