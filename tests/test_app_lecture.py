@@ -113,6 +113,14 @@ def student_words(node) -> list[str]:
     return [value] if value else []
 
 
+def blocks(node, kind: str | None = "flex_container"):
+    """Every node under ``node`` (of ``kind``; None: every kind), depth first."""
+    for child in getattr(node, "children", {}).values():
+        if kind is None or getattr(child, "type", None) == kind:
+            yield child
+        yield from blocks(child, kind)
+
+
 def test_the_path_asks_before_it_tells_and_ends_with_the_summary(prepared, monkeypatch):
     at = open_page(monkeypatch)
     steps = ["cka", "skips", "gap"]
@@ -143,6 +151,13 @@ def test_the_path_asks_before_it_tells_and_ends_with_the_summary(prepared, monke
         at.button(key="lecture.next").click().run()
     assert "1 of 3" in at.markdown[0].value  # predictions that took the paper's answer: the first only
     assert [r for r in at.table[0].value["as the paper"]] == ["✓", "✗", "✗"]
+    # the step column stays on one line ("Figs 1-2", not "Figs 1-" / "2"): the table sits in the container the
+    # page's style keeps from wrapping
+    [holder] = [b for b in blocks(at.main, None) if getattr(b, "proto", None) is not None
+                and getattr(b.proto, "id", "").endswith("-lecture-summary")]
+    assert [t for t in blocks(holder, None) if t.type == "table"]
+    assert ".st-key-lecture-summary td:first-child, .st-key-lecture-summary th:first-child {white-space: nowrap}" \
+        in " ".join(h.proto.body for h in at.get("html"))
     assert [d.label for d in at.get("download_button")] == ["Download your summary (HTML)"]
     at.button(key="lecture.back").click().run()
     assert at.subheader[0].value == lecture.QUESTIONS["gap"].topic and not at.radio

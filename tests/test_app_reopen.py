@@ -66,6 +66,11 @@ def test_a_reopened_page_says_it_computed_nothing(page):
     if page != "attention":  # a result that keeps its RunInfo says what the first run did, not as if now
         assert f"(first computed with {ran[1]} batches computed, {ran[2]} from the cache" in said
     assert said.count("batches computed") == (1 if page == "attention" else 2), said
+    if page == "localization":  # the layer's help counts blocks as its picker shows them: from 0
+        picker = again.selectbox(key="loc.layer")
+        first_tap = picker.options[0]
+        assert first_tap.startswith("block 0"), picker.options
+        assert "Blocks counted from 0" in picker.help and "(block 0 is 'blocks.0.resid_post' of a ViT)" in picker.help
 
 
 def test_a_skips_link_logs_no_warning_with_a_stack_trace(monkeypatch, caplog):

@@ -121,8 +121,8 @@ if report is not None:
     m = a if slot == "A" else b
     results = [r for r in report.results if r.model == m.label]
     layer = c2.selectbox("Layer", [r.layer for r in results], key="loc.layer", format_func=layer_in_words,
-                         help="Blocks counted from 1; the CSV names each layer as vitlab's taps do "
-                              "(block 1 is 'blocks.0.resid_post' of a ViT)")
+                         help="Blocks counted from 0, as the model's own layer names and the CSV's taps count "
+                              "them (block 0 is 'blocks.0.resid_post' of a ViT)")
     result = next(r for r in results if r.layer == layer)
     gh, gw = result.grid
     part = summary[(summary["model"] == m.label) & (summary["layer"] == layer)]
