@@ -18,6 +18,7 @@ for p in (str(APP.parent), str(APP)) if (APP.parent / "vitlab").is_dir() else (s
 
 import lab
 
+lab.runs.own_collection()  # no full collection of the heap after every run, only after one that did work
 lab.runs.wait_for_warm_imports()  # a server's first seconds: its warm-up imports, never two threads importing at once
 lab.begin_run()  # the clock of the status caption's page time starts with the script run
 
@@ -37,9 +38,12 @@ NAV["Presentation"].append(page("lecture", "Lecture", ":material/school:"))  # g
 
 nav = st.navigation(NAV, expanded=True)  # every page listed: collapsed, the sidebar hides all past the tenth
 st.session_state["lab.page"] = nav.url_path  # the generic analysis page draws the row of this url
-lab.sidebar()
-nav.run()
-lab.links.finish()  # the view's state into the URL, after every widget of the page is drawn (app/lab/links.py)
+try:
+    lab.sidebar()
+    nav.run()
+    lab.links.finish()  # the view's state into the URL, after every widget of the page is drawn (app/lab/links.py)
+finally:  # a rerun or a stop ends the script here too
+    lab.runs.end_run()
 # once per process, after the first page is drawn (not competing with it for 2 cores): heavy imports and the default
 # models for the pages to come (issue 34); `streamlit run app/serve.py` starts it with the server instead
 lab.warm_up()

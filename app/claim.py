@@ -58,8 +58,9 @@ def words(row: tour.Check) -> dict[str, str]:
 
 def lead(row: tour.Check | None, figure: str = "", missing: str = "the check did not run (see below).") -> None:
     """Draw a check as a page's lead; ``missing`` in its place when no check was computed."""
-    if row is None:
-        st.markdown(f"**{PAPER_LEAD}** ({figure})")
+    if row is None:  # the paper's words still lead (its claim for this figure), only the answer here is missing
+        paper = next((c.claim for c in tour.CLAIMS.values() if c.figure == figure), "")
+        st.markdown(f"**{PAPER_LEAD}** ({figure}) {paper}".rstrip())
         st.info(f"**{OURS_LEAD}** {missing}")
         return
     w = words(row)

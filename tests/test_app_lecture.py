@@ -113,6 +113,14 @@ def student_words(node) -> list[str]:
     return [value] if value else []
 
 
+def blocks(node, kind: str | None = "flex_container"):
+    """Every node under ``node`` (of ``kind``; None: every kind), depth first."""
+    for child in getattr(node, "children", {}).values():
+        if kind is None or getattr(child, "type", None) == kind:
+            yield child
+        yield from blocks(child, kind)
+
+
 def test_the_path_asks_before_it_tells_and_ends_with_the_summary(prepared, monkeypatch):
     at = open_page(monkeypatch)
     steps = ["cka", "skips", "gap"]
@@ -143,6 +151,13 @@ def test_the_path_asks_before_it_tells_and_ends_with_the_summary(prepared, monke
         at.button(key="lecture.next").click().run()
     assert "1 of 3" in at.markdown[0].value  # predictions that took the paper's answer: the first only
     assert [r for r in at.table[0].value["as the paper"]] == ["✓", "✗", "✗"]
+    # the step column stays on one line ("Figs 1-2", not "Figs 1-" / "2"): the table sits in the container the
+    # page's style keeps from wrapping
+    [holder] = [b for b in blocks(at.main, None) if getattr(b, "proto", None) is not None
+                and getattr(b.proto, "id", "").endswith("-lecture-summary")]
+    assert [t for t in blocks(holder, None) if t.type == "table"]
+    assert ".st-key-lecture-summary td:first-child, .st-key-lecture-summary th:first-child {white-space: nowrap}" \
+        in " ".join(h.proto.body for h in at.get("html"))
     assert [d.label for d in at.get("download_button")] == ["Download your summary (HTML)"]
     at.button(key="lecture.back").click().run()
     assert at.subheader[0].value == lecture.QUESTIONS["gap"].topic and not at.radio
@@ -283,3 +298,26 @@ def test_a_signed_place_is_still_checked_against_the_path():
             lecture.read_place(lecture.place_query(bad, steps, key, secret), steps, key, secret)
     with pytest.raises(lecture.PlaceRefused, match="not written by this server"):
         lecture.read_place(lecture.place_query(ok, steps, key, secret), steps, key, b"t" * 32)
+
+
+# ------------------------------------------------------------------ a class on one server
+
+
+def test_a_click_collects_no_garbage_over_the_whole_heap_a_computation_does(prepared, monkeypatch):
+    """Streamlit's full collection after every run (~0.22 s of CPU with torch in the heap: nine tenths of a click,
+    bench/class_bench.py) is off; the app collects the whole heap only after a run that did work."""
+    import lab
+    from streamlit import config
+
+    at = open_page(monkeypatch)
+    assert config.get_option("runner.postScriptGC") is False
+    full = []
+    monkeypatch.setattr(lab.runs.gc, "collect", lambda generation=2: full.append(generation) or 0)
+    at.radio(key="lecture.choice.cka").set_value(lecture.QUESTIONS["cka"].options[0]).run()
+    at.button(key="lecture.reveal").click().run()
+    at.button(key="lecture.next").click().run()
+    assert not at.exception and full == []
+    lab.runs.begin_run()  # a run that computed: its garbage (activations, per-batch statistics) is collected
+    assert not lab.runs.end_run() and full == []
+    assert lab.compute(("gc test",), lambda run: 1, "A test", persist=False) == 1
+    assert lab.runs.end_run() and full == [2]

@@ -156,11 +156,27 @@ def test_accuracy_agreement_and_intervals_against_a_direct_count(zoo_models, fmn
             assert row["accuracy"] == pytest.approx(correct[:, i].sum() / 40, abs=1e-12)
             assert row["agreement"] == pytest.approx(agree[:, i].sum() / 40, abs=1e-12)
             loo = (correct[:, i].sum() - correct[:, i]) / 32
-            if np.all((loo > 0) & (loo < 1)):  # inside (0, 1): the logit scale (on a bound it is clipped instead)
+            if np.all((loo > 0) & (loo < 1)) and 0 < row["accuracy"] < 1:  # the logit scale
                 lo, hi = _jackknife_logit(correct[:, i], n)
                 assert (row["accuracy_lo"], row["accuracy_hi"]) == pytest.approx((lo, hi), abs=1e-12)
+                assert row["accuracy_scale"] == "logit"
                 checked += 1
-        assert part["interval_units"].eq(5).all() and part["interval_method"].eq("jackknife t").all()
+            else:  # on a bound the logit is infinite: the rate's own t interval, clipped to [0, 1]
+                from scipy.stats import t
+
+                half = t.ppf(0.975, 4) * np.sqrt(4 / 5 * ((loo - loo.mean()) ** 2).sum())
+                raw = row["accuracy"] - half, row["accuracy"] + half
+                assert row["accuracy_scale"] == "rate"
+                assert (row["accuracy_lo"], row["accuracy_hi"]) == pytest.approx(tuple(np.clip(raw, 0, 1)), abs=1e-12)
+        # the last block's readout is the model's own prediction: agreement 1 in every batch, no logit, the rate's
+        # own interval [1, 1], said as such
+        last = part.iloc[-1]
+        assert (last["agreement"], last["agreement_lo"], last["agreement_hi"], last["agreement_scale"]) == \
+            (1.0, 1.0, 1.0, "rate")
+        assert part["interval_units"].eq(5).all()
+        assert part["interval_method"].eq("jackknife t on the logit scale of [0, 1]; where the rate or a "
+                                          "leave-one-batch-out rate is 0 or 1, the t interval of the rate itself, "
+                                          "clipped to [0, 1]").all()
     assert checked >= 6  # the interval was checked by hand on most blocks
     assert rep.results[0].reasons() == [""] * 6
     assert [bool(w) for w in rep.results[1].reasons()] == [True] * 6 + [False] * 2

@@ -477,18 +477,18 @@ def finish() -> None:
 
 
 def box(analysis: str, models: list, opts, table: str, s: Settings | None = None, data: str | None = None,
-        **changes) -> None:
+        rows: dict[str, Any] | None = None, **changes) -> None:
     """The page's link, and the ``vitlab`` command and Python call that recompute its CSV ``table`` (a key of
     the row's tables) from ``analysis`` (a row name) on ``models`` (specs; (A, B) pairs for a 'pairs' row) and
     ``data`` (default: the sidebar's images; '' when the page's images have no name a command takes), with
-    ``opts`` changed by ``changes`` (what the page holds beside its options, e.g. the image it shows)."""
+    ``opts`` changed by ``changes`` (what the page holds beside its options, e.g. the image it shows). ``rows``
+    (column -> value): the page shows only the CSV's rows with these values (one heatmap of several), said in words."""
     s = s or settings()
     data = s.source if data is None else data
     opts = dataclasses.replace(opts, **changes) if changes else opts
     row = vitlab.ANALYSES[analysis]
     with st.expander("Link and code: reopen or recompute this view", icon=":material/link:"):
-        st.caption("Link to this view (models, images and the page's choices; opened elsewhere, it reads the same "
-                   "results from this server's cache). Copy it with the icon at its right.")
+        st.caption(link_words(s))
         st.session_state.setdefault("share.run", {})["link"] = st.empty()  # filled by finish(): every widget drawn
         try:
             command = recipe.command_line(row, models, data, opts, s.device)
@@ -496,8 +496,26 @@ def box(analysis: str, models: list, opts, table: str, s: Settings | None = None
         except vitlab.VitlabError as e:
             st.info(str(e))
             return
-        st.caption(f"The command that writes this page's table as `{recipe.table_file(row, table)}` (and its "
-                   f"charts, run.json):")
+        st.caption(table_words(recipe.table_file(row, table), rows))
         st.code(command, language="bash", wrap_lines=True)
         st.caption(f"The same on vitlab's Python API, writing `{table}.csv`:")
         st.code(python, language="python")
+
+
+def link_words(s: Settings) -> str:
+    """What the link carries, and what it reads when opened elsewhere (uploads do not travel with it)."""
+    if s.source == UPLOADS:
+        return ("Link to this view (models and the page's choices, not your uploaded images: a link cannot carry "
+                "them, so opened elsewhere it asks for them to be uploaded again and computes on those). Copy it "
+                "with the icon at its right.")
+    return ("Link to this view (models, images and the page's choices; opened elsewhere, it reads the same results "
+            "from this server's cache). Copy it with the icon at its right.")
+
+
+def table_words(file: str, rows: dict[str, Any] | None) -> str:
+    """The caption over the command: the CSV ``file`` it writes, as this page's table or, when the page shows a part
+    of it (``rows``: column -> value), which of its rows the page shows."""
+    if not rows:
+        return f"The command that writes this page's table as `{file}` (and its charts, run.json):"
+    where = " and ".join(f"{column} = {md_plain(str(value))}" for column, value in rows.items())
+    return f"The command below writes `{file}` (and its charts, run.json); this view shows its rows with {where}:"

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import gc
 import os
 import sys
 import threading
@@ -288,7 +289,40 @@ def persisting() -> bool:
 def begin_run() -> None:
     """Start of a script run (the entrypoint calls it first): the clock of the caption's page time, and the models
     this run loads (their fingerprints go into the keys of saved results)."""
-    st.session_state["lab.run"] = {"t0": time.perf_counter(), "models": {}, "origins": {}}
+    st.session_state["lab.run"] = {"t0": time.perf_counter(), "models": {}, "origins": {}, "worked": False,
+                                  "cpu0": time.thread_time()}
+
+
+# Streamlit collects garbage over the whole heap after every script run (runner.postScriptGC). With torch, timm and
+# the models in the heap that is ~0.22 s of CPU a run on this 2-core machine: nine tenths of a Lecture-page click
+# (bench/class_bench.py, issue 47), paid by every student's every click. The app turns it off (where no config file,
+# flag or variable chose it) and collects the whole heap itself after a run that did work: a computation, or a run
+# that took more than GC_AFTER_S of its thread's CPU (an upload decoded, a model loaded; CPU, not wall time, so that a
+# busy server's slow runs do not each add a collection). A run that only reads and draws leaves its little garbage to
+# Python's own young-generation collections.
+GC_AFTER_S = 1.0
+
+
+def own_collection() -> None:
+    """Take over Streamlit's collection after each run (:func:`end_run` does it where a run did work)."""
+    from streamlit import config
+
+    if not config.is_manually_set("runner.postScriptGC"):
+        config.set_option("runner.postScriptGC", False, "vitlab: a full collection only after a run that did work")
+
+
+def end_run() -> bool:
+    """End of a script run (the entrypoint's ``finally``): the full collection Streamlit would have made, where this
+    run did work (:data:`GC_AFTER_S`) and Streamlit does not make it itself. True when it collected."""
+    from streamlit import config
+
+    run = _run_state()
+    if config.get_option("runner.postScriptGC"):
+        return False
+    if run["worked"] or time.thread_time() - run.get("cpu0", 0.0) > GC_AFTER_S:
+        gc.collect(2)
+        return True
+    return False
 
 
 def _run_state() -> dict:
@@ -304,12 +338,21 @@ def _disk_key(key: tuple) -> str:
     return saved.result_key(saved.plain(key), models, saved.files_key(key))
 
 
-def _note(result: Any, origin: str) -> None:
-    """Remember where a result came from and when the page had it, for :func:`run_caption`."""
+def _carried(result: Any) -> Any:
+    """The object :func:`run_caption` is given for ``result``: its ``RunInfo`` (``result.info``, or the RunInfo of a
+    tuple such as Many models' ``(result, run.info)``), else the result itself (e.g. one model's attention distances)."""
     info = getattr(result, "info", None)
-    if info is not None:
+    if info is None and isinstance(result, tuple):
+        info = next((x for x in result if isinstance(x, vitlab.RunInfo)), None)
+    return result if info is None else info
+
+
+def _note(result: Any, origin: str, ran: Any = None) -> None:
+    """Remember where a result came from, when the page had it and, when it ran now, what the run did (``ran``: the
+    run's RunInfo), for :func:`run_caption`."""
+    if result is not None:
         run = _run_state()
-        run["origins"][id(info)] = (origin, time.perf_counter() - run["t0"])
+        run["origins"][id(_carried(result))] = (origin, time.perf_counter() - run["t0"], ran)
 
 
 def _remember(memo: dict, key: tuple, result: Any) -> None:
@@ -364,8 +407,10 @@ def compute(key: tuple, fn: Callable[[vitlab.Run], Any], label: str, persist: bo
     def progress(done: int, total: int, text: str) -> None:
         bar.progress(min(1.0, done / total) if total else 0.0, text=f"{label}: {text}")
 
+    _run_state()["worked"] = True  # end_run collects the garbage of the steps, stopped or not
+    engine_run = vitlab.Run(store=store(), progress=progress, should_stop=stop_requested())
     try:
-        result = fn(vitlab.Run(store=store(), progress=progress, should_stop=stop_requested()))
+        result = fn(engine_run)
     except vitlab.Run.Stopped:
         # emptying the box is a call into Streamlit: there it acts on the request that stopped the run (a rerun
         # or a stop), and this script run ends; in the rare case that it does not, the page gets no result
@@ -375,7 +420,7 @@ def compute(key: tuple, fn: Callable[[vitlab.Run], Any], label: str, persist: bo
         box.empty()
         hostmem.release()
     _remember(memo, key, result)
-    _note(result, "recomputed" if disk is not None and disk[1] else "computed")
+    _note(result, "recomputed" if disk is not None and disk[1] else "computed", engine_run.info)
     if disk is not None and result is not None:
         try:
             saved.save(store(), disk[0], result)

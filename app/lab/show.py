@@ -77,24 +77,36 @@ def image(img, frame, stem: str, key: str, caption: str | None = None) -> None:
     export_image(img, frame, stem, key)
 
 
+def counts(info) -> str:
+    return f"{info.batches_computed} batches computed, {info.batches_from_cache} from the cache"
+
+
 ORIGINS = {"disk": "result from the disk cache", "memory": "result kept in this session"}
 
 
 def run_caption(info, images: int) -> str:
-    """One line on what a run did (computed vs cached batches, skipped images) and how long the page took: the wall
-    time from the start of this script run to the result, and where the result came from (``compute``)."""
+    """One line on how the page's result was obtained (computed now, how many batches and from the cache; or read
+    back whole: 0 batches computed) and how long the page took: the wall time from the start of this script run to
+    the result. ``info`` is the result's RunInfo or, for a result that carries none (one model's attention
+    distances), the result itself as ``compute`` returned it: the counts are then the run's own, known when it ran."""
     origin = _run_state()["origins"].get(id(info)) if "lab.run" in st.session_state else None
-    counts = f"{info.batches_computed} batches computed, {info.batches_from_cache} from the cache"
+    ran = origin[2] if origin is not None and len(origin) > 2 else None
+    carried = info if hasattr(info, "batches_computed") else None  # the counts of the run that made the result
     if origin is None:
-        text = f"{images} images; {counts}, {info.seconds:.1f} s"
+        text = f"{images} images" + (f"; {counts(carried)}, {carried.seconds:.1f} s" if carried else "")
     elif origin[0] in ("computed", "recomputed"):
-        text = f"{images} images; {counts}, {info.seconds:.1f} s in the engine; page ready in {origin[1]:.1f} s " \
-               "on the server"
+        done = ran or carried
+        text = f"{images} images; {counts(done)}, {done.seconds:.1f} s in the engine; page ready in {origin[1]:.1f} " \
+               "s on the server"
         if origin[0] == "recomputed":
             text += "; its saved result was unreadable (Status says why) and was recomputed"
     else:  # read back whole: nothing ran now
+        first = f" (first computed with {counts(carried)}, {carried.seconds:.1f} s in the engine)" if carried else ""
         text = (f"{images} images; 0 batches computed: {ORIGINS[origin[0]]}, page ready in {origin[1]:.1f} s on "
-                f"the server (first computed with {counts}, {info.seconds:.1f} s in the engine)")
+                f"the server{first}")
+    info = carried or ran
+    if info is None:
+        return text
     if info.skipped_images:
         named = "; ".join(md_plain(why) for _, why in info.skipped_images[:5])
         more = f"; and {len(info.skipped_images) - 5} more" if len(info.skipped_images) > 5 else ""

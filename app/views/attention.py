@@ -33,7 +33,7 @@ with lead:
 
 if dist is not None:
     frame = dist.to_frame()
-    st.caption(f"{dist.images} images, image side {dist.image_side_px:.0f} px; dashed: uniform attention over all "
+    st.caption(lab.run_caption(dist, dist.images) + f"; image side {dist.image_side_px:.0f} px; dashed: uniform attention over all "
                f"keys ({dist.uniform_px:.1f} px); " + findings.interval_caption("images", dist.images))
     chart = lab.clickable(charts.attention_distance_chart(frame), "head", ["layer", "head"], nearest=True)
     event = lab.chart(chart, on_select="rerun", key="att.dist")

@@ -41,6 +41,7 @@ STYLE = """<style>
 .st-key-lecture-answer blockquote {margin: 0; padding-top: 0; padding-bottom: 0}
 .st-key-lecture-answer [data-testid="stCaptionContainer"] p {font-size: 0.84rem; line-height: 1.35}
 .st-key-lecture-answer [data-testid="stExpander"] summary {padding-top: 0.3rem; padding-bottom: 0.3rem}
+.st-key-lecture-summary td:first-child, .st-key-lecture-summary th:first-child {white-space: nowrap}
 </style>"""
 
 
@@ -265,7 +266,8 @@ def summary_ui(lec: classroom.Lecture) -> None:
                       "the paper": said["paper"], "as the paper": MARK[said["matches_paper"]],
                       "pattern on these models": said["pattern"],
                       "learned": glossary.student(key, lec.row(key), lec.settings).learned})
-    st.table(table, hide_index=True)
+    with st.container(key="lecture-summary"):  # its step column on one line: "Figs 1-2", not "Figs 1-" / "2"
+        st.table(table, hide_index=True)
 
 
 def path_ui(lec: classroom.Lecture) -> None:

@@ -117,6 +117,7 @@ with lead:
         claim.lead(rows.get(key), figure)
 
 if report is not None:
+    st.caption(lab.run_caption(report.info, data_images))
     summary = report.summary()
     rates = report.rates()  # per layer: rate, its 95 % interval, chance level, chance-corrected rate
     rate = charts.localization_rate_chart(rates, bars=report.interval_caption(s.batch_size))
@@ -140,8 +141,8 @@ if report is not None:
     results = [r for r in report.results if r.model == m.label]
     layer = c2.selectbox("Layer", [r.layer for r in results], key="loc.layer", format_func=layer_in_words,
                          help="The first, middle and last block whose grid a map can hold (at most "
-                              f"{localization.MAX_POSITIONS:,} positions); the CSV names each layer as vitlab's taps "
-                              "do (block 0 is 'blocks.0.resid_post' of a ViT)")
+                              f"{localization.MAX_POSITIONS:,} positions), counted from 0 as the model's own layer "
+                              "names and the CSV's taps count them (block 0 is 'blocks.0.resid_post' of a ViT)")
     result = next(r for r in results if r.layer == layer)
     gh, gw = result.grid
     part = summary[(summary["model"] == m.label) & (summary["layer"] == layer)]

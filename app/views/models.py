@@ -65,4 +65,4 @@ if result is not None:
         scatter = sim_charts.mds_scatter(xy, size=280)
         lab.chart(scatter, key="mm.mds")
         lab.export(scatter, xy, f"mds_{measure}_depth{depth:g}", "mm.mds")
-    lab.links.box("compare-models", specs, opts, "compare_models", s)
+    lab.links.box("compare-models", specs, opts, "compare_models", s, rows={"depth": f"{depth:g}"})

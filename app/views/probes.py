@@ -48,6 +48,7 @@ with lead:
     claim.lead(row, "Fig 11")
 
 if report is not None:
+    st.caption(lab.run_caption(report.info, len(report.split.train) + len(report.split.val) + len(report.split.test)))
     for r in report.results:
         for w in r.warnings:
             st.warning(lab.md_plain(w, lines=True))

@@ -219,7 +219,8 @@ if report is not None:
         with lab.guard():
             la, lb = pair_ui(frame, vid, clicked_cell(event), families)
             detail(result, frame, la, lb, s.batch_size, families)
-    lab.links.box("cka", [s.model_a, s.model_b], opts, "cka", s)
+    lab.links.box("cka", [s.model_a, s.model_b], opts, "cka", s,
+                  rows={"model_a": frame["model_a"].iloc[0], "model_b": frame["model_b"].iloc[0]})
     if kernel == "linear":
         pa, pb = {"ab": (a, b), "aa": (a, a), "bb": (b, b)}[vid]
         with lab.guard():

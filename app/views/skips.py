@@ -35,6 +35,7 @@ with lead, lab.guard():
 with lead:
     claim.lead(row, "Fig 7")
 if report is not None:
+    st.caption(lab.run_caption(report.info, report.results[0].images))
     # one line per model and kind of warning: one a ResNet-50 block pushed the charts screens down (issue 51)
     for w in group_warnings(report.warnings, {r.model: r.layers for r in report.results}):
         st.warning(lab.md_plain(w, lines=True))
@@ -60,7 +61,9 @@ st.subheader("Remove a skip connection")
 c1, c2, c3, c4 = st.columns([2, 1, 1.8, 1])  # the sublayer's words whole at 1280 px (issue 38)
 slot = c1.radio("Model", ["A", "B"], horizontal=True, key="skips.slot",
                 format_func=lambda k: f"{k}: {lab.md_plain(s.model_a if k == 'A' else s.model_b)}")
-block = c2.number_input("Block", 0, 200, 1, key="skips.block", help="counted from 0, as the model's own layer names, "
+# its default as session state, not as the widget's value: a link's block is session state too, and a widget given
+# both logs a warning with a stack trace on the server (issue 47)
+block = c2.number_input("Block", 0, 200, key=lab._seed("skips.block", 1), help="counted from 0, as the model's own layer names, "
                         "the charts and the CLI's --block count them")
 which = c3.selectbox("Sublayer", interventions.WHICH, key="skips.which",
                      format_func={"attn": "attention (token mixing)", "mlp": "MLP (channel mixing)",

@@ -193,6 +193,20 @@ def rate(counts: np.ndarray, n: np.ndarray):
     return ev.Estimate.jackknife(value, loo, "batches", bounds=(0.0, 1.0))
 
 
+# what the CSV's interval_method says (issue 47): the scale of the interval and the fallback where a rate, or a rate
+# with one batch left out, is 0 or 1 (its logit infinite: a block right on every image of every batch reads [1, 1])
+LENS_INTERVAL = ("jackknife t on the logit scale of [0, 1]; where the rate or a leave-one-batch-out rate is 0 or 1, "
+                 "the t interval of the rate itself, clipped to [0, 1]")
+
+
+def interval_scale(e) -> str:
+    """Which of :data:`LENS_INTERVAL`'s two intervals a rate's ``Estimate`` has: 'logit', 'rate' (0 or 1 in it or
+    a leave-one-batch-out rate: the rate's own t interval, clipped to [0, 1]), or '' (no interval)."""
+    if not (np.isfinite(e.lo) and np.isfinite(e.hi)):
+        return ""
+    return "logit" if e.note.startswith("on the logit scale") else "rate"
+
+
 @dataclass
 class LensResult:
     """One model's logit lens: per block (L) and batch (T) the counts behind accuracy and agreement."""
@@ -243,10 +257,11 @@ class LensResult:
 
     def to_frame(self):
         """One row per block: model, layer, block_index, depth in (0, 1], width, readout (bool), accuracy and
-        agreement with ``_lo``/``_hi`` (95 % intervals), chance, the interval's basis, and ``reason``/``note``."""
+        agreement with ``_lo``/``_hi`` (95 % intervals) and ``_scale`` (which interval: :func:`interval_scale`),
+        chance, the interval's basis (:data:`LENS_INTERVAL`), and ``reason``/``note``."""
         import pandas as pd
 
-        from ..stats.evidence import JACKKNIFE, interval_columns
+        from ..stats.evidence import interval_columns
 
         rows, reasons = [], self.reasons()
         for i, layer in enumerate(self.layers):
@@ -254,9 +269,11 @@ class LensResult:
             rows.append({"model": self.model, "layer": layer, "block_index": i, "depth": (i + 1) / len(self.layers),
                          "width": self.widths[i], "readout": not reasons[i],
                          "accuracy": acc.value, "accuracy_lo": acc.lo, "accuracy_hi": acc.hi,
+                         "accuracy_scale": interval_scale(acc),
                          "agreement": agr.value, "agreement_lo": agr.lo, "agreement_hi": agr.hi,
+                         "agreement_scale": interval_scale(agr),
                          "chance": self.chance(), "images": self.images,
-                         **interval_columns("batches", self.batches, JACKKNIFE),
+                         **interval_columns("batches", self.batches, LENS_INTERVAL),
                          "reason": reasons[i] or (self.accuracy_note and f"no accuracy: {self.accuracy_note}")})
         return pd.DataFrame(rows)
 

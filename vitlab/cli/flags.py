@@ -41,7 +41,9 @@ def add_option(p: argparse.ArgumentParser, f: dataclasses.Field) -> None:
     help_ = meta.get("help", "").replace("%", "%%")  # argparse formats help strings with %
     if f.default not in (None, False) and "default" not in help_:
         shown = ",".join(map(str, f.default)) if isinstance(f.default, tuple) else f.default
-        help_ += f" (default: {shown})"
+        # after a list of choices ("random: ...; none") a parenthesis would read as the last choice's: "none
+        # (default: random)" (issue 47); a sentence of its own reads right
+        help_ += f". Default: {shown}." if meta.get("choices") else f" (default: {shown})"
     kw: dict = {"dest": f.name, "help": help_, "default": None}
     base = str(f.type).split("|")[0].strip()
     if base == "bool":
@@ -78,8 +80,8 @@ def add_evidence_options(p: argparse.ArgumentParser, options: type) -> None:
     """``--bootstrap B`` and ``--seed S``: the resampling behind every 95 % interval (docs/evidence.md). An
     analysis whose options already have a ``seed`` (probe: its split) shares that flag."""
     p.add_argument("--bootstrap", type=int, default=200, metavar="B",
-                   help="bootstrap resamples for each 95 %% interval (over batches, images or few-shot draws); 0: "
-                        "none (default: 200)")
+                   help="bootstrap resamples for each 95 %% interval (over batches, images or few-shot draws; "
+                        "default: 200; 0: no intervals)")
     if "seed" not in {f.name for f in dataclasses.fields(options)}:
         p.add_argument("--seed", type=int, default=0, help="seed of the bootstrap and of the permutation nulls")
 

@@ -81,9 +81,10 @@ def command_line(row: Analysis, models, data: str, opts, device: str = DEFAULT_D
     with ``opts``; every word quoted for a POSIX shell. Raises VitlabError for what a command cannot take
     (uploaded images)."""
     _check(row, models, data)
-    words = ["vitlab", row.name, *_model_args(row, models), "--data", data]
-    if device != DEFAULT_DEVICE:
+    words = ["vitlab", row.name, *_model_args(row, models)]
+    if device != DEFAULT_DEVICE:  # in the order `--help` lists them: --device before --data
         words += ["--device", device]
+    words += ["--data", data]
     given = option_values(opts)
     for f in dataclasses.fields(opts):  # a flag the CLI requires is said even at its dataclass default
         if f.name in given or f.metadata.get("required"):
