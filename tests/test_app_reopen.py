@@ -70,7 +70,7 @@ def test_a_reopened_page_says_it_computed_nothing(page):
         picker = again.selectbox(key="loc.layer")
         first_tap = picker.options[0]
         assert first_tap.startswith("block 0"), picker.options
-        assert "Blocks counted from 0" in picker.help and "(block 0 is 'blocks.0.resid_post' of a ViT)" in picker.help
+        assert "counted from 0" in picker.help and "(block 0 is 'blocks.0.resid_post' of a ViT)" in picker.help
 
 
 def test_a_skips_link_logs_no_warning_with_a_stack_trace(monkeypatch, caplog):
