@@ -81,7 +81,7 @@ if report is not None:
                                          what="bands")
                + "; dashed: chance, the most common class's share of these images; the last block's readout against "
                "the model's logits, max |difference|: "
-               + ", ".join(f"{m} {d:.1e}" for m, d in report.exactness().items()) + "; "
+               + ", ".join(f"{lab.md_plain(m)} {d:.1e}" for m, d in report.exactness().items()) + "; "
                + lab.run_caption(report.info, report.images))
 st.caption("What the model applies after its last block (final norm, its own pooling: the CLS token, or the mean of "
            "the tokens for a GAP ViT or a Mixer, a ResNet's pooled map; then fc_norm and head) read out at every "

@@ -96,12 +96,12 @@ with lead:
 if result is not None:
     frame = result.to_frame()
     empty = charts.no_flags_words(frame)
-    if empty is not None:  # said, not drawn: an empty chart showed one tick, "0.000000" (issue 51)
-        st.info(lab.md_plain(empty[0].upper() + empty[1:] + "."))
+    chart = charts.flag_summary_chart(frame)
+    if empty is not None:  # said, not drawn: an empty chart showed one tick, "0.000000" (issue 51); the CSV of its
+        st.info(lab.md_plain(empty[0].upper() + empty[1:] + "."))  # zeros and the words' PNG/SVG still export
     else:
-        chart = charts.flag_summary_chart(frame)
         lab.chart(chart, key="tn.flags")
-        lab.export(chart, frame, f"token_flags_{result.model}", "tn.flags")
+    lab.export(chart, frame, f"token_flags_{result.model}", "tn.flags")
     lab.links.box("token-norms", [spec], opts, "token_norms", s)
     c1, c2 = st.columns(2)
     tap = c1.selectbox("Layer", result.layers, index=len(result.layers) - 1, key="tn.tap", format_func=layer_in_words,
