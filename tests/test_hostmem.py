@@ -36,7 +36,7 @@ torch.set_num_threads(1)
 out = {{"plain": [touch() for _ in range(4)]}}
 with hostmem.keep_freed() as acting:
     out["acting"] = acting
-    out["kept"] = [touch() for _ in range(6)]
+    out["kept"] = [touch() for _ in range(16)]
     out["rss_in"] = rss()
 out["rss_after"] = rss()
 print(json.dumps(out))
@@ -57,8 +57,11 @@ def test_a_large_buffer_allocated_again_reuses_its_pages_and_the_memory_goes_bac
     assert r["acting"]
     # glibc maps such a buffer per use: every page is faulted in and zeroed, every time
     assert min(r["plain"]) > 0.9 * PAGES, r["plain"]
-    # kept: once the heap has grown (the first touches; an aligned block can leave a hole) a touch costs none
-    assert min(r["kept"]) < 0.05 * PAGES, r["kept"]
+    # kept: most touches cost none. Not all: torch asks for 64-byte aligned blocks, and glibc before 2.38 does not
+    # look for an aligned free block before growing the heap, so a freed block that lies misaligned is skipped; over
+    # 40 fresh processes (address layout random) 9 to 15 of 16 touches were free, and the heap grew by 1 to 7 copies
+    free = sum(k < 0.05 * PAGES for k in r["kept"])
+    assert free >= 6, r["kept"]
     assert r["rss_in"] - r["rss_after"] > 0.8 * SIZE / MIB, (r["rss_in"], r["rss_after"])
 
 

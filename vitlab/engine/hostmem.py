@@ -9,7 +9,10 @@ first batch, and a plain forward took 0.86x the time (ViT-B/16, batch 32, median
 
 The price is memory: glibc's heap is one region, and the activations' pattern of sizes leaves holes in it, so the
 heap grows to about twice the forward's live peak (ViT-B/16 at batch 64: +400 MiB over the plain forward's peak;
-at batch 16 almost nothing). That breaks vitlab's promise that a run's memory stays that of a plain forward, so
+at batch 16 almost nothing). One buffer of one size allocated again and again can cost more: torch asks for
+64-byte aligned blocks, and glibc before 2.38 does not look for an aligned free block before growing the heap, so a
+freed block that lies misaligned is passed over; a 96 MiB buffer grew the heap by 1 to 7 copies before one was
+reused (40 fresh processes, tests/test_hostmem.py). That breaks vitlab's promise that a run's memory stays that of a plain forward, so
 it is **off by default**: ``VITLAB_KEEP_FREED=1`` turns it on (bench/README.md, "Throughput", has both).
 
 When the last open :func:`keep_freed` closes, the free memory goes back to the kernel (``malloc_trim``) and the
