@@ -94,7 +94,7 @@ needs_proc = pytest.mark.skipif(not Path("/proc/self/clear_refs").exists(), reas
 
 
 @needs_proc
-@pytest.mark.parametrize("what, small, large", [("receptive", 8, 32), ("probes", 40, 160)])
+@pytest.mark.parametrize("what, small, large", [("receptive", 8, 24), ("probes", 24, 112)])
 def test_peak_memory_grows_with_the_batch_not_the_images(what, small, large):
     a, b = measure(what, small), measure(what, large)
     kept = (large - small) * token_map_bytes(what)  # what O(images) storage of token maps would add
