@@ -296,7 +296,7 @@ def test_a_signed_place_is_still_checked_against_the_path():
                      (lecture.Place(0, (("cka", 3),), 0), "is not an option of step 1")]:
         with pytest.raises(lecture.PlaceRefused, match=why):
             lecture.read_place(lecture.place_query(bad, steps, key, secret), steps, key, secret)
-    with pytest.raises(lecture.PlaceRefused, match="not written by this server"):
+    with pytest.raises(lecture.PlaceRefused, match="not written by this lab"):
         lecture.read_place(lecture.place_query(ok, steps, key, secret), steps, key, b"t" * 32)
 
 
@@ -321,3 +321,26 @@ def test_a_click_collects_no_garbage_over_the_whole_heap_a_computation_does(prep
     assert not lab.runs.end_run() and full == []
     assert lab.compute(("gc test",), lambda run: 1, "A test", persist=False) == 1
     assert lab.runs.end_run() and full == [2]
+
+
+def test_a_restarted_server_on_the_same_cache_takes_the_places_it_wrote(tmp_path):
+    """The key that signs a student's place is kept in the disk cache: a restart (a new process: a new Store on the
+    same folder) still takes a place written before it; a planted key that is not 64 hex digits is replaced, and a
+    lab on another cache refuses the place."""
+    from vitlab.inputs.cache import Store, make_key
+    from vitlab.tour import classroom
+
+    steps, key = ["cka", "skips", "gap"], "k" * 40
+    place = lecture.Place(1, (("cka", 0), ("skips", 2)), 1)
+    before = classroom.place_secret(Store(tmp_path / "cache"))
+    query = lecture.place_query(place, steps, key, before)
+    after = Store(tmp_path / "cache")  # the restarted server
+    assert classroom.place_secret(after) == before and len(before) == 32
+    assert lecture.read_place(query, steps, key, classroom.place_secret(after)) == place
+    with pytest.raises(lecture.PlaceRefused, match="written by a server on another cache"):
+        lecture.read_place(query, steps, key, classroom.place_secret(Store(tmp_path / "other")))
+    for planted in ["zz" * 32, "ab" * 31, 12, ["ab" * 32]]:
+        after.put_json(make_key(*classroom._SECRET_KEY), planted)
+        fresh = classroom.place_secret(after)
+        assert fresh != before and len(fresh) == 32 and classroom.place_secret(after) == fresh
+    assert len(classroom.place_secret(None)) == 32 and classroom.place_secret(None) != classroom.place_secret(None)

@@ -15,7 +15,6 @@ and every text it carries (its data folder, model names, evidence) is shown esca
 code block."""
 
 import functools
-import secrets
 import time
 from dataclasses import replace
 
@@ -109,8 +108,9 @@ def restart() -> None:
 
 @st.cache_resource(show_spinner=False)
 def _secret() -> bytes:
-    """This server's key for the places it writes into links (a restart makes a new one: older places start again)."""
-    return secrets.token_bytes(32)
+    """This lab's key for the places it writes into links, kept in the disk cache (classroom.place_secret): a
+    server restarted on the same cache takes the places it wrote before."""
+    return classroom.place_secret(lab.store())
 
 
 def restore(raw: dict, key: str, steps: list[str]) -> None:

@@ -196,11 +196,36 @@ def cannot_prepare(store: Store) -> str | None:
 def keep(store: Store, lecture: Lecture) -> None:
     """Save ``lecture`` and list it first in the index (:func:`writable` first)."""
     writable(store)
+    place_secret(store)  # kept beside the lecture, so that a server that only reads it signs places alike
     if not saved.save(store, lecture.settings.key(), lecture):
         raise VitlabError("the lecture could not be saved as data (vitlab.tour.saved): please report this")
     entries = [e for e in prepared(store) if e.settings != lecture.settings]
     saved.save(store, _index_key(), LectureIndex([LectureEntry(lecture.settings, lecture.made)] + entries
                                                  [:INDEX_SIZE - 1]))
+
+
+_SECRET_KEY = ("lecture-place-secret", 1)
+
+
+def place_secret(store: Store | None) -> bytes:
+    """The key this lab signs a student's place in a lecture with (:func:`vitlab.tour.lecture.place_query`), kept in
+    ``store`` so that a server restarted on the same cache still takes the places it wrote before (a class whose
+    server restarts mid-lecture keeps its steps). Read as untrusted input: anything but 64 hex digits is replaced by
+    a fresh key. Where ``store`` is off, read-only without a key, or cannot write, the key is fresh for this process
+    (a restart then starts every student at step 1, as the place's refusal says)."""
+    import secrets
+
+    from ..inputs.cache import make_key
+
+    key = make_key(*_SECRET_KEY)
+    usable = store is not None and store.enabled and store.mode != "off"
+    found = store.get_json(key) if usable else None
+    if isinstance(found, str) and len(found) == 64 and all(c in "0123456789abcdef" for c in found):
+        return bytes.fromhex(found)
+    fresh = secrets.token_bytes(32)
+    if usable and store.mode == "rw":
+        store.put_json(key, fresh.hex())
+    return fresh
 
 
 def prepared(store: Store) -> list[LectureEntry]:

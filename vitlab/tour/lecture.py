@@ -212,8 +212,8 @@ def read_place(params: dict[str, str], steps: list[str], lecture_key: str, secre
     if lec != lecture_key[:12]:
         raise PlaceRefused("the link's place is in another lecture, or in this one before it was prepared again")
     if not hmac.compare_digest(sig.encode(), _signature(secret, lecture_key, step, said, shown).encode()):
-        raise PlaceRefused("the link's place was not written by this server (edited, or from before the server "
-                           "restarted)")
+        raise PlaceRefused("the link's place was not written by this lab (edited, or written by a server on another "
+                           "cache)")
     if not (step.isdigit() and shown.isdigit() and len(step) <= 3 and len(shown) <= 3 and len(said) <= len(steps)):
         raise PlaceRefused("the link's place is not a step of this lecture")
     choices = []
