@@ -5,6 +5,7 @@ the figures; the end offers the summary. No model is loaded and no check is run 
 
 from __future__ import annotations
 
+import base64
 import sys
 from pathlib import Path
 
@@ -17,7 +18,7 @@ sys.path.insert(0, str(APP))
 pytest.importorskip("streamlit")
 from streamlit.testing.v1 import AppTest
 
-from tests.test_lecture_words import faults
+from tests.test_lecture_words import faults, svg_words
 from vitlab.tour import CLAIMS, classroom, lecture
 
 pytestmark = pytest.mark.usefixtures("app_cache")  # a fresh disk cache for this module (conftest)
@@ -145,6 +146,10 @@ def test_the_path_asks_before_it_tells_and_ends_with_the_summary(prepared, monke
         assert any(b.value.startswith("**Pattern: ") for b in [*at.success, *at.warning, *at.info])
         figures = [i.proto.imgs[0].url for i in at.get("image")]  # drawn when the lecture was prepared, inline
         assert figures and all(u.startswith("data:image/svg+xml;base64,") for u in figures)
+        # what the figures draw reads as the page does: models in words (titles, panels, legends), no tap name
+        drawn = [t for u in figures for t in svg_words(base64.b64decode(u.split(",", 1)[1]).decode())]
+        assert drawn and [f for t in drawn for f in faults(t)] == [], [(t, faults(t)) for t in drawn if faults(t)]
+        assert any("trained ViT" in t for t in drawn)
         assert at.get("progress")[0].proto.text == f"{k + 1} of 3 steps revealed"
         words = " ".join(student_words(at.main))
         assert faults(words) == [] and "How we know" in [e.label for e in at.expander], faults(words)

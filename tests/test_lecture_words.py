@@ -168,3 +168,32 @@ def test_the_summary_reads_as_sentences_and_keeps_the_exact_names_for_the_lectur
     for key in CLAIMS:
         assert lecture.QUESTIONS[key].topic in reading(text)
     assert reading(text).count("CKA (centred kernel alignment) scores") == 2  # its step, and the words at the end
+
+
+def svg_words(svg: str) -> list[str]:
+    """Every text an SVG figure draws (titles, axis and legend labels, facet headers), one string per text element."""
+    svg = re.sub(r"<text[^>]*/>", "", svg)
+    found = re.findall(r"<text[^>]*>(.*?)</text>", svg, re.DOTALL)
+    return [unescape(re.sub(r"<[^>]+>", " ", t)).strip() for t in found]
+
+
+def test_a_figures_models_are_named_in_words_wherever_the_spec_says_them():
+    """Titles, facet headers, legend entries and the data values they come from are renamed alike, so a figure's
+    lookups still agree; the raw spec the check reads is caught before and gone after."""
+    spec = {"title": {"text": "zoo:vit-cls: per token"}, "facet": {"field": "panel", "sort": ["zoo:vit-gap: token 0"],
+            "header": {"labelExpr": '({"zoo:vit-cls": 1})[datum.value]'}},
+            "datasets": {"d": [{"panel": "zoo:vit-gap: token 0", "model": "zoo:vit-cls@random:0", "v": 0.5},
+                               {"panel": "zoo:vit-cls-10pct vs zoo:vit-cls", "model": "resnet50@random:0", "v": -1}]},
+            "encoding": {"x": {"title": "depth"}, "zoo:vit-cls": 1}}
+    assert any(faults(t) for t in ("zoo:vit-cls: per token", "zoo:vit-cls@random:0"))
+    said = glossary.spec_in_words(spec, ["zoo:vit-cls", "zoo:vit-cls@random:0"])
+    assert said["title"]["text"] == "trained ViT: per token"
+    assert said["facet"]["sort"] == ["ViT, average pooling: token 0"] == [said["datasets"]["d"][0]["panel"]]
+    assert said["facet"]["header"]["labelExpr"] == '({"trained ViT": 1})[datum.value]'
+    assert [r["model"] for r in said["datasets"]["d"]] == ["ViT's untrained twin", "untrained ResNet"]
+    assert said["datasets"]["d"][1]["panel"] == "ViT, 10 % of the data vs trained ViT"
+    assert said["encoding"]["zoo:vit-cls"] == 1 and said["datasets"]["d"][1]["v"] == -1  # keys and numbers kept
+    import json
+
+    del said["encoding"]["zoo:vit-cls"]
+    assert faults(json.dumps(said, ensure_ascii=False)) == []  # no spec left in any value

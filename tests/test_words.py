@@ -95,11 +95,13 @@ def test_report_interval_caption_is_the_one_convention(tiny_vit, fmnist_source, 
     assert few.interval_caption(4) == "bars: no interval: too few batches for one (2 < 4)"
 
 
-def test_logit_lens_numbers_blocks_as_the_tour_does():
-    """The logit lens said "block 1/6" for blocks.0 while the tour and the pages said "block 0" (issue 38): one
-    numbering, the model's own."""
-    from vitlab.analyses.logit_lens import _where
+def test_logit_lens_counts_blocks_as_its_depth_axis():
+    """The logit lens said "block 1/6" for blocks.0 while the tour and the pages said "block 0" (issue 38), then
+    "block 0 of 0–5" beside an axis of "normalised block depth" a student could not read (issue 47): its words count
+    the k-th of L blocks, which is exactly where the chart draws it (depth k / L), and a CNN's stage stays beside."""
+    from vitlab.analyses.logit_lens import block_words
 
-    vit = [f"blocks.{i}" for i in range(6)]
-    assert _where(vit, 0) == "block 0 of 0–5" and _where(vit, 5) == "block 5 of 0–5"
-    assert _where(["layer3.1", "layer4.0", "layer4.1"], 1) == "stage 4 block 0"
+    vit = [f"blocks.{i}.resid_post" for i in range(6)]
+    assert block_words(vit, 0) == "block 1 of 6" and block_words(vit, 5) == "block 6 of 6"
+    assert block_words(["layer3.1", "layer4.0", "layer4.1"], 1) == "block 2 of 3 (stage 4)"
+    assert block_words(["stages.0.blocks.0", "stages.1.blocks.0"], 1) == "block 2 of 2 (stage 1)"

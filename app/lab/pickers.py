@@ -189,7 +189,10 @@ CLOCK = """<script>(() => {
     captions.forEach(c => {
       const p = c.querySelector('p') || c;
       let span = p.querySelector('.vitlab-shown');
-      if (!span) { span = document.createElement('span'); span.className = 'vitlab-shown'; p.appendChild(span); }
+      if (!span) { span = document.createElement('span'); span.className = 'vitlab-shown'; }
+      // always the caption's last words: a caption redrawn with other text (another model list) keeps our span where
+      // it was, which could be inside a model's name (issue 47)
+      if (p.lastChild !== span) p.appendChild(span);
       if (span.textContent !== '; ' + clock.shown) span.textContent = '; ' + clock.shown;
     });
   }, 100);

@@ -14,9 +14,22 @@ from vitlab.charts import logit_lens as charts
 ZOO_SET = ("zoo:vit-cls", "zoo:vit-gap-14", "zoo:mixer", "zoo:resnet")  # CLS ViT, GAP ViT, Mixer, ResNet side by side
 # not a claim of the paper (the tour's Fig 11 check, on the Linear probes page, is the one voice for that): the
 # question both pages answer, and how this one does
-QUESTION = ("**Where does the class appear?** Linear probes (Fig 11) answer with a classifier trained per layer; the "
-            "logit lens trains nothing: each block is read by the model's own final norm and head. The paper's claim "
-            "on this question, with the tour's answer for these models, is on the Linear probes page.")
+QUESTION = ("**Where does the class appear?** Linear probes (Fig 11) answer it with a classifier trained for each "
+            "layer. The logit lens trains nothing. It reads each block's output through the model's own final layers, "
+            "the ones that turn the last block into the model's answer. The paper's claim on this question, with the "
+            "tour's answer for these models, is on the Linear probes page.")
+# how to read the chart (issue 47: "normalised block depth" was not explained)
+READING = ("How to read it: each line is one model. Left to right is depth in the model: block k of its L blocks sits "
+           "at k / L, so its last block is at 1, and models of different depths line up. Up is the share of images "
+           "whose readout names the right class (left) or the model's own final answer (right).")
+# what is read out, in short sentences (the model's parts in words; the CSV and the code name them exactly)
+WHAT = ("What is read out at every block is what the model applies after its last block. That is its final "
+        "normalisation, then its own pooling (the CLS token; the mean of the tokens for a GAP ViT or a Mixer; a "
+        "ResNet's pooled map), then its classifier head. So the last block's readout is the model's own output. A "
+        "ResNet's head takes only the last stage's width. Its narrower blocks have no readout, and the lens does not "
+        "invent one. Accuracy needs labelled images whose classes are the head's (the zoo on Fashion-MNIST). Beside "
+        "**Linear probes** (Fig 11), which train a classifier per layer, this gives two answers to where the class "
+        "appears.")
 
 
 def add_zoo_set() -> None:
@@ -77,19 +90,19 @@ if report is not None:
     lab.chart(chart, key="lens.chart")
     lab.export(chart, frame, "logit_lens", "lens.chart")
     lab.links.box("logit-lens", specs, opts, "logit_lens", s)
-    st.caption(findings.interval_caption("batches", report.results[0].batches, batch_size=s.batch_size,
-                                         what="bands")
-               + "; dashed: chance, the most common class's share of these images; the last block's readout against "
-               "the model's logits, max |difference|: "
-               + ", ".join(f"{lab.md_plain(m)} {d:.1e}" for m, d in report.exactness().items()) + "; "
-               + lab.run_caption(report.info, report.images))
-st.caption("What the model applies after its last block (final norm, its own pooling: the CLS token, or the mean of "
-           "the tokens for a GAP ViT or a Mixer, a ResNet's pooled map; then fc_norm and head) read out at every "
-           "block, so the last block's readout is the model's own logits. A ResNet's head takes only the last "
-           "stage's width: narrower blocks have no readout. Beside **Linear probes** (Fig 11), which train a "
-           "classifier per layer: two answers to where the class appears. Accuracy needs labelled images whose "
-           "classes are the head's (the zoo on Fashion-MNIST).")
+    st.caption(READING)
+    bands = findings.interval_caption("batches", report.results[0].batches, batch_size=s.batch_size, what="bands")
+    st.caption(f"{bands[0].upper()}{bands[1:]}. Dashed line: chance, the most common class's share of these images.")
+    st.caption("The last block's readout is the model's own output. Its largest difference from the model's logits: "
+               + ", ".join(f"{lab.md_plain(m)} {d:.1e}" for m, d in report.exactness().items()) + ".")
+    # a line of its own: the browser's clock ("shown 0.8 s after your click") ends it, never a line of model names
+    st.caption(lab.run_caption(report.info, report.images))
+st.caption(WHAT)
 st.page_link(lab.page("probes", "Linear probes", ":material/linear_scale:"),
              label="The same question by linear probes (Fig 11)", icon=":material/linear_scale:")
 if report is not None:
-    st.dataframe(report.words_frame(), hide_index=True, height=320)
+    # every column whole at 1280 px (the main column is ~818 px there: tests/test_browser_lens.py measures it)
+    widths = {"model": 115, "block": 150, "depth": 55, "accuracy [95 %]": 145, "agreement [95 %]": 145,
+              "no readout because": 200}
+    st.dataframe(report.words_frame(), hide_index=True, height=320,
+                 column_config={c: st.column_config.Column(width=w) for c, w in widths.items()})

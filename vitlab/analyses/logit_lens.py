@@ -290,18 +290,23 @@ class LensResult:
         for i in range(len(self.layers)):
             e = self.accuracy(i)
             if np.isfinite(e.lo) and e.lo > chance:
-                return i, f"first above chance ({chance:.2f}) at {_where(self.layers, i)}"
+                return i, f"first above chance ({chance:.2f}) at {block_words(self.layers, i)}"
         return None, f"no block's interval is above chance ({chance:.2f})"
 
 
-def _where(layers: list[str], i: int) -> str:
-    """Layer i in words, numbered as the model names it ("block 2 of 0–5", "stage 4 block 0"): the tour's and the
-    CLI's numbering (``words.layer_in_words``)."""
-    words = layer_in_words(layers[i])
-    if re.fullmatch(r"blocks\.\d+(\.resid_post)?", layers[i]) and all(re.fullmatch(r"blocks\.\d+(\.resid_post)?", t)
-                                                                    for t in layers):
-        return f"{words} of 0–{len(layers) - 1}"
-    return words
+def block_words(layers: list[str], i: int) -> str:
+    """Block ``i`` of a model's ``layers`` for a person, counted from 1 so that it reads as its depth (the chart's x:
+    block k of L sits at depth k / L): "block 2 of 6"; a CNN's stage beside it, "block 7 of 8 (stage 4)". The CSV
+    keeps the model's own name (``layer``) and index from 0 (``block_index``)."""
+    stage = re.match(r"stage \d+", layer_in_words(layers[i]))
+    return f"block {i + 1} of {len(layers)}" + (f" ({stage[0]})" if stage else "")
+
+
+def short_reason(family: str, width: int, head: int) -> str:
+    """:func:`no_readout_reason` in a table cell's words: "16 channels; head takes 128" ('' with a readout)."""
+    if width == head:
+        return ""
+    return f"{width} {'channels' if family in ('resnet', 'resnetv2') else 'features'}; head takes {head}"
 
 
 @dataclass
@@ -310,19 +315,23 @@ class LensReport(PerModel):
     info: RunInfo
 
     def words_frame(self):
-        """One row per model and block, in words: accuracy and agreement as "0.844 [0.668, 0.935]" (or why there is
-        none), for a page's table."""
+        """One row per model and block, in words, for a page's table: the block counted as the chart's depth
+        (:func:`block_words`) and the depth itself, accuracy and agreement as "0.844 [0.668, 0.935]" (or "—"), and
+        why there is none in a few words (:func:`short_reason`; a model's missing accuracy is said in its finding). No tap name: the CSV (:meth:`LensResult.to_frame`)
+        keeps the layers' own names and the full reasons."""
         import pandas as pd
 
         rows = []
         for r in self.results:
             reasons = r.reasons()
-            for i, layer in enumerate(r.layers):
+            for i, width in enumerate(r.widths):
                 acc = r.accuracy(i).text() if not (reasons[i] or r.accuracy_note) else "—"
                 agr = r.agreement(i).text() if not reasons[i] else "—"
-                why = reasons[i] or (f"no accuracy: {r.accuracy_note}" if r.accuracy_note else "")
-                rows.append({"model": r.model, "block": layer_in_words(layer), "layer": layer,
-                             "accuracy [95 %]": acc, "agreement [95 %]": agr, "no readout because": why})
+                # the accuracy's note is the same for every block: said once, in the finding, not in every row
+                why = short_reason(r.family, width, r.head) or ("no accuracy (said above)" if r.accuracy_note else "")
+                rows.append({"model": r.model, "block": block_words(r.layers, i),
+                             "depth": round((i + 1) / len(r.layers), 3), "accuracy [95 %]": acc,
+                             "agreement [95 %]": agr, "no readout because": why})
         return pd.DataFrame(rows)
 
     def exactness(self) -> dict[str, float]:
@@ -339,24 +348,27 @@ class LensReport(PerModel):
         return lines
 
     def finding(self, batch_size: int | None = None):
-        """Per model: readout accuracy at the first and the last block that have a readout, with 95 % intervals over
-        batches, and the first block whose interval clears chance (none stated below 4 batches)."""
+        """Per model, in short sentences: readout accuracy at the first and the last block that have a readout, with
+        95 % intervals over batches, and the first block whose interval clears chance (none stated below 4 batches);
+        blocks counted as the chart's depth (:func:`block_words`)."""
         from .findings import Finding, interval_basis, say
 
-        parts = []
+        parts = ["Top-1 accuracy when each block is read by the model's own final layers."]
         for r in self.results:
             readable = [i for i, why in enumerate(r.reasons()) if not why]
             if r.accuracy_note or not readable:
-                parts.append(f"{r.model}: no accuracy ({r.accuracy_note or 'no block has a readout'})")
+                parts.append(f"{r.model} has no accuracy ({r.accuracy_note or 'no block has a readout'}).")
                 continue
             first, last = readable[0], readable[-1]
             skipped = len(r.layers) - len(readable)
-            gap = f" (its {skipped} narrower blocks have no readout)" if skipped else ""
-            parts.append(f"{r.model}{gap} {say(r.accuracy(first))} at {_where(r.layers, first)} → "
-                         f"{say(r.accuracy(last))} at the last, {r.first_above_chance()[1]}")
+            # the model's name, then no colon: "zoo:vit-cls:" would read as a Markdown icon code on a page
+            parts.append(f"{r.model} scores {say(r.accuracy(first))} at {block_words(r.layers, first)} and "
+                         f"{say(r.accuracy(last))} at {block_words(r.layers, last)}; {r.first_above_chance()[1]}.")
+            if skipped:
+                parts.append(f"It has {skipped} blocks narrower than its head, so they have no readout.")
         units = self.results[0].batches
-        return Finding(ours="logit-lens top-1 accuracy (each block read by the model's own norm and head): "
-                            f"{'; '.join(parts)}; {interval_basis('batches', units, batch_size=batch_size)}.")
+        parts.append(f"Intervals: {interval_basis('batches', units, batch_size=batch_size)}.")
+        return Finding(ours=" ".join(parts))
 
 
 def untrained_note(loaded: LoadedModel) -> str | None:

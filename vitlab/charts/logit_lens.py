@@ -9,13 +9,22 @@ from ..errors import VitlabError
 from .common import interval_tooltips
 
 MEASURES = {"accuracy": "top-1 accuracy (labels)", "agreement": "agreement with the final prediction"}
+# the x axis in words (issue 47): block k of a model's L blocks is drawn at k / L, so models of different depths share
+# one axis; the first block sits at 1 / L, the last at 1
+DEPTH = "depth in the model: block k of L at k / L"
 
 
 def lens_long(frame: pd.DataFrame) -> pd.DataFrame:
-    """The frame with one row per model, block and measure (accuracy | agreement): value, lo, hi; blocks without a
-    readout (or without labels, for accuracy) left out."""
-    keep = ["model", "layer", "block_index", "depth", "chance", *[c for c in ("interval_method", "interval_units",
-                                                                              "interval_unit") if c in frame]]
+    """The frame with one row per model, block and measure (accuracy | agreement): value, lo, hi, and ``block`` in
+    words ("block 2 of 6", as the page's table says it); blocks without a readout (or without labels, for accuracy)
+    left out."""
+    from ..analyses.logit_lens import block_words
+
+    keep = ["model", "layer", "block", "block_index", "depth", "chance",
+            *[c for c in ("interval_method", "interval_units", "interval_unit") if c in frame]]
+    frame = frame.copy()
+    layers = {m: list(g.sort_values("block_index")["layer"]) for m, g in frame.groupby("model", sort=False)}
+    frame["block"] = [block_words(layers[m], int(i)) for m, i in zip(frame["model"], frame["block_index"])]
     parts = []
     for m in MEASURES:
         part = frame[keep].copy()
@@ -26,7 +35,7 @@ def lens_long(frame: pd.DataFrame) -> pd.DataFrame:
 
 
 def lens_lines(frame: pd.DataFrame, width: int = 285, height: int = 200):
-    """Two panels, accuracy and agreement against normalised block depth: one line per model, its 95 % interval
+    """Two panels, accuracy and agreement against depth (block k of L at k / L): one line per model, its 95 % interval
     over batches as a band (where there are 4 batches or more); a dashed rule at chance (the most common class's
     share) in the accuracy panel."""
     if frame.empty:
@@ -40,10 +49,10 @@ def lens_lines(frame: pd.DataFrame, width: int = 285, height: int = 200):
         if part.empty:
             continue
         base = alt.Chart(part).encode(
-            x=alt.X("depth:Q", title="normalised block depth", scale=alt.Scale(domain=[0, 1])),
+            x=alt.X("depth:Q", title=DEPTH, scale=alt.Scale(domain=[0, 1])),
             color=alt.Color("model:N", legend=alt.Legend(labelLimit=300, symbolType="stroke", symbolStrokeWidth=2,
                                                          symbolOpacity=1)),
-            tooltip=["model", "layer", alt.Tooltip("value:Q", format=".3f", title=m),
+            tooltip=["model", "block", alt.Tooltip("value:Q", format=".3f", title=m),
                      alt.Tooltip("lo:Q", format=".3f", title="95 % lo"),
                      alt.Tooltip("hi:Q", format=".3f", title="95 % hi"), *interval_tooltips(part)])
         y = alt.Y("value:Q", title=title, scale=alt.Scale(domain=[0, 1]))

@@ -191,7 +191,10 @@ def paper_chart(key: str, data: dict, figure: str):
 
 def _paper_chart(key: str, data: dict, title: str):
     if key in ("cka", "removal"):
-        extra = f": block {data['block']} trained without its skips in the left model" if "block" in data else ""
+        # counted as the lecture's words count it ("block 4 of 6": the 4th of 6; the CSV keeps the model's index)
+        n, b = data.get("blocks"), data.get("block")
+        extra = "" if b is None else (f": the left model trained without the skips of block {b + 1} of {n}" if n
+                                      else f": block {b} trained without its skips in the left model")
         return heatmaps(data["cka"], title + extra)
     if key == "distance":
         return head_distances(data["distance"], title)

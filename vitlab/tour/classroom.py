@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 
 from ..errors import VitlabError
 from ..inputs.cache import Store, default_dir
-from . import saved
+from . import glossary, saved
 from .checks import TOUR_BOOTSTRAP, TOUR_SEED, TourOptions, TourReport
 
 if TYPE_CHECKING:
@@ -159,8 +159,12 @@ def prepare(models: list[LoadedModel], source: ImageSource, settings: LectureSet
     t0 = time.perf_counter()
     run = replace(run, bootstrap=settings.bootstrap, seed=settings.seed)
     tour = run_tour(models, source, settings.tour, run)
-    papers = {f: chart_svg(c) for f, c in tour.paper_charts.items()}
-    intervals = {r.figure: chart_svg(tour.charts[r.figure]) for r in tour.rows if len(tour.frames.get(r.figure, ()))}
+    # a student reads the figures: every model in them named in words (the lecturer's detail keeps the specs)
+    specs = {r.figure: [*settings.models, *(m.strip() for m in r.models.split(";") if m.strip())] for r in tour.rows}
+    papers = {f: chart_svg(glossary.spec_in_words(c.to_dict(), specs.get(f, settings.models)))
+              for f, c in tour.paper_charts.items()}
+    intervals = {r.figure: chart_svg(glossary.spec_in_words(tour.charts[r.figure].to_dict(), specs[r.figure]))
+                 for r in tour.rows if len(tour.frames.get(r.figure, ()))}
     seconds = time.perf_counter() - t0
     made = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
     return Lecture(settings, tour, papers, intervals, provenance(models, source, settings.tour, seconds, run), made,

@@ -115,10 +115,8 @@ def _family(name: str) -> str:
     return "model"
 
 
-def model_words(spec: str) -> str:
-    """A model spec for a student: 'zoo:vit-cls' -> "the trained ViT", 'zoo:vit-cls@random:0' -> "the ViT's
-    untrained twin", 'zoo:vit-cls-3pct' -> "the ViT trained on 3 % of the data", 'resnet50@random:0' -> "the
-    untrained ResNet"."""
+def _described(spec: str) -> tuple[str, list[tuple[str, str]], bool, bool]:
+    """(family, [(how in a sentence, how on a figure's label)], untrained, a zoo recipe) of a model spec."""
     from ..zoo.registry import RECIPES
 
     base, _, variant = spec.strip().partition("@")
@@ -126,24 +124,46 @@ def model_words(spec: str) -> str:
     name = base.removeprefix("zoo:")
     recipe = RECIPES.get(name) if base.startswith("zoo:") else None
     if recipe is None:
-        family = _family(name.rsplit("/", 1)[-1])
-        return f"the untrained {family}" if untrained else f"the {family}"
+        return _family(name.rsplit("/", 1)[-1]), [], untrained, False
     family, kw = FAMILY.get(recipe.arch, "model"), recipe.kwargs
     grid = int(kw.get("img_size", 28)) // int(kw.get("patch_size", 7)) if recipe.arch == "vit" else 0
     if grid and grid != 4:
         family = f"{grid * grid}-patch {family}"
     how = []
     if kw.get("global_pool") == "avg":
-        how.append("with average pooling")
+        how.append(("with average pooling", "average pooling"))
     if recipe.fraction < 1:
-        how.append(f"on {recipe.fraction * 100:g} % of the data")
+        how.append((f"on {recipe.fraction * 100:g} % of the data", f"{recipe.fraction * 100:g} % of the data"))
     if recipe.seed:
-        how.append("again with another seed")
+        how.append(("again with another seed", "another seed"))
     if recipe.noskip_block is not None:
-        how.append(f"without the skips of block {recipe.noskip_block + 1} of {kw.get('depth', '?')}")
-    trained = f"the {family} trained {' and '.join(how)}" if how else f"the trained {family}"
+        where = f"block {recipe.noskip_block + 1} of {kw.get('depth', '?')}"
+        how.append((f"without the skips of {where}", f"no skips in {where}"))
+    return family, how, untrained, True
+
+
+def model_words(spec: str) -> str:
+    """A model spec for a student: 'zoo:vit-cls' -> "the trained ViT", 'zoo:vit-cls@random:0' -> "the ViT's
+    untrained twin", 'zoo:vit-cls-3pct' -> "the ViT trained on 3 % of the data", 'resnet50@random:0' -> "the
+    untrained ResNet"."""
+    family, how, untrained, zoo = _described(spec)
+    if not zoo:
+        return f"the untrained {family}" if untrained else f"the {family}"
+    trained = f"the {family} trained {' and '.join(h for h, _ in how)}" if how else f"the trained {family}"
     if untrained:
         return f"the {family}'s untrained twin" if not how else f"the untrained twin of {trained}"
+    return trained
+
+
+def label_words(spec: str) -> str:
+    """:func:`model_words` short enough for a figure's label: "trained ViT", "ViT's untrained twin", "ViT, 3 % of the
+    data", "ViT, no skips in block 4 of 6", "untrained ResNet"."""
+    family, how, untrained, zoo = _described(spec)
+    if not zoo:
+        return f"untrained {family}" if untrained else family
+    trained = f"{family}, {', '.join(h for _, h in how)}" if how else f"trained {family}"
+    if untrained:
+        return f"{family}'s untrained twin" if not how else f"untrained twin of {trained}"
     return trained
 
 
@@ -153,12 +173,25 @@ def models_words(specs: list[str] | tuple[str, ...]) -> str:
     return words[0] if len(words) == 1 else ", ".join(words[:-1]) + " and " + words[-1] if words else "no model"
 
 
-def name_models(text: str, specs: list[str] | tuple[str, ...]) -> str:
+def name_models(text: str, specs: list[str] | tuple[str, ...], words=model_words) -> str:
     """``text`` with every spec of ``specs`` in it replaced by its words (the longest first: 'zoo:vit-cls@random:0'
-    before 'zoo:vit-cls'), and any other zoo or untrained spec it names too."""
+    before 'zoo:vit-cls'), and any other zoo or untrained spec it names too; ``words``: :func:`model_words`, or
+    :func:`label_words` on a figure."""
     for spec in sorted({s.strip() for s in specs if s.strip()}, key=len, reverse=True):
-        text = re.sub(re.escape(spec) + r"(?![\w@:-])", model_words(spec), text)
-    return re.sub(r"\bzoo:[\w-]+(?:@random(?::\d+)?)?|\b[\w./-]+@random(?::\d+)?", lambda m: model_words(m[0]), text)
+        text = re.sub(re.escape(spec) + r"(?![\w@:-])", words(spec), text)
+    return re.sub(r"\bzoo:[\w-]+(?:@random(?::\d+)?)?|\b[\w./-]+@random(?::\d+)?", lambda m: words(m[0]), text)
+
+
+def spec_in_words(spec, specs: list[str] | tuple[str, ...]):
+    """A Vega-Lite spec (a chart's ``to_dict()``) with every model spec in every string named in a figure's words
+    (:func:`label_words`): titles, facet headers, legend entries and the data values they are drawn from alike, so
+    a figure a student reads names the "trained ViT", never 'zoo:vit-cls'. Every string is renamed the same way, so
+    a field's values, its sort order and a label expression over them still agree. Keys are left as they are."""
+    if isinstance(spec, dict):
+        return {k: spec_in_words(v, specs) for k, v in spec.items()}
+    if isinstance(spec, list):
+        return [spec_in_words(v, specs) for v in spec]
+    return name_models(spec, specs, label_words) if isinstance(spec, str) else spec
 
 
 def minus(text: str) -> str:

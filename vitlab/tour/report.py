@@ -199,10 +199,13 @@ def shorten_svg(svg: str) -> str:
 
 
 def chart_svg(chart) -> str:
-    """An Altair chart as an inline ``<svg>`` element (vl-convert; no script, no fetched resource)."""
+    """An Altair chart (or its Vega-Lite spec, a dict) as an inline ``<svg>`` element (vl-convert; no script, no
+    fetched resource)."""
+    import json
+
     import vl_convert as vlc
 
-    svg = vlc.vegalite_to_svg(chart.to_json())
+    svg = vlc.vegalite_to_svg(json.dumps(chart) if isinstance(chart, dict) else chart.to_json())
     svg = svg[svg.index("<svg"):]  # drop any XML prolog: the SVG is embedded in HTML
     return shorten_svg(svg)
 

@@ -73,7 +73,7 @@ def measure_removal(ms: Models, source, opts, run):
     detail = (f"mean self-CKA between layers before and after block {opts.noskip_block}: {noskip.label} (retrained "
               f"without its skips) {est[0].text()}, {normal.label} {est[1].text()}")
     figure = {"cka": pd.concat([_cka_frame(m, a) for m, a in zip([noskip, normal], accs)], ignore_index=True),
-              "block": opts.noskip_block}
+              "block": opts.noskip_block, "blocks": len(set(blocks))}
     note = (f"Control: {normal.label}, the same recipe trained with its skips; both are trained, so untrained twins "
             f"do not apply." + _zoo_control_note(ms, [normal, noskip]))
     return T.check_removal(est[0], est[1], opts.noskip_block, detail, note), \
