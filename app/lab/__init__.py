@@ -73,6 +73,7 @@ from .show import (  # noqa: F401
     image_name,
     md_plain,
     run_caption,
+    running,
 )
 from .state import (  # noqa: F401
     CHECKPOINT,

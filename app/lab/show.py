@@ -117,6 +117,25 @@ def run_caption(info, images: int) -> str:
     return text
 
 
+def running(draw: Callable[[object, str], None], images: Callable[[object], int], of: int):
+    """A place on the page for a run's running estimate, and the ``early`` callback of :func:`lab.compute` that
+    draws each estimate there, replacing the one before, under words that say what it is: "Running estimate from 16
+    of 32 images (batch 1 of 2): refined in place as batches arrive; the final result replaces it". ``draw(estimate,
+    key)`` draws the page's chart(s) of an estimate (``key``: a prefix for their keys, new for each estimate);
+    ``images(estimate)``: the images it rests on; ``of``: the images the run was asked for. Returns ``(box,
+    early)``; the page empties ``box`` before it draws the final result (or leaves nothing there when the result
+    was at hand)."""
+    box = st.empty()
+
+    def early(estimate, done: int, total: int) -> None:
+        with box.container(border=True):
+            st.markdown(f"**Running estimate from {images(estimate)} of {of} images** (batch {done} of {total}): "
+                        "refined in place as batches arrive; the final result replaces it.")
+            draw(estimate, f"early{done}")
+
+    return box, early
+
+
 def clickable(chart, name: str, fields: list[str], nearest: bool = False):
     """The chart with a click selection on ``fields`` (read back with :func:`clicked`); ``nearest`` picks the
     mark closest to the pointer (small dots are hard to hit)."""

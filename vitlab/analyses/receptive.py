@@ -362,14 +362,24 @@ def receptive_fields(loaded: LoadedModel, source: ImageSource, opts: ReceptiveOp
         if int(sums[0]["n"]) > 0:
             acc.update(np.stack([s["sum"] for s in sums]), int(sums[0]["n"]))
             kept.append((batch.index, (np.stack([s["sum"] for s in sums]), int(sums[0]["n"]))))
+        if kept:  # the fields over the batches so far, drawn while the next batch runs (its radii's interval: at the
+            # end, a resample of every layer's maps costs a second or more each time)
+            run.estimate(lambda: _fields(loaded.label, layers, residual, acc, [], run), b + 1, len(batches))
     if progress:
         progress(steps, steps, "done")
     run.reduce_accumulators(acc)
     if acc.images == 0:
         raise VitlabError(f"no readable image in the first {opts.images} of '{source.name}'")
-    result = ReceptiveFieldResult(loaded.label, layers, residual, acc.sum / acc.images, acc.images)
     kept = run.gather_ordered(kept, "receptive-field batch sums") if run.bootstrap else []  # every rank's
-    if len(kept) > 1:  # the radii's interval: resample the batches' sums
+    return _fields(loaded.label, layers, residual, acc, kept, run)
+
+
+def _fields(model: str, layers: list[str], residual: str, acc: GradientSums, kept: list,
+            run: Run) -> ReceptiveFieldResult:
+    """:func:`receptive_fields`' result from the summed gradients and the batches' own sums (``kept``: the
+    radii's interval; empty without a bootstrap)."""
+    result = ReceptiveFieldResult(model, layers, residual, acc.sum / acc.images, acc.images)
+    if run.bootstrap and len(kept) > 1:  # the radii's interval: resample the batches' sums
         from ..stats.evidence import radius_fraction, ratio_replicates, resample_indices
 
         maps = ratio_replicates(np.stack([k[0] for k in kept]), np.array([k[1] for k in kept]),
