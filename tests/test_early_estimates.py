@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 import vitlab
-from vitlab import heads, receptive, skips
+from vitlab import heads, localization, logit_lens, probes, receptive, skips
 from vitlab.engine.context import Run
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -103,6 +103,44 @@ def test_receptive_field_estimates_are_the_fields_over_the_batches_so_far(tiny_v
         np.testing.assert_allclose(est.maps, alone.maps, rtol=1e-12)
 
 
+def test_localization_estimates_are_the_maps_over_the_batches_so_far(tiny_vit, tiny_resnet, fmnist_source, store):
+    opts = localization.LocalizationOptions(images=IMAGES, batch_size=BATCH)
+    models = [tiny_vit, tiny_resnet]
+    final, seen = collect(lambda run: localization.localization(models, fmnist_source, opts, run), store)
+    assert [(d, t) for _, d, t in seen] == [(1, 3), (2, 3)]
+    plain = localization.localization(models, fmnist_source, opts, Run(store=store))
+    assert final.rates().equals(plain.rates())
+    for est, done, _ in seen:
+        alone = localization.localization(models, fmnist_source, localization.LocalizationOptions(
+            images=done * BATCH, batch_size=BATCH), Run(store=store))
+        assert est.images == done * BATCH
+        for e, a in zip(est.results, alone.results):
+            np.testing.assert_allclose(e.cka, a.cka, rtol=1e-12, equal_nan=True)
+            assert e.rate_units == a.rate_units == done
+
+
+def test_logit_lens_estimates_are_the_readouts_over_the_batches_so_far(tiny_vit, tiny_resnet, fmnist_source, store):
+    opts = logit_lens.LensOptions(images=IMAGES, batch_size=BATCH)
+    models = [tiny_vit, tiny_resnet]
+    final, seen = collect(lambda run: logit_lens.logit_lens(models, fmnist_source, opts, run), store)
+    assert [(d, t) for _, d, t in seen] == [(1, 3), (2, 3)]
+    assert final.to_frame().equals(logit_lens.logit_lens(models, fmnist_source, opts, Run(store=store)).to_frame())
+    for est, done, _ in seen:
+        alone = logit_lens.logit_lens(models, fmnist_source, logit_lens.LensOptions(
+            images=done * BATCH, batch_size=BATCH), Run(store=store))
+        assert est.images == done * BATCH
+        assert est.to_frame().equals(alone.to_frame())
+
+
+def test_probes_first_answer_is_the_first_models_probes(tiny_vit, tiny_resnet, fmnist_source, store):
+    opts = probes.ProbeOptions(shots=2, test=20, draws=2, batch_size=16, reps=("gap",))
+    final, seen = collect(lambda run: probes.probes([tiny_vit, tiny_resnet], fmnist_source, opts, run), store)
+    assert [(d, t) for _, d, t in seen] == [(1, 2)]
+    alone = probes.probes([tiny_vit], fmnist_source, opts, Run(store=store))
+    assert seen[0][0].to_frame().equals(alone.to_frame())
+    assert final.to_frame()[lambda f: f["model"] == tiny_vit.label].reset_index(drop=True).equals(alone.to_frame())
+
+
 # ------------------------------------------------------------------------------------------------ on the page
 
 ZOO_READY = all((ROOT / "assets" / "zoo" / f"{n}.safetensors").is_file() for n in ("vit-cls", "resnet"))
@@ -152,8 +190,8 @@ def test_similarity_draws_a_labelled_first_estimate_before_the_final_heatmap(mon
 
     words = [i for i, (kind, body) in enumerate(sent) if kind == "text" and body.startswith("**Running estimate")]
     assert [sent[i][1].split(":")[0] for i in words] == [
-        f"**Running estimate from {8 * k} of 32 images** (batch {k} of 4)" for k in (1, 2, 3)]
-    assert "refined in place as batches arrive" in sent[words[0]][1]
+        f"**Running estimate from {8 * k} of 32 images (batch {k} of 4)**" for k in (1, 2, 3)]
+    assert "refined in place as the run goes on; the final result replaces it" in sent[words[0]][1]
     first = next(body for kind, body in sent[words[0]:] if kind == "chart")
     final_at = next(i for i, (kind, body) in enumerate(sent) if kind == "chart" and i > words[-1] + 1)
     assert words[0] < final_at

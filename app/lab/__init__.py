@@ -74,6 +74,7 @@ from .show import (  # noqa: F401
     md_plain,
     run_caption,
     running,
+    so_far,
 )
 from .state import (  # noqa: F401
     CHECKPOINT,

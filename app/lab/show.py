@@ -117,20 +117,26 @@ def run_caption(info, images: int) -> str:
     return text
 
 
-def running(draw: Callable[[object, str], None], images: Callable[[object], int], of: int):
+def so_far(images: Callable[[object], int], of: int) -> Callable[[object, int, int], str]:
+    """The words of a running estimate over batches: "Running estimate from 16 of 32 images (batch 1 of 2)"
+    (``images(estimate)``: the images it rests on; ``of``: the images the run was asked for)."""
+    return lambda estimate, done, total: (f"Running estimate from {images(estimate)} of {of} images (batch {done} "
+                                          f"of {total})")
+
+
+def running(draw: Callable[[object, str], None], words: Callable[[object, int, int], str]):
     """A place on the page for a run's running estimate, and the ``early`` callback of :func:`lab.compute` that
-    draws each estimate there, replacing the one before, under words that say what it is: "Running estimate from 16
-    of 32 images (batch 1 of 2): refined in place as batches arrive; the final result replaces it". ``draw(estimate,
-    key)`` draws the page's chart(s) of an estimate (``key``: a prefix for their keys, new for each estimate);
-    ``images(estimate)``: the images it rests on; ``of``: the images the run was asked for. Returns ``(box,
-    early)``; the page empties ``box`` before it draws the final result (or leaves nothing there when the result
-    was at hand)."""
+    draws each estimate there, replacing the one before, under words that say what it is: ``words(estimate, done,
+    total)`` (:func:`so_far`: "Running estimate from 16 of 32 images (batch 1 of 2)"), then "refined in place as
+    the run goes on; the final result replaces it". ``draw(estimate, key)`` draws the page's chart(s) of an estimate
+    (``key``: a prefix for their keys, new for each estimate). Returns ``(box, early)``; the page empties ``box``
+    before it draws the final result (or finds nothing there when the result was at hand)."""
     box = st.empty()
 
     def early(estimate, done: int, total: int) -> None:
         with box.container(border=True):
-            st.markdown(f"**Running estimate from {images(estimate)} of {of} images** (batch {done} of {total}): "
-                        "refined in place as batches arrive; the final result replaces it.")
+            st.markdown(f"**{md_plain(words(estimate, done, total))}**: refined in place as the run goes on; the "
+                        "final result replaces it.")
             draw(estimate, f"early{done}")
 
     return box, early

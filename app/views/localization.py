@@ -59,6 +59,11 @@ def more_images_words(s, available: int, ref: tl.ReferenceOptions) -> str:
             f"{tl.MIN_IMAGES}.")
 
 
+def early_rates(rep, key: str, batch_size: int) -> None:
+    """A running estimate of the rate chart, with its bars once there are batches enough for them."""
+    lab.chart(charts.localization_rate_chart(rep.rates(), bars=rep.interval_caption(batch_size)), key=f"loc.{key}")
+
+
 def token_state(grid: tuple[int, int]) -> tuple[int, int]:
     """The chosen token, kept in session keys 'loc.row'/'loc.col' (the number inputs', which the two clickable charts
     move). A view starts on the centre token, and again when the grid changes size (another model); a token it
@@ -104,8 +109,12 @@ with lab.guard():
     data = src if note is None else lab.named_source(ref.source)
     a, b = lab.models(s)
     opts = localization.LocalizationOptions(images=data_images, batch_size=s.batch_size)
+    early_box, early = lab.running(lambda rep, key: early_rates(rep, key, s.batch_size),
+                                   lab.so_far(lambda rep: rep.images, data_images))
     report = lab.compute(("loc", s.key, data_name, data_images),
-                         lambda run: localization.localization([a, b], data, opts, run), "Localization")
+                         lambda run: localization.localization([a, b], data, opts, run), "Localization",
+                         expect=localization.LocalizationReport, early=early)
+    early_box.empty()
 
 if report is not None:
     st.caption(lab.run_caption(report.info, data_images))

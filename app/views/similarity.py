@@ -203,7 +203,7 @@ with lab.guard():
         kernel = "rbf" if measure == "cka-rbf" else kernel
         opts = vitlab.run.CKAOptions(images=s.images, batch_size=s.batch_size, tokens=tokens, kernel=kernel)
         early_box, early = lab.running(lambda rep, key: early_heatmap(rep, key, s.batch_size, families),
-                                       lambda rep: rep.images, s.images)
+                                       lab.so_far(lambda rep: rep.images, s.images))
         report = lab.compute(("cka", s.key, tokens, kernel), lambda run: vitlab.run.cka([a, b], src, opts, run),
                              "CKA", expect=vitlab.run.CKAReport, early=early)
         early_box.empty()

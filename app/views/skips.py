@@ -36,7 +36,7 @@ with lab.guard():
     src = lab.source(s)
     opts = skips.SkipOptions(images=s.images, batch_size=s.batch_size)
     early_box, early = lab.running(lambda rep, key: early_lines(rep, key, value, s.batch_size),
-                                   lambda rep: rep.results[0].images, s.images)
+                                   lab.so_far(lambda rep: rep.results[0].images, s.images))
     report = lab.compute(("skips", s.key), lambda run: skips.skip_ratios([a, b], src, opts, run), "Skip ratios",
                          expect=skips.SkipReport, early=early)
     early_box.empty()
