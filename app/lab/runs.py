@@ -430,6 +430,8 @@ def compute(key: tuple, fn: Callable[[vitlab.Run], Any], label: str, persist: bo
         return None
     finally:
         box.empty()
+        if hasattr(early, "clear"):  # lab.running's estimate: gone once the run ends, whichever way
+            early.clear()
         hostmem.release()
     _remember(memo, key, result)
     _note(result, "recomputed" if disk is not None and disk[1] else "computed", engine_run.info)

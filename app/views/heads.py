@@ -44,11 +44,10 @@ with lab.guard():
         raise vitlab.VitlabError("choose at least one block whose heads are compared")
     opts = heads.HeadSubsetOptions(images=s.images, batch_size=s.batch_size, blocks=tuple(blocks), size=size,
                                    tokens=tokens)
-    early_box, early = lab.running(lambda res, key: early_chart(res, key, s.batch_size),
+    early = lab.running(lambda res, key: early_chart(res, key, s.batch_size),
                                    lab.so_far(lambda res: res.images, s.images))
     result = lab.compute(("heads", s.key, tuple(blocks), size, tokens), lambda run: heads.head_subsets(
         a, b, src, opts, run), "Head subsets", expect=heads.HeadSubsetResult, early=early)
-    early_box.empty()
 
 if result is not None:
     for w in result.warnings:

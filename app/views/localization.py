@@ -109,12 +109,11 @@ with lab.guard():
     data = src if note is None else lab.named_source(ref.source)
     a, b = lab.models(s)
     opts = localization.LocalizationOptions(images=data_images, batch_size=s.batch_size)
-    early_box, early = lab.running(lambda rep, key: early_rates(rep, key, s.batch_size),
+    early = lab.running(lambda rep, key: early_rates(rep, key, s.batch_size),
                                    lab.so_far(lambda rep: rep.images, data_images))
     report = lab.compute(("loc", s.key, data_name, data_images),
                          lambda run: localization.localization([a, b], data, opts, run), "Localization",
                          expect=localization.LocalizationReport, early=early)
-    early_box.empty()
 
 if report is not None:
     st.caption(lab.run_caption(report.info, data_images))

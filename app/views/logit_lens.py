@@ -58,11 +58,10 @@ with lab.guard():
         st.info(lab.md_plain(note, lines=True))
     src = lab.source(s)
     opts = logit_lens.LensOptions(images=s.images, batch_size=s.batch_size)
-    early_box, early = lab.running(lambda rep, key: lab.chart(charts.lens_lines(rep.to_frame()), key=f"lens.{key}"),
+    early = lab.running(lambda rep, key: lab.chart(charts.lens_lines(rep.to_frame()), key=f"lens.{key}"),
                                    lab.so_far(lambda rep: rep.images, s.images))
     report = lab.compute(("lens", s.key, tuple(specs)), lambda run: logit_lens.logit_lens(models, src, opts, run),
                          "Logit lens", expect=logit_lens.LensReport, early=early)
-    early_box.empty()
 
 with lead:
     st.markdown(QUESTION)

@@ -37,13 +37,12 @@ with lab.guard():
     src = lab.source(s)
     opts = probes.ProbeOptions(shots=shots, test=test, reps=tuple(reps) or None, draws=draws,
                                 batch_size=s.batch_size)
-    early_box, early = lab.running(lambda rep, key: lab.chart(charts.probe_lines(rep.to_frame()), key=f"probe.{key}"),
+    early = lab.running(lambda rep, key: lab.chart(charts.probe_lines(rep.to_frame()), key=f"probe.{key}"),
                                    lambda rep, done, total: f"First answer: {rep.results[0].model} (model {done} of "
                                                             f"{total}), its probes fitted; the next model's follow")
     report = lab.compute(("probes", s.key, shots, test, draws, tuple(reps)),
                          lambda run: probes.probes([a, b], src, opts, run), "Linear probes",
                          expect=probes.ProbeReport, early=early)
-    early_box.empty()
 
 if report is not None:
     st.caption(lab.run_caption(report.info, len(report.split.train) + len(report.split.val) + len(report.split.test)))

@@ -31,10 +31,9 @@ with lab.guard():
     m = lab.model(spec, s.device)
     src = lab.source(s)
     opts = receptive.ReceptiveOptions(images=images, batch_size=min(s.batch_size, 8), residual=residual)
-    early_box, early = lab.running(early_chart, lab.so_far(lambda res: res.images, images))
+    early = lab.running(early_chart, lab.so_far(lambda res: res.images, images))
     result = lab.compute(("rf", s.key, spec, residual), lambda run: receptive.receptive_fields(m, src, opts, run),
                          "Receptive fields", expect=receptive.ReceptiveFieldResult, early=early)
-    early_box.empty()
 
 if result is not None:
     for w in result.warnings:

@@ -202,11 +202,10 @@ with lab.guard():
     else:
         kernel = "rbf" if measure == "cka-rbf" else kernel
         opts = vitlab.run.CKAOptions(images=s.images, batch_size=s.batch_size, tokens=tokens, kernel=kernel)
-        early_box, early = lab.running(lambda rep, key: early_heatmap(rep, key, s.batch_size, families),
+        early = lab.running(lambda rep, key: early_heatmap(rep, key, s.batch_size, families),
                                        lab.so_far(lambda rep: rep.images, s.images))
         report = lab.compute(("cka", s.key, tokens, kernel), lambda run: vitlab.run.cka([a, b], src, opts, run),
                              "CKA", expect=vitlab.run.CKAReport, early=early)
-        early_box.empty()
 
 if report is not None:
     st.caption(lab.run_caption(report.info, report.images))

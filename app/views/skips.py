@@ -35,11 +35,10 @@ with lab.guard():
     a, b = lab.models(s)
     src = lab.source(s)
     opts = skips.SkipOptions(images=s.images, batch_size=s.batch_size)
-    early_box, early = lab.running(lambda rep, key: early_lines(rep, key, value, s.batch_size),
+    early = lab.running(lambda rep, key: early_lines(rep, key, value, s.batch_size),
                                    lab.so_far(lambda rep: rep.results[0].images, s.images))
     report = lab.compute(("skips", s.key), lambda run: skips.skip_ratios([a, b], src, opts, run), "Skip ratios",
                          expect=skips.SkipReport, early=early)
-    early_box.empty()
 if report is not None:
     st.caption(lab.run_caption(report.info, report.results[0].images))
     # one line per model and kind of warning: one a ResNet-50 block pushed the charts screens down (issue 51)
