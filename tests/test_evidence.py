@@ -461,3 +461,26 @@ def test_the_evidence_check_catches_a_text_that_disagrees_with_its_table():
     assert text_problems(rows, {**bullets, "Fig 12": (pattern, learned, body + " 0.0861 [0.078, 0.094]")})
     assert text_problems(rows, {k: v for k, v in bullets.items() if k != "Fig 6"})
     assert text_problems({**rows, "Fig 8": {**rows["Fig 8"], "learned": "None"}}, bullets)
+
+
+def test_receptive_field_resamples_formed_in_chunks_equal_all_at_once(monkeypatch):
+    """The radii's resamples are formed a few at a time (ViT-B/16's all at once held 3.9 GB); chunk by chunk they
+    equal the whole (B, T, L, H, W) resampling done at once, here with one resample per chunk."""
+    from vitlab.analyses import receptive
+    from vitlab.engine.context import Run
+    from vitlab.stats.evidence import radius_fraction, ratio_replicates, resample_indices
+
+    rng = np.random.default_rng(5)
+    layers, side, batches = 3, 20, 5
+    kept = [(rng.gamma(1.0, size=(layers, side, side)), int(rng.integers(1, 9))) for _ in range(batches)]
+    acc = receptive.GradientSums(layers, (side, side))
+    for sums, n in kept:
+        acc.update(sums, n)
+    run = Run(bootstrap=40, seed=3)
+    monkeypatch.setattr(receptive, "RESAMPLE_CHUNK", 1)
+    res = receptive._fields("m", [f"blocks.{i}" for i in range(layers)], "post", acc, kept, run)
+    maps = ratio_replicates(np.stack([k[0] for k in kept]), np.array([k[1] for k in kept]),
+                            resample_indices(batches, 40, 3))
+    want = np.stack([radius_fraction(maps, q) * side for q in (0.5, 0.9)], axis=1)
+    assert res.radius_samples.shape == (40, 2, layers)
+    np.testing.assert_allclose(res.radius_samples, want, rtol=1e-12)

@@ -73,6 +73,8 @@ from .show import (  # noqa: F401
     image_name,
     md_plain,
     run_caption,
+    running,
+    so_far,
 )
 from .state import (  # noqa: F401
     CHECKPOINT,

@@ -362,7 +362,7 @@ def _remember(memo: dict, key: tuple, result: Any) -> None:
 
 
 def compute(key: tuple, fn: Callable[[vitlab.Run], Any], label: str, persist: bool = True,
-            expect: type | tuple | None = None) -> Any:
+            expect: type | tuple | None = None, early: Callable[[Any, int, int], None] | None = None) -> Any:
     """``fn(run)`` (a ``vitlab.Run`` with the disk cache and a progress bar) with a Cancel button; remembered per
     session under ``key`` and, when the result can be saved as data (``vitlab.tour.saved``; ``persist`` and
     ``VITLAB_PERSIST`` allowing), kept in the disk cache, so that a new session or a restarted server reads it
@@ -375,6 +375,11 @@ def compute(key: tuple, fn: Callable[[vitlab.Run], Any], label: str, persist: bo
     batches done so far stay in the disk cache. The page then offers to start again. Returns None when cancelled or
     stopped. After every run, stopped or not, the memory its steps freed goes back to the system
     (``vitlab.engine.hostmem.release``: each script run has a thread, and glibc keeps a thread's freed memory).
+
+    ``early``: ``draw(estimate, done, total)``, called while ``fn`` runs with its running estimate after batch
+    ``done`` of ``total`` (``vitlab.Run.partial``; only an estimate of the class ``expect``, which it then needs:
+    an analysis inside another hands up estimates of its own kind), so that the page draws a first answer in place
+    (:func:`lab.show.running`) instead of waiting for the whole run (issue 51).
     """
     box = st.empty()  # drawn on every run, so the page's element tree keeps its shape (no stale duplicates)
     memo = _memo()
@@ -407,8 +412,15 @@ def compute(key: tuple, fn: Callable[[vitlab.Run], Any], label: str, persist: bo
     def progress(done: int, total: int, text: str) -> None:
         bar.progress(min(1.0, done / total) if total else 0.0, text=f"{label}: {text}")
 
+    def partial(estimate: Any, done: int, total: int) -> None:
+        if isinstance(estimate, expect):
+            early(estimate, done, total)
+
+    if early is not None and expect is None:
+        raise TypeError("compute(early=...) needs expect=: the class of the estimates the page draws")
     _run_state()["worked"] = True  # end_run collects the garbage of the steps, stopped or not
-    engine_run = vitlab.Run(store=store(), progress=progress, should_stop=stop_requested())
+    engine_run = vitlab.Run(store=store(), progress=progress, should_stop=stop_requested(),
+                            partial=None if early is None else partial)
     try:
         result = fn(engine_run)
     except vitlab.Run.Stopped:
@@ -418,6 +430,8 @@ def compute(key: tuple, fn: Callable[[vitlab.Run], Any], label: str, persist: bo
         return None
     finally:
         box.empty()
+        if hasattr(early, "clear"):  # lab.running's estimate: gone once the run ends, whichever way
+            early.clear()
         hostmem.release()
     _remember(memo, key, result)
     _note(result, "recomputed" if disk is not None and disk[1] else "computed", engine_run.info)

@@ -117,6 +117,40 @@ def run_caption(info, images: int) -> str:
     return text
 
 
+def so_far(images: Callable[[object], int], of: int) -> Callable[[object, int, int], str]:
+    """The words of a running estimate over batches: "Running estimate from 16 of 32 images (batch 1 of 2)"
+    (``images(estimate)``: the images it rests on; ``of``: the images the run was asked for)."""
+    return lambda estimate, done, total: (f"Running estimate from {images(estimate)} of {of} images (batch {done} "
+                                          f"of {total})")
+
+
+class Running:
+    """The ``early`` callback of :func:`lab.compute` made by :func:`running`: draws each estimate in its box,
+    replacing the one before; :meth:`clear` empties the box (``compute`` calls it when the run ends, whichever way)."""
+
+    def __init__(self, draw: Callable[[object, str], None], words: Callable[[object, int, int], str]):
+        self.box, self.draw, self.words = st.empty(), draw, words
+
+    def __call__(self, estimate, done: int, total: int) -> None:
+        with self.box.container(border=True):
+            st.markdown(f"**{md_plain(self.words(estimate, done, total))}**: refined in place as the run goes on; "
+                        "the final result replaces it.")
+            self.draw(estimate, f"early{done}")
+
+    def clear(self) -> None:
+        self.box.empty()
+
+
+def running(draw: Callable[[object, str], None], words: Callable[[object, int, int], str]) -> Running:
+    """A place on the page for a run's running estimate (here, where it is called), and the ``early`` callback of
+    :func:`lab.compute` that draws each estimate there under words that say what it is: ``words(estimate, done,
+    total)`` (:func:`so_far`: "Running estimate from 16 of 32 images (batch 1 of 2)"), then "refined in place as the
+    run goes on; the final result replaces it". ``draw(estimate, key)`` draws the page's chart(s) of an estimate
+    (``key``: a prefix for their keys, new for each estimate). The box is emptied when the run ends, so the final
+    result, drawn below it, stands alone."""
+    return Running(draw, words)
+
+
 def clickable(chart, name: str, fields: list[str], nearest: bool = False):
     """The chart with a click selection on ``fields`` (read back with :func:`clicked`); ``nearest`` picks the
     mark closest to the pointer (small dots are hard to hit)."""

@@ -59,6 +59,11 @@ def more_images_words(s, available: int, ref: tl.ReferenceOptions) -> str:
             f"{tl.MIN_IMAGES}.")
 
 
+def early_rates(rep, key: str, batch_size: int) -> None:
+    """A running estimate of the rate chart, with its bars once there are batches enough for them."""
+    lab.chart(charts.localization_rate_chart(rep.rates(), bars=rep.interval_caption(batch_size)), key=f"loc.{key}")
+
+
 def token_state(grid: tuple[int, int]) -> tuple[int, int]:
     """The chosen token, kept in session keys 'loc.row'/'loc.col' (the number inputs', which the two clickable charts
     move). A view starts on the centre token, and again when the grid changes size (another model); a token it
@@ -104,17 +109,11 @@ with lab.guard():
     data = src if note is None else lab.named_source(ref.source)
     a, b = lab.models(s)
     opts = localization.LocalizationOptions(images=data_images, batch_size=s.batch_size)
+    early = lab.running(lambda rep, key: early_rates(rep, key, s.batch_size),
+                                   lab.so_far(lambda rep: rep.images, data_images))
     report = lab.compute(("loc", s.key, data_name, data_images),
-                         lambda run: localization.localization([a, b], data, opts, run), "Localization")
-
-rows = {}
-with lead, lab.guard():
-    # the tour's Figs 9 and 10 on this page's models and images (the reference set when the sidebar has too few)
-    for key in ("localization", "gap") if data is not None else ():
-        rows[key] = claim.check(key, list(lab.models(s)), data, s, images=data_images)
-with lead:
-    for key, figure in (("localization", "Fig 9"), ("gap", "Fig 10")):
-        claim.lead(rows.get(key), figure)
+                         lambda run: localization.localization([a, b], data, opts, run), "Localization",
+                         expect=localization.LocalizationReport, early=early)
 
 if report is not None:
     st.caption(lab.run_caption(report.info, data_images))
@@ -130,6 +129,18 @@ if report is not None:
                    + " Each model is drawn at its first, middle and last block that has one.")
     lab.links.box("localization", [s.model_a, s.model_b], opts, "localization_rates", s,
               None if note is None else data_name)
+
+# the tour's checks after the page's rate chart: their lead is drawn at the top, but the chart does not wait for them
+rows = {}
+with lead, lab.guard():
+    # the tour's Figs 9 and 10 on this page's models and images (the reference set when the sidebar has too few)
+    for key in ("localization", "gap") if data is not None else ():
+        rows[key] = claim.check(key, list(lab.models(s)), data, s, images=data_images)
+with lead:
+    for key, figure in (("localization", "Fig 9"), ("gap", "Fig 10")):
+        claim.lead(rows.get(key), figure)
+
+if report is not None:
 
     st.subheader("One token")
     c1, c2 = st.columns([1, 1])

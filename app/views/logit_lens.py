@@ -71,8 +71,10 @@ with lab.guard():
         st.info(lab.md_plain(note, lines=True))
     src = lab.source(s)
     opts = logit_lens.LensOptions(images=s.images, batch_size=s.batch_size)
+    early = lab.running(lambda rep, key: lab.chart(charts.lens_lines(rep.to_frame()), key=f"lens.{key}"),
+                                   lab.so_far(lambda rep: rep.images, s.images))
     report = lab.compute(("lens", s.key, tuple(specs)), lambda run: logit_lens.logit_lens(models, src, opts, run),
-                         "Logit lens")
+                         "Logit lens", expect=logit_lens.LensReport, early=early)
 
 with lead:
     st.markdown(QUESTION)

@@ -37,15 +37,12 @@ with lab.guard():
     src = lab.source(s)
     opts = probes.ProbeOptions(shots=shots, test=test, reps=tuple(reps) or None, draws=draws,
                                 batch_size=s.batch_size)
+    early = lab.running(lambda rep, key: lab.chart(charts.probe_lines(rep.to_frame()), key=f"probe.{key}"),
+                                   lambda rep, done, total: f"First answer: {rep.results[0].model} (model {done} of "
+                                                            f"{total}), its probes fitted; the next model's follow")
     report = lab.compute(("probes", s.key, shots, test, draws, tuple(reps)),
-                         lambda run: probes.probes([a, b], src, opts, run), "Linear probes")
-
-row = None
-with lead, lab.guard():
-    # the tour's Fig 11: its own few-shot draws from a probe pool, on this page's models and batch size
-    row = claim.check("probes", list(lab.models(s)), lab.source(s), s)
-with lead:
-    claim.lead(row, "Fig 11")
+                         lambda run: probes.probes([a, b], src, opts, run), "Linear probes",
+                         expect=probes.ProbeReport, early=early)
 
 if report is not None:
     st.caption(lab.run_caption(report.info, len(report.split.train) + len(report.split.val) + len(report.split.test)))
@@ -64,3 +61,11 @@ if report is not None:
                + "; dashed: chance, the most common test class's share (what a guess that ignores the image "
                "scores at best)" + ("; above_chance: yes when the whole interval is above it" if draws > 1 else ""))
     st.dataframe(frame, hide_index=True, height=240)
+
+# the tour's check after the page's own charts: its lead is drawn at the top, but the charts do not wait for it
+row = None
+with lead, lab.guard():
+    # the tour's Fig 11: its own few-shot draws from a probe pool, on this page's models and batch size
+    row = claim.check("probes", list(lab.models(s)), lab.source(s), s)
+with lead:
+    claim.lead(row, "Fig 11")

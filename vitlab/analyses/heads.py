@@ -22,7 +22,7 @@ Shapes: B batch, H heads, N tokens, Dh head width, n images in a Gram, S subsets
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -213,15 +213,27 @@ def head_subsets(vit: LoadedModel, other: LoadedModel, source: ImageSource,
     words = f"{vit.label} heads of block{'s' if len(blocks) > 1 else ''} {', '.join(map(str, blocks))} and {other.label}"
     part = run.with_progress(None if run.progress is None else (
         lambda done, total, text: run.progress(done, total, f"{words}: {text}")))
-    for _, found in stream([vit, other], source, select(source, opts.images, opts.shuffle), opts.batch_size,
-                           [[dist_stat, head_stat], [other_stat]], part):
+    batches = stream([vit, other], source, select(source, opts.images, opts.shuffle), opts.batch_size,
+                     [[dist_stat, head_stat], [other_stat]], part)
+    for done, (batch, found) in enumerate(batches, 1):
         dist_acc.update(found[0][dist_stat.name])
         kept.append((found[0][head_stat.name]["grams"], found[1][other_stat.name]["grams"]))
+        # the running estimate: heads sorted and subsets compared over the batches so far (the app draws it)
+        run.estimate(lambda: _subsets(vit, other, blocks, layers_b, opts.size, dist_acc, kept,
+                                      replace(run, progress=None)), done, batch.of)
     run.reduce_accumulators(dist_acc)
+    return _subsets(vit, other, blocks, layers_b, opts.size, dist_acc, kept, run, reduce=True)
+
+
+def _subsets(vit: LoadedModel, other: LoadedModel, blocks: tuple[int, ...], layers_b: list[str], size: int,
+             dist_acc: AttentionDistanceAccumulator, kept: list, run: Run, reduce: bool = False) -> HeadSubsetResult:
+    """:func:`head_subsets`' result from the distances and the kept per-batch Grams (``reduce``: sum the subsets'
+    CKA terms across ranks, as the final result does; a running estimate is one process's)."""
+    n_heads = vit.heads
     dist = dist_acc.compute(vit.label, image_side(vit)).distance_px.ravel()  # (len(blocks) * H,) block-major
     order = np.argsort(dist, kind="stable")
     names = [f"b{blocks[i // n_heads]}.h{i % n_heads}" for i in order]
-    size, subsets = subsets_by_distance(len(order), opts.size)
+    size, subsets = subsets_by_distance(len(order), size)
     labels = [f"subset{s}" for s in range(len(subsets))]
     acc = BootstrapCKA(labels, layers_b)  # keeps each batch's terms: the intervals of the page's lead
     select_ = np.zeros((len(subsets), len(order)))
@@ -231,7 +243,8 @@ def head_subsets(vit: LoadedModel, other: LoadedModel, source: ImageSource,
         run.step(b, len(kept), f"CKA of {len(subsets)} head subsets with {other.label}: batch {b + 1} of {len(kept)}")
         subset_grams = np.einsum("sh,hij->sij", select_, head_grams.astype(np.float64))
         acc.update(cka_mod.centred(subset_grams), cka_mod.centred(other_grams))
-    run.reduce_accumulators(acc)
+    if reduce:
+        run.reduce_accumulators(acc)
     res = acc.compute(vit.label, other.label)
     loo = acc.replicates(jackknife_indices(len(acc.terms_xy))) if acc.terms_xy else None
     lo, hi = cka_interval(*acc.terms()) if acc.terms_xy else (None, None)

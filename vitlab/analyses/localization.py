@@ -419,8 +419,8 @@ def localization(models: Sequence[LoadedModel], source: ImageSource,
                 for m, st in zip(models, stats)]
     accs: list[list[cka_mod.MinibatchCKA] | None] = [None] * len(models)
     grids: list[list] = [[] for _ in models]
-    for batch, found in stream(models, source, indices, opts.batch_size,
-                               [[s] for s in stats], run):
+    for done, (batch, found) in enumerate(stream(models, source, indices, opts.batch_size, [[s] for s in stats], run),
+                                          1):
         for k, (stat, per_model) in enumerate(zip(stats, found)):
             arrays = per_model[stat.name]
             if accs[k] is None:
@@ -430,10 +430,17 @@ def localization(models: Sequence[LoadedModel], source: ImageSource,
             for i, acc in enumerate(accs[k]):
                 acc.update(cka_mod.centred(arrays[f"tokens_{i}"]), cka_mod.centred(arrays[f"patches_{i}"]),
                            key=batch.index)
+        if all(a is not None for a in accs):  # the maps and rates over the batches so far (the app draws them)
+            run.estimate(lambda: _report(models, stats, accs, grids, left, opts, run), done, batch.of)
     if accs[0] is None:
         raise VitlabError("no batch of 4 or more readable images: localization needs at least 4 images"
                           + (" (on this rank: use fewer processes than batches)" if run.shard[1] > 1 else ""))
     run.reduce_accumulators([acc for acc_list in accs for acc in acc_list])
+    return _report(models, stats, accs, grids, left, opts, run)
+
+
+def _report(models, stats, accs, grids, left, opts: LocalizationOptions, run: Run) -> LocalizationReport:
+    """:func:`localization`'s report from its accumulators (every layer's CKA sums and per-batch terms)."""
     results = []
     for m, stat, acc_list, grid_list, flags in zip(models, stats, accs, grids, left):
         prefix = taps_mod.num_prefix_tokens(m.model)

@@ -407,8 +407,9 @@ def logit_lens(models: Sequence[LoadedModel], source: ImageSource, opts: LensOpt
     accs = [LensAccumulator(block_taps(m.model)) for m in models]
     meta: list[dict] = [{} for _ in models]
     errs = [[] for _ in models]
-    for batch, found in stream(models, source, select(source, opts.images, opts.shuffle), opts.batch_size,
-                               [[stat]] * len(models), run, min_batch=1):
+    batches = stream(models, source, select(source, opts.images, opts.shuffle), opts.batch_size,
+                     [[stat]] * len(models), run, min_batch=1)
+    for done, (batch, found) in enumerate(batches, 1):
         for k, (acc, per_model) in enumerate(zip(accs, found)):
             s = per_model[stat.name]
             classes = int(np.asarray(s["classes"]).ravel()[0])
@@ -416,6 +417,9 @@ def logit_lens(models: Sequence[LoadedModel], source: ImageSource, opts: LensOpt
             errs[k].append(float(np.asarray(s["last_err"]).ravel()[0]))
             acc.update(batch_counts(s["pred"], s["final"], _head_labels(matches[k], batch.labels), classes),
                        batch.index)
+        # the readouts over the batches so far (the app draws them while the next batch runs)
+        run.estimate(lambda: LensReport([_result(m, acc, meta[k], max(errs[k]), matches[k])
+                                         for k, (m, acc) in enumerate(zip(models, accs))], run.info), done, batch.of)
     run.reduce_accumulators(accs)
     # every rank gathers (a rank without batches too): the widths and the largest error of all batches
     parts = run.gather_objects((meta, errs))

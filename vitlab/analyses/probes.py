@@ -427,4 +427,6 @@ def probes(models: Sequence[LoadedModel], source: ImageSource, opts: ProbeOption
         results.append(probe_model(m, source, split, layers=opts.layers, reps=mine, tokens=opts.tokens,
                                    batch_size=opts.batch_size, draws=opts.draws, seed=opts.seed, run=run,
                                    pass_at=(3 * len(results), 3 * len(models))))
+        # a first answer: the models probed so far, while the next one runs (the app draws it)
+        run.estimate(lambda: ProbeReport(list(results), split, run.info), len(results), len(models))
     return ProbeReport(results, split, run.info)

@@ -305,18 +305,23 @@ def skip_ratios(models: Sequence[LoadedModel], source: ImageSource, opts: SkipOp
     stat = SkipStatistic()
     accs = [SkipAccumulator(stat.params(m)["sublayers"]) for m in models]
     kept: list[list] = [[] for _ in models]  # per model, per batch: (index, ratio sums, images), for intervals
-    for batch, found in stream(models, source, select(source, opts.images, opts.shuffle), opts.batch_size,
-                               [[stat]] * len(models), run):
+
+    def report() -> SkipReport:
+        results = [acc.compute(m.label, taps_mod.num_prefix_tokens(m.model), taps_mod.family(m.model))
+                   for acc, m in zip(accs, models)]
+        if run.bootstrap:
+            _intervals(results, run.gather_objects(kept) if run.shard[1] > 1 else [kept], run)
+        return SkipReport(results, run.info)
+
+    for done, (batch, found) in enumerate(stream(models, source, select(source, opts.images, opts.shuffle),
+                                                 opts.batch_size, [[stat]] * len(models), run), 1):
         for k, (acc, per_model) in enumerate(zip(accs, found)):
             acc.update(per_model[stat.name])
             kept[k].append((batch.index, per_model[stat.name]["ratio_sum"],
                             float(np.sum(per_model[stat.name]["count"]))))
+        run.estimate(report, done, batch.of)  # the ratios over the batches so far (the app draws them)
     run.reduce_accumulators(accs)
-    results = [acc.compute(m.label, taps_mod.num_prefix_tokens(m.model), taps_mod.family(m.model))
-               for acc, m in zip(accs, models)]
-    if run.bootstrap:
-        _intervals(results, run.gather_objects(kept) if run.shard[1] > 1 else [kept], run)
-    return SkipReport(results, run.info)
+    return report()
 
 
 def _intervals(results: list[SkipResult], ranks: list[list[list]], run: Run) -> None:

@@ -76,7 +76,10 @@ class Run:
     - ``workers``: threads decoding and transforming images ahead of the forward (vitlab.engine.pipeline);
       ``worker_kind``: "threads" or "processes" (None: ``pipeline.default_kind()``);
     - ``should_stop``: called at every :meth:`check`; True makes the run raise :class:`RunStopped` there (None:
-      the run never stops early).
+      the run never stops early);
+    - ``partial``: ``cb(estimate, done, total)``, called by an analysis that streams batches with its running
+      estimate after each batch but the last (:meth:`estimate`): the result it would return had the run stopped
+      there, made only when ``partial`` is set. The app draws it in place while the run goes on (issue 51).
     """
 
     Stopped: ClassVar[type[RunStopped]] = RunStopped  # ``except vitlab.Run.Stopped`` where the app catches it
@@ -93,6 +96,7 @@ class Run:
     workers: int | None = None  # input threads of vitlab.engine.pipeline (None: pipeline.default_workers(); 0: none)
     worker_kind: str | None = None
     should_stop: Callable[[], bool] | None = None
+    partial: Callable[[Any, int, int], None] | None = None
 
     @property
     def precision(self) -> str:
@@ -111,6 +115,13 @@ class Run:
         self.check(text)
         if self.progress is not None:
             self.progress(done, total, text)
+
+    def estimate(self, make: Callable[[], Any], done: int, total: int) -> None:
+        """Hand ``make()`` (the result over the first ``done`` of ``total`` batches) to :attr:`partial`; nothing
+        when none is set, when ``done`` is 0 or the last batch (the result itself follows), or under torchrun (a
+        rank holds only its share of the batches)."""
+        if self.partial is not None and 0 < done < total and self.shard[1] == 1:
+            self.partial(make(), done, total)
 
     def with_progress(self, progress: Progress | None) -> "Run":
         """The same run (same store, shard, info) reporting to another progress callback."""

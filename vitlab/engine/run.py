@@ -314,7 +314,7 @@ def _consume(models, statistics, precision, planned, total, source, run, min_bat
             hostmem.release()  # the forward's freed activations back to the kernel (a script thread's arena)
         else:
             info.batches_from_cache += 1
-        batch.images = None
+        batch.images, batch.of = None, total
         yield batch, found
 
 
@@ -472,16 +472,29 @@ def cka(models: Sequence[LoadedModel], source: ImageSource, opts: CKAOptions = C
         indices = select(source, opts.images, seed)
         accs = cka_accumulators(models, stats, opts.estimator, opts.permutations if evidence else 0, run.seed + r)
         part = run.with_progress(scaled(run.progress, r, repeats, "repeat"))
-        for batch, found in stream(models, source, indices, opts.batch_size, [[s] for s in stats], part):
+        for done, (batch, found) in enumerate(stream(models, source, indices, opts.batch_size, [[s] for s in stats],
+                                                     part), 1):
             fold_cka(accs, found, opts.estimator, models[0].device, batch.index)
+            if repeats == 1:  # the running estimate: this report over the batches so far (the app draws it)
+                run.estimate(lambda accs=accs: _cka_report(models, stats, [_computed(models, accs)], accs, run, 1),
+                             done, batch.of)
         run.reduce_accumulators(accs)
-        per_repeat.append({p: a.compute(models[p[0]].label, models[p[1]].label) for p, a in accs.items()})
+        per_repeat.append(_computed(models, accs))
         pooled = accs if pooled is None else {p: pooled[p].merge(a) for p, a in accs.items()}
+    return _cka_report(models, stats, per_repeat, pooled, run, repeats)
+
+
+def _computed(models: Sequence[LoadedModel], accs: dict) -> dict:
+    return {p: a.compute(models[p[0]].label, models[p[1]].label) for p, a in accs.items()}
+
+
+def _cka_report(models, stats, per_repeat: list[dict], pooled: dict, run: Run, repeats: int) -> CKAReport:
+    """The report of :func:`cka` from each repeat's results and the pooled per-batch terms (intervals)."""
     results = {}
     for p in per_repeat[0]:
         stack = np.stack([rep[p].cka for rep in per_repeat])
         res = per_repeat[0][p]
-        if evidence:
+        if run.bootstrap > 0:
             res.evidence = pooled[p].evidence(run.bootstrap, run.seed)
             # leave-one-batch-out CKA of every cell: a summary of cells (a mean off the diagonal) gets its own
             # jackknife interval from these (vitlab.analyses.findings)

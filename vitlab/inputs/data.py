@@ -341,6 +341,7 @@ class Batch:
     labels: list[int] | None = None
     skipped: list[tuple[str, str]] | None = None  # (id, reason)
     notices: list[tuple[str, str]] | None = None  # (id, what was done to a usable image)
+    of: int = 0  # batches in the stream that yielded it (vitlab.engine.run.stream; this rank's under torchrun)
 
 
 def plan_batches(source: ImageSource, indices: Sequence[int], batch_size: int, min_batch: int = 1) -> list[Batch]:
