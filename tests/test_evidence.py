@@ -484,3 +484,29 @@ def test_receptive_field_resamples_formed_in_chunks_equal_all_at_once(monkeypatc
     want = np.stack([radius_fraction(maps, q) * side for q in (0.5, 0.9)], axis=1)
     assert res.radius_samples.shape == (40, 2, layers)
     np.testing.assert_allclose(res.radius_samples, want, rtol=1e-12)
+
+
+def test_receptive_field_resamples_hold_a_chunk_not_every_resample_at_once():
+    """Memory of the radii's interval (tracemalloc sees numpy's arrays): 12 fields of 112 x 112 over 4 batches at
+    200 resamples; indexing every resample at once held (200, 4, 12, 112, 112) float64, 963 MiB."""
+    import tracemalloc
+
+    from vitlab.analyses import receptive
+    from vitlab.engine.context import Run
+
+    rng = np.random.default_rng(0)
+    layers, side, batches = 12, 112, 4
+    kept = [(rng.random((layers, side, side)), 8) for _ in range(batches)]
+    acc = receptive.GradientSums(layers, (side, side))
+    for sums, n in kept:
+        acc.update(sums, n)
+    inputs = batches * layers * side * side * 8
+    tracemalloc.start()
+    try:
+        res = receptive._fields("m", [f"blocks.{i}" for i in range(layers)], "post", acc, kept, Run(bootstrap=200))
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert res.radius_samples.shape == (200, 2, layers)
+    all_at_once = 200 * inputs
+    assert peak < 128 * 2**20 < all_at_once / 4, (peak / 2**20, all_at_once / 2**20)
