@@ -114,23 +114,31 @@ def _head_rank(vit: LoadedModel, cnn: LoadedModel, source, opts, run):
     run.reduce_accumulators(acc)
     raw = run.gather_ordered(raw, "head distances")
     dist = np.concatenate(raw, -1).mean(-1).ravel()  # (len(blocks)·H,) block-major, as the head Grams
-    sim = np.nanmean(_point(acc), -1)
-    t = len(acc.terms_xy)
-    reps = np.nanmean(acc.replicates(ev.resample_indices(t, run.bootstrap, run.seed)), -1)  # (B, heads)
-    # a rank correlation is not smooth in the batch sums: percentile bootstrap over the batches
-    # ρ lies in [−1, 1] and, over h heads, moves in steps of 12/(h³ − h) (one swap of neighbouring ranks)
-    h = len(heads)
-    neg = Estimate.from_samples(float(-ev.spearman(dist, sim)), -ev.spearman(dist, reps), unit="batches", units=t,
-                                bounds=(-1.0, 1.0), resolution=12.0 / max(h**3 - h, 1))
-    rng = np.random.default_rng(run.seed)
-    null = -ev.spearman(dist, np.stack([rng.permutation(sim) for _ in range(opts.permutations)]))
-    p = float((1 + (null >= neg.value).sum()) / (1 + len(null)))
-    null_hi = float(np.percentile(null, 97.5))
+    neg, p, null_hi, sim = head_rank(dist, _point(acc), *acc.terms(), run.bootstrap, run.seed, opts.permutations)
     detail = (f"{len(heads)} heads of blocks {blocks[0]}–{blocks[-1]} of {vit.label} vs {len(ostat.taps_)} lower "
               f"layers of {cnn.label}: −Spearman(distance, CKA) {neg.text()}")
     frame = pd.DataFrame({"model": vit.label, "head": heads, "block": [int(h[1:].split(".")[0]) for h in heads],
                           "distance_px": dist, "cka": sim})
     return neg, p, null_hi, detail, frame
+
+
+def head_rank(dist: np.ndarray, point: np.ndarray, xy: np.ndarray, xx: np.ndarray, yy: np.ndarray, bootstrap: int,
+              seed: int, permutations: int) -> tuple[Estimate, float, float, np.ndarray]:
+    """Fig 5's statistic from the heads' mean distances (heads,), their CKA with the other model's lower layers
+    ``point`` (heads, Lb) and its per-batch HSIC terms (T, heads, Lb), (T, heads), (T, Lb): (−ρ with its percentile
+    bootstrap interval over batches, the head-label permutation p, the null's 97.5 % point, each head's mean CKA)."""
+    sim = np.nanmean(point, -1)
+    t = len(xy)
+    reps = np.nanmean(ev.cka_replicates(xy, xx, yy, ev.resample_indices(t, bootstrap, seed)), -1)  # (B, heads)
+    # a rank correlation is not smooth in the batch sums: percentile bootstrap over the batches
+    # ρ lies in [−1, 1] and, over h heads, moves in steps of 12/(h³ − h) (one swap of neighbouring ranks)
+    h = len(dist)
+    neg = Estimate.from_samples(float(-ev.spearman(dist, sim)), -ev.spearman(dist, reps), unit="batches", units=t,
+                                bounds=(-1.0, 1.0), resolution=12.0 / max(h**3 - h, 1))
+    rng = np.random.default_rng(seed)
+    null = -ev.spearman(dist, np.stack([rng.permutation(sim) for _ in range(permutations)]))
+    p = float((1 + (null >= neg.value).sum()) / (1 + len(null)))
+    return neg, p, float(np.percentile(null, 97.5)), sim
 
 
 def measure_head_rank(ms: Models, source, opts, run):
