@@ -77,14 +77,20 @@ def _map_frame(m: LoadedModel, label: str, maps: np.ndarray) -> pd.DataFrame:
                          "value": mean.ravel()})
 
 
-def _growth_pair(vit: LoadedModel, cnn: LoadedModel, source, opts, run):
+def growth_points(vit: LoadedModel, cnn: LoadedModel) -> tuple[list[tuple[str, str]], list[tuple[str, str]], str]:
+    """Fig 6's gradient points [before, after] of the ViT and of the CNN, and the CNN's first block. Like with like
+    (issue 37): both after their residual, the ViT's attention sublayer at the input of norm2 (resid_mid = x + attn)
+    and the CNN's first block at its output (x + branch, then its activation)."""
     from ...analyses.receptive import block_names
 
-    # like with like (issue 37): both after their residual, the ViT's attention sublayer at the input of norm2
-    # (resid_mid = x + attn) and the CNN's first block at its output (x + branch, then its activation)
-    vmaps = _field_maps(vit, [("blocks.0", "in"), ("blocks.0.norm2", "in")], source, opts, run)
     first = block_names(cnn)[0]
-    cmaps = _field_maps(cnn, [(first, "in"), (first, "out")], source, opts, run)
+    return [("blocks.0", "in"), ("blocks.0.norm2", "in")], [(first, "in"), (first, "out")], first
+
+
+def _growth_pair(vit: LoadedModel, cnn: LoadedModel, source, opts, run):
+    vpoints, cpoints, first = growth_points(vit, cnn)
+    vmaps = _field_maps(vit, vpoints, source, opts, run)
+    cmaps = _field_maps(cnn, cpoints, source, opts, run)
     vg, vb, va, cg, cb, ca, effect = growth_estimates(vmaps, cmaps, run.bootstrap, run.seed)
     # panels named in words, numbered as the pages and the CLI number them ("block 0 input", "stage 1 block 0 input")
     cnn_block = layer_in_words(first)
