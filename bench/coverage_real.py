@@ -295,8 +295,10 @@ def estimates(per: dict[str, dict[str, np.ndarray]], batches: np.ndarray) -> dic
         if f"{v} vs {c}" in per:
             p = per[f"{v} vs {c}"]
             xy, xx, yy = p["xy"][b], p["xx"][b], p["yy"][b]
-            out[name] = head_rank(distances(per[v]).mean(0).ravel(), ev.ratio(xy.sum(0), xx.sum(0), yy.sum(0)), xy,
-                                  xx, yy, T.TOUR_BOOTSTRAP, T.TOUR_SEED, opts.permutations)[0]
+            parts = [per[v]["dist"][slice(*per[v]["rows"][t])] for t in b]  # each batch's (n, blocks, H)
+            sums, counts = np.stack([d.sum(0).ravel() for d in parts]), np.array([len(d) for d in parts], float)
+            out[name] = head_rank(sums, counts, ev.ratio(xy.sum(0), xx.sum(0), yy.sum(0)), xy, xx, yy, T.TOUR_SEED,
+                                  opts.permutations)[0]
 
     skip = [median_ratio(per[s]["z_sum"][b], per[s]["fz_sum"][b]) for s in (VIT, CNN, VIT_TWIN, CNN_TWIN) if s in per]
     effect, twin, _, _ = _vit_minus_cnn(skip if len(skip) == 4 else skip[:2], 1, (), "")

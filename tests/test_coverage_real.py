@@ -80,3 +80,39 @@ def test_the_count_interval_runs_from_surely_localized_tokens_to_those_plus_the_
     # below 4 batches: no interval, "too few"
     few = leads.localization_evidence(base, loo[:3], prefix=0)
     assert few.rate.too_few and not np.isfinite(few.rate.lo) and few.tie_words() == ""
+
+
+def test_fig5_interval_is_the_jackknife_of_rho_with_each_batch_distances_and_cka_left_out_together():
+    from scipy.stats import spearmanr
+    from scipy.stats import t as student
+
+    from vitlab.stats import evidence as ev
+    from vitlab.tour.measure.attention import head_rank
+
+    # 6 batches, 5 heads against 2 lower layers: per-batch distance sums and HSIC terms, by hand
+    rng = np.random.default_rng(2)
+    counts = np.array([8.0, 8, 8, 8, 8, 5])
+    sums = rng.uniform(1, 3, size=(6, 5)) * counts[:, None]
+    xx, yy = rng.uniform(1, 2, size=(6, 5)), rng.uniform(1, 2, size=(6, 2))
+    xy = rng.uniform(0.2, 0.8, size=(6, 5, 2)) * np.sqrt(xx[:, :, None] * yy[:, None, :])
+    point = ev.ratio(xy.sum(0), xx.sum(0), yy.sum(0))
+    neg, _, _, sim = head_rank(sums, counts, point, xy, xx, yy, seed=0, permutations=50)
+    np.testing.assert_allclose(sim, point.mean(-1))
+
+    def rho(keep):
+        cka = xy[keep].sum(0) / np.sqrt(xx[keep].sum(0)[:, None] * yy[keep].sum(0)[None, :])
+        return -spearmanr(sums[keep].sum(0) / counts[keep].sum(), cka.mean(-1))[0]
+
+    everything = np.arange(6)
+    assert abs(neg.value - rho(everything)) < 1e-12
+    loo = np.array([rho(np.delete(everything, t)) for t in range(6)])
+    # the jackknife t on the logit scale of [−1, 1], mapped back (Estimate.jackknife with bounds)
+    z, zl = np.arctanh(neg.value), np.arctanh(loo)
+    se = np.sqrt(5 / 6 * ((zl - zl.mean()) ** 2).sum())
+    lo, hi = np.tanh(z - student.ppf(0.975, 5) * se), np.tanh(z + student.ppf(0.975, 5) * se)
+    assert hi - lo > 12 / (5**3 - 5)  # wider than a rank step: not widened
+    np.testing.assert_allclose([neg.lo, neg.hi], [lo, hi], atol=1e-9)
+    assert neg.method == "jackknife t" and neg.unit == "batches" and neg.units == 6
+    # below 4 batches: no interval
+    few = head_rank(sums[:3], counts[:3], point, xy[:3], xx[:3], yy[:3], seed=0, permutations=5)[0]
+    assert not np.isfinite(few.lo) and not np.isfinite(few.hi)
