@@ -11,7 +11,8 @@ twins, and their statistics are the tour's own functions (``growth_estimates``, 
 ``margin_estimate``) on what the tour would have read:
 
 - **Fig 6**: every image's |gradient| maps at the tour's points (``growth_points``), computed once with the tour's
-  ``_field_maps`` (about 3 minutes for the four models) and kept in ``bench/_cache/coverage_real``. The population
+  ``_field_maps`` (about 7 minutes for the four models on the shared machine) and kept in
+  ``bench/_cache/coverage_real``. The population
   value is the statistic on the mean maps of all 10,000 images; a subset is a set of images (32, the tour's default,
   64 and 256; not 1,024, see RF_DESIGNS) from a seeded partition of the images, with the tour's 200-resample bootstrap over images.
 - **Fig 11**: the probe features (CLS and mean token at the first and the last block) of all 10,000 images. The
