@@ -5,18 +5,20 @@
 
 Simulation (bench/coverage_bench.py) knows its population value by construction; here the population is the 10,000
 Fashion-MNIST test images and its value is the tour's own statistic on all of them (``zoo:vit-cls``, ``zoo:resnet``,
-``zoo:vit-gap``, ``zoo:vit-cls-noskip``, and with ``--twins`` the untrained twins). Each design draws subsets of
-64 images in batches of 16, 256 in batches of 32 and 1,024 in batches of 32, forms every check's statistic, its
-control and its learned difference (ViT − CNN) with the tour's interval on the subset, and counts how often the
-interval contains the population value.
+``zoo:vit-gap``; Figs 8 and 12's ``zoo:vit-cls-noskip``, ``-3pct``, ``-10pct``, ``-seed1``; the untrained twins, which
+the learned answers compare against). Each design draws subsets of 64 images in batches of 16, 256 in batches of 32
+and 1,024 in batches of 32, forms every check's statistic, its control and its learned answer's intervals (ViT − CNN
+and the untrained twins' same statistic) with the tour's interval on the subset, and counts how often the interval
+contains the population value. Figs 6 and 11 read their own images: bench/coverage_real_rf.py.
 
 Cost: every model runs over the 10,000 images once per batch size (16 and 32: the per-batch statistics depend on
 how images are batched) and each batch's statistic is reduced at once to what the intervals read (per-batch HSIC
-terms of the self-CKA maps and of the token-by-patch maps, skip-ratio sums, per-image attention distances), kept
-under ``bench/_cache/coverage_real`` (a few MB). A subset is a group of k of those batches: one partition of the
+terms of the self-CKA maps, the token-by-patch maps, Fig 5's heads and Fig 12's pairs, skip-ratio sums, per-image
+attention distances), kept under ``bench/_cache/coverage_real``. A subset is a group of k of those batches: one partition of the
 batches (a seeded permutation, cut into groups of k) gives disjoint subsets; several partitions give more subsets
 (subsets of different partitions overlap, so the Monte-Carlo error is somewhat above the binomial sqrt(p(1 − p)/R)
-printed). Forming 2,500 subsets' intervals takes seconds; the forward passes, once, about a minute per model.
+printed). Forming 2,500 subsets' intervals took 8 minutes on the shared machine under a load
+of 10-20; the forward passes, once, 20-70 s per model.
 """
 
 from __future__ import annotations
