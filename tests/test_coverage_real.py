@@ -9,11 +9,11 @@ conservative by the finite-population factor and hide undercoverage). Once the p
 costs a few ms, so the test draws 2,000: each coverage has a Monte-Carlo standard error of 0.49 points at 95 %.
 
 False alarms: an interval that truly covers 95 % in this population falls below the 93 % threshold with probability
-P(Z < −4.1) ≈ 2·10⁻⁵, so over the 10 intervals checked the chance that any one does is below 3·10⁻⁴ (a union
+P(Z < −4.1) ≈ 2·10⁻⁵, so over the 11 intervals checked the chance that any one does is below 3·10⁻⁴ (a union
 bound); one that truly covers 94 % falls below with probability ~3 %. Power: one that covers 91 % or less (the
 half-step-widened localization interval covered 85.9 % at 256/32 on the 10,000 images) stays above 93 % with
-probability below 10⁻⁴. It cannot tell 93 % from 95 % reliably, does not cover 64/16 or 1,024/32, Fig 10's GAP
-model, nor heavy tails rarer than 1 in 1,280 images: the bench does those. The samples are seeded, so the test is
+probability below 10⁻⁴. It cannot tell 93 % from 95 % reliably, does not cover 64/16 or 1,024/32, Figs 6, 8, 10-12,
+the untrained twins, nor heavy tails rarer than 1 in 1,280 images: the bench does those. The samples are seeded, so the test is
 deterministic.
 """
 
@@ -48,9 +48,10 @@ def test_every_tour_interval_covers_at_least_93_percent_at_256_in_batches_of_32(
             low[name] = f"{100 * p:.1f} % (below {r['below']}, above {r['above']})"
     assert not low, f"intervals covering below 93 % at 256/32: {low}"
     # the statistics the harness reads are the tour's: every check's statistic, control and learned difference
-    assert len(rows) == 10 and {"Fig 9: ViT chance-corrected localization", "Fig 7: ViT median skip ratio",
+    assert len(rows) == 11 and {"Fig 9: ViT chance-corrected localization", "Fig 7: ViT median skip ratio",
                                 "Fig 7: CNN median (control)", "Figs 1-2: ViT − ResNet uniformity gap",
-                                "Figs 3-4: most local first-block head"} <= set(rows)
+                                "Figs 3-4: most local first-block head",
+                                "Fig 5: −ρ(head distance, CKA with the CNN's lower layers)"} <= set(rows)
 
 
 def test_the_count_interval_runs_from_surely_localized_tokens_to_those_plus_the_near_ties():
@@ -80,3 +81,39 @@ def test_the_count_interval_runs_from_surely_localized_tokens_to_those_plus_the_
     # below 4 batches: no interval, "too few"
     few = leads.localization_evidence(base, loo[:3], prefix=0)
     assert few.rate.too_few and not np.isfinite(few.rate.lo) and few.tie_words() == ""
+
+
+def test_fig5_interval_is_the_jackknife_of_rho_with_each_batch_distances_and_cka_left_out_together():
+    from scipy.stats import spearmanr
+    from scipy.stats import t as student
+
+    from vitlab.stats import evidence as ev
+    from vitlab.tour.measure.attention import head_rank
+
+    # 6 batches, 5 heads against 2 lower layers: per-batch distance sums and HSIC terms, by hand
+    rng = np.random.default_rng(2)
+    counts = np.array([8.0, 8, 8, 8, 8, 5])
+    sums = rng.uniform(1, 3, size=(6, 5)) * counts[:, None]
+    xx, yy = rng.uniform(1, 2, size=(6, 5)), rng.uniform(1, 2, size=(6, 2))
+    xy = rng.uniform(0.2, 0.8, size=(6, 5, 2)) * np.sqrt(xx[:, :, None] * yy[:, None, :])
+    point = ev.ratio(xy.sum(0), xx.sum(0), yy.sum(0))
+    neg, _, _, sim = head_rank(sums, counts, point, xy, xx, yy, seed=0, permutations=50)
+    np.testing.assert_allclose(sim, point.mean(-1))
+
+    def rho(keep):
+        cka = xy[keep].sum(0) / np.sqrt(xx[keep].sum(0)[:, None] * yy[keep].sum(0)[None, :])
+        return -spearmanr(sums[keep].sum(0) / counts[keep].sum(), cka.mean(-1))[0]
+
+    everything = np.arange(6)
+    assert abs(neg.value - rho(everything)) < 1e-12
+    loo = np.array([rho(np.delete(everything, t)) for t in range(6)])
+    # the jackknife t on the logit scale of [−1, 1], mapped back (Estimate.jackknife with bounds)
+    z, zl = np.arctanh(neg.value), np.arctanh(loo)
+    se = np.sqrt(5 / 6 * ((zl - zl.mean()) ** 2).sum())
+    lo, hi = np.tanh(z - student.ppf(0.975, 5) * se), np.tanh(z + student.ppf(0.975, 5) * se)
+    assert hi - lo > 12 / (5**3 - 5)  # wider than a rank step: not widened
+    np.testing.assert_allclose([neg.lo, neg.hi], [lo, hi], atol=1e-9)
+    assert neg.method == "jackknife t" and neg.unit == "batches" and neg.units == 6
+    # below 4 batches: no interval
+    few = head_rank(sums[:3], counts[:3], point, xy[:3], xx[:3], yy[:3], seed=0, permutations=5)[0]
+    assert not np.isfinite(few.lo) and not np.isfinite(few.hi)

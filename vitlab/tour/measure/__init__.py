@@ -1,8 +1,9 @@
 """Measuring the tour's checks on models (``vitlab.tour.run_tour`` calls one ``measure_*`` per claim): streams
 of cached per-batch statistics, kept per batch (or per image) so that every statistic is resampled with the same
 units as its control (paired intervals). Smooth statistics (CKA means, mean distances, ratios of sums, mean probe
-margins) get the jackknife-t interval over their units; a rank correlation and a receptive-field radius (a
-quantile on the pixel grid) keep the percentile bootstrap (``vitlab.stats.evidence``).
+margins) and Fig 5's rank correlation (issue 50: the percentile bootstrap undercovered at few batches) get the
+jackknife-t interval over their units; a receptive-field radius (a quantile on the pixel grid) keeps the percentile
+bootstrap (``vitlab.stats.evidence``).
 
 Every measurement returns ``(Check, rows, figure)``: the check, the estimates drawn in the interval chart, and the
 data of the paper-style figure (``vitlab.charts.tour``), all from the one run. A user error (a missing model, data

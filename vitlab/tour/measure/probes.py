@@ -42,8 +42,6 @@ def needs_probes(ms: Models, source, opts) -> list[Need]:
 def _probe_margins(m: LoadedModel, source, opts, run) -> tuple[np.ndarray, list[str], pd.DataFrame]:
     """Per few-shot draw: min(GAP − CLS at the first layer, CLS gain first → last); features extracted once.
     Also the probe curves: accuracy per block and representation, mean over the draws with its t interval."""
-    from ...analyses import probes
-
     _labelled(source)
     stat = _probe_stat(m)
     layers = stat.layers
@@ -58,10 +56,27 @@ def _probe_margins(m: LoadedModel, source, opts, run) -> tuple[np.ndarray, list[
         labels += batch_labels
     x = {k: np.concatenate(v) for k, v in feats.items()}
     y = np.array(labels)
-    classes = len(source.classes)
+    margins, texts, accs = draw_margins(x, y, layers, len(source.classes), opts.probe_draws, opts.probe_shots,
+                                        opts.probe_test, run.seed)
+    rows = []
+    for (rep, i) in accs[0]:
+        e = ev.mean_estimate(np.array([a[rep, i] for a in accs]), "draws")
+        rows.append({"model": m.label, "layer": layers[i], "index": i, "depth": (i + 1) / len(layers),
+                     "representation": rep, "accuracy": e.value, "accuracy_lo": e.lo, "accuracy_hi": e.hi,
+                     "draws": len(accs)})
+    return margins, texts, pd.DataFrame(rows)
+
+
+def draw_margins(x: dict[str, np.ndarray], y: np.ndarray, layers, classes: int, draws: int, shots: int, test: int,
+                 seed: int) -> tuple[np.ndarray, list[str], list[dict]]:
+    """Fig 11's margin per few-shot draw d (``draw_split`` seeded ``seed + d``) from the pool's features ``x``
+    ('cls|TAP', 'gap|TAP': (n, D)) and labels ``y`` (n,): min(GAP − CLS at the first layer, CLS gain first → last);
+    with each draw's words and accuracies."""
+    from ...analyses import probes
+
     margins, texts, accs = [], [], []
-    for d in range(opts.probe_draws):
-        parts = dict(zip(("train", "val", "test"), draw_split(y, opts.probe_shots, opts.probe_test, run.seed + d)))
+    for d in range(draws):
+        parts = dict(zip(("train", "val", "test"), draw_split(y, shots, test, seed + d)))
         acc = {(rep, i): probes._probe_one({p: x[f"{rep}|{tap}"][ix] for p, ix in parts.items()},
                                            {p: y[ix] for p, ix in parts.items()}, classes)[0]
                for rep in ("cls", "gap") for i, tap in enumerate(layers)}
@@ -70,13 +85,13 @@ def _probe_margins(m: LoadedModel, source, opts, run) -> tuple[np.ndarray, list[
         texts.append(f"CLS {acc['cls', 0]:.0%}→{acc['cls', last]:.0%}, GAP {acc['gap', 0]:.0%}→"
                      f"{acc['gap', last]:.0%} ({layers[0]} → {layers[-1]})")
         accs.append(acc)
-    rows = []
-    for (rep, i) in accs[0]:
-        e = ev.mean_estimate(np.array([a[rep, i] for a in accs]), "draws")
-        rows.append({"model": m.label, "layer": layers[i], "index": i, "depth": (i + 1) / len(layers),
-                     "representation": rep, "accuracy": e.value, "accuracy_lo": e.lo, "accuracy_hi": e.hi,
-                     "draws": len(accs)})
-    return np.array(margins), texts, pd.DataFrame(rows)
+    return np.array(margins), texts, accs
+
+
+def margin_estimate(margins: np.ndarray, test: int, draws: int) -> Estimate:
+    """Fig 11's statistic: the mean margin over the draws with its t interval; a difference of accuracies lies in
+    [−1, 1] and an accuracy moves in steps of one test image per draw."""
+    return ev.mean_estimate(margins, "draws", bounds=(-1.0, 1.0), resolution=1.0 / (test * max(1, draws)))
 
 
 def measure_probes(ms: Models, source, opts, run):
@@ -85,9 +100,7 @@ def measure_probes(ms: Models, source, opts, run):
     ests, first_text, curves = [], "", []
     for m in models:
         margins, texts, curve = _probe_margins(m, source, opts, run)
-        # a difference of accuracies in [−1, 1]; an accuracy moves in steps of one test image per draw
-        ests.append(ev.mean_estimate(margins, "draws", bounds=(-1.0, 1.0),
-                                     resolution=1.0 / (opts.probe_test * max(1, opts.probe_draws))))
+        ests.append(margin_estimate(margins, opts.probe_test, opts.probe_draws))
         first_text = first_text or f"{m.label}, first draw: {texts[0]}"
         curves.append(curve)
     detail = (f"margin min(GAP − CLS at the first layer, CLS gain first → last) over {opts.probe_draws} few-shot "

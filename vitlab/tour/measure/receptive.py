@@ -57,6 +57,17 @@ def _growth(maps: list[np.ndarray], idx: np.ndarray):
     return est(ra - rb, sa - sb), est(rb, sb), est(ra, sa), sa - sb
 
 
+def growth_estimates(vmaps: list[np.ndarray], cmaps: list[np.ndarray], bootstrap: int, seed: int):
+    """Fig 6's estimates from the ViT's and the CNN's per-image maps [before, after] (n, H, W) of the same images:
+    (ViT growth, before, after, CNN growth, before, after, ViT − CNN growth), every one over the same bootstrap
+    resamples of the images (the difference paired)."""
+    idx = ev.resample_indices(len(vmaps[0]), bootstrap, seed)
+    vg, vb, va, vr = _growth(vmaps, idx)
+    cg, cb, ca, cr = _growth(cmaps, idx)
+    step = 1.0 / np.sqrt(vmaps[0].shape[-2] * vmaps[0].shape[-1])
+    return vg, vb, va, cg, cb, ca, T.difference(vg, cg, vr, cr).widened(step)
+
+
 def _map_frame(m: LoadedModel, label: str, maps: np.ndarray) -> pd.DataFrame:
     """The mean |gradient| map (H, W) of one point, normalised to its maximum, as rows (panel, row, col, value)."""
     mean = maps.mean(0)
@@ -66,19 +77,21 @@ def _map_frame(m: LoadedModel, label: str, maps: np.ndarray) -> pd.DataFrame:
                          "value": mean.ravel()})
 
 
-def _growth_pair(vit: LoadedModel, cnn: LoadedModel, source, opts, run):
+def growth_points(vit: LoadedModel, cnn: LoadedModel) -> tuple[list[tuple[str, str]], list[tuple[str, str]], str]:
+    """Fig 6's gradient points [before, after] of the ViT and of the CNN, and the CNN's first block. Like with like
+    (issue 37): both after their residual, the ViT's attention sublayer at the input of norm2 (resid_mid = x + attn)
+    and the CNN's first block at its output (x + branch, then its activation)."""
     from ...analyses.receptive import block_names
 
-    # like with like (issue 37): both after their residual, the ViT's attention sublayer at the input of norm2
-    # (resid_mid = x + attn) and the CNN's first block at its output (x + branch, then its activation)
-    vmaps = _field_maps(vit, [("blocks.0", "in"), ("blocks.0.norm2", "in")], source, opts, run)
     first = block_names(cnn)[0]
-    cmaps = _field_maps(cnn, [(first, "in"), (first, "out")], source, opts, run)
-    idx = ev.resample_indices(len(vmaps[0]), run.bootstrap, run.seed)
-    vg, vb, va, vr = _growth(vmaps, idx)
-    cg, cb, ca, cr = _growth(cmaps, idx)
-    step = 1.0 / np.sqrt(vmaps[0].shape[-2] * vmaps[0].shape[-1])
-    effect = T.difference(vg, cg, vr, cr).widened(step)
+    return [("blocks.0", "in"), ("blocks.0.norm2", "in")], [(first, "in"), (first, "out")], first
+
+
+def _growth_pair(vit: LoadedModel, cnn: LoadedModel, source, opts, run):
+    vpoints, cpoints, first = growth_points(vit, cnn)
+    vmaps = _field_maps(vit, vpoints, source, opts, run)
+    cmaps = _field_maps(cnn, cpoints, source, opts, run)
+    vg, vb, va, cg, cb, ca, effect = growth_estimates(vmaps, cmaps, run.bootstrap, run.seed)
     # panels named in words, numbered as the pages and the CLI number them ("block 0 input", "stage 1 block 0 input")
     cnn_block = layer_in_words(first)
     frame = pd.concat([_map_frame(vit, layer_in_words("blocks.0.resid_pre"), vmaps[0]),

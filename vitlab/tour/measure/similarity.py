@@ -67,9 +67,7 @@ def measure_removal(ms: Models, source, opts, run):
     noskip, normal = _removal_models(ms, opts)
     accs = _self_cka([noskip, normal], source, opts, run)
     idx = _jk(accs[0])
-    blocks = [int(t.split(".")[1]) for t in accs[0].layers_a]
-    est = [_jack(T.cross_block_mean(_point(a), blocks, opts.noskip_block),
-                 T.cross_block_mean(a.replicates(idx), blocks, opts.noskip_block), bounds=CKA_RANGE) for a in accs]
+    est = [removal_estimate(_point(a), a.replicates(idx), a.layers_a, opts.noskip_block) for a in accs]
     detail = (f"mean self-CKA between layers before and after block {opts.noskip_block}: {noskip.label} (retrained "
               f"without its skips) {est[0].text()}, {normal.label} {est[1].text()}")
     figure = {"cka": pd.concat([_cka_frame(m, a) for m, a in zip([noskip, normal], accs)], ignore_index=True),
@@ -78,6 +76,33 @@ def measure_removal(ms: Models, source, opts, run):
             f"do not apply." + _zoo_control_note(ms, [normal, noskip]))
     return T.check_removal(est[0], est[1], opts.noskip_block, detail, note), \
         _rows(("retrained without skips", "statistic", est[0]), ("with skips", "control", est[1])), figure
+
+
+def removal_estimate(point: np.ndarray, loo: np.ndarray, layers: list[str], block: int) -> Estimate:
+    """Fig 8's statistic of one model: its mean self-CKA between the layers ``layers`` ('blocks.B....') before and
+    after ``block``, from its self-CKA map (L, L) and leave-one-batch-out maps (T, L, L), jackknife t in [0, 1]."""
+    blocks = [int(t.split(".")[1]) for t in layers]
+    return _jack(T.cross_block_mean(point, blocks, block), T.cross_block_mean(loo, blocks, block), bounds=CKA_RANGE)
+
+
+def scale_excess(drop: dict, scale_pairs: list, seed_pair) -> tuple[Estimate, list, int]:
+    """Fig 12's statistic from each pair's depth drop (value, leave-one-batch-out values): the smallest excess of a
+    less-data pair's drop over the other-seed pair's (paired, the same leave-one-out sets), jackknife t in [−2, 2];
+    with every pair's excess and the index of the smallest."""
+    sd, sd_loo = drop[seed_pair]
+    excess = [(drop[p][0] - sd, drop[p][1] - sd_loo) for p in scale_pairs]
+    k = int(np.argmin([e[0] for e in excess]))
+    # the smallest excess and its leave-one-out values; drops lie in [−1, 1], so their differences in [−2, 2]
+    stat = _jack(min(e[0] for e in excess), np.min(np.stack([e[1] for e in excess]), axis=0), bounds=(-2.0, 2.0))
+    return stat, excess, k
+
+
+def pair_curve(point: np.ndarray, loo: np.ndarray) -> tuple[np.ndarray, tuple, tuple]:
+    """Fig 12's block-by-block curve of one pair from its CKA map (L, L) and leave-one-out maps (T, L, L): (the
+    diagonal, (drop, its leave-one-out values), (upper-half mean, its leave-one-out values))."""
+    diag = np.diagonal(point)
+    reps = np.diagonal(loo, axis1=-2, axis2=-1)
+    return diag, (float(T.depth_drop(diag)), T.depth_drop(reps)), (float(_upper_mean(diag)), _upper_mean(reps))
 
 
 def _upper_mean(curve: np.ndarray) -> np.ndarray:
@@ -117,18 +142,11 @@ def measure_scale(ms: Models, source, opts, run):
     idx = _jk(next(iter(accs.values())))
     drop, upper, curves = {}, {}, []
     for (a, b), acc in accs.items():
-        diag = np.diagonal(_point(acc))
-        reps = np.diagonal(acc.replicates(idx), axis1=-2, axis2=-1)
-        drop[a, b] = (float(T.depth_drop(diag)), T.depth_drop(reps))
-        upper[a, b] = (float(_upper_mean(diag)), _upper_mean(reps))
+        diag, drop[a, b], upper[a, b] = pair_curve(_point(acc), acc.replicates(idx))
         curves.append(pd.DataFrame({"pair": f"{a} vs {b}", "layer": acc.layers_a, "index": np.arange(len(diag)),
                                     "depth": (np.arange(len(diag)) + 1) / len(diag), "cka": diag}))
-    sd, sd_loo = drop[seed_pair]
     # excess drop of each less-data pair over the seed pair: paired, the same leave-one-batch-out sets
-    excess = [(drop[p][0] - sd, drop[p][1] - sd_loo) for p in scale_pairs]
-    k = int(np.argmin([e[0] for e in excess]))
-    # the smallest excess and its leave-one-out values; drops lie in [−1, 1], so their differences in [−2, 2]
-    stat = _jack(min(e[0] for e in excess), np.min(np.stack([e[1] for e in excess]), axis=0), bounds=(-2.0, 2.0))
+    stat, excess, k = scale_excess(drop, scale_pairs, seed_pair)
     ests = {p: _jack(v, r, bounds=CKA_DIFF) for p, (v, r) in drop.items()}
     ups = {p: _jack(v, r, bounds=CKA_RANGE) for p, (v, r) in upper.items()}
     seed_label = f"{seed_pair[0]} vs {seed_pair[1]}"
