@@ -68,6 +68,7 @@ def measure_removal(ms: Models, source, opts, run):
     accs = _self_cka([noskip, normal], source, opts, run)
     idx = _jk(accs[0])
     est = [removal_estimate(_point(a), a.replicates(idx), a.layers_a, opts.noskip_block) for a in accs]
+    blocks = [int(t.split(".")[1]) for t in accs[0].layers_a]
     detail = (f"mean self-CKA between layers before and after block {opts.noskip_block}: {noskip.label} (retrained "
               f"without its skips) {est[0].text()}, {normal.label} {est[1].text()}")
     figure = {"cka": pd.concat([_cka_frame(m, a) for m, a in zip([noskip, normal], accs)], ignore_index=True),
