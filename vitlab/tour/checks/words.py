@@ -182,7 +182,7 @@ STUDENT_MEANING: dict[str, dict[str, str]] = {
 # measured), "{margin}" Figs 3-4's locality threshold; "above" or "below" is where the paper's answer needs it.
 STUDENT_CONTROL: dict[str, tuple[str, str]] = {
     "cka": ("no difference between the two models would be {c}", "above"),
-    "distance": ("uniform attention scores {c}, and a head counts as local from {margin}", "above"),
+    "distance": ("uniform attention scores {c} and a clearly local head at least {margin}", "above"),
     "heads": ("heads with shuffled labels reach at most {c}", "above"),
     "receptive": ("the ResNet's first block grows it by {c}", "above"),
     "skips": ("the ResNet's ratio is {c}", "above"),
