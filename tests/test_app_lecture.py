@@ -18,7 +18,7 @@ sys.path.insert(0, str(APP))
 pytest.importorskip("streamlit")
 from streamlit.testing.v1 import AppTest
 
-from tests.test_lecture_words import faults, svg_words
+from tests.test_lecture_words import faults, long_sentences, svg_words
 from vitlab.tour import CLAIMS, classroom, lecture
 
 pytestmark = pytest.mark.usefixtures("app_cache")  # a fresh disk cache for this module (conftest)
@@ -153,6 +153,7 @@ def test_the_path_asks_before_it_tells_and_ends_with_the_summary(prepared, monke
         assert at.get("progress")[0].proto.text == f"{k + 1} of 3 steps revealed"
         words = " ".join(student_words(at.main))
         assert faults(words) == [] and "How we know" in [e.label for e in at.expander], faults(words)
+        assert [s for w in student_words(at.main) for s in long_sentences(w)] == []  # each element read as it shows
         at.button(key="lecture.next").click().run()
     assert "1 of 3" in at.markdown[0].value  # predictions that took the paper's answer: the first only
     assert [r for r in at.table[0].value["as the paper"]] == ["✓", "✗", "✗"]

@@ -159,11 +159,12 @@ def prepare(models: list[LoadedModel], source: ImageSource, settings: LectureSet
     t0 = time.perf_counter()
     run = replace(run, bootstrap=settings.bootstrap, seed=settings.seed)
     tour = run_tour(models, source, settings.tour, run)
-    # a student reads the figures: every model in them named in words (the lecturer's detail keeps the specs)
+    # a student reads the figures: every model in them named in words (the lecturer's detail keeps the specs), blocks
+    # counted from 1 as the lecture's words count them, no text cut short
     specs = {r.figure: [*settings.models, *(m.strip() for m in r.models.split(";") if m.strip())] for r in tour.rows}
-    papers = {f: chart_svg(glossary.spec_in_words(c.to_dict(), specs.get(f, settings.models)))
+    papers = {f: chart_svg(glossary.figure_in_words(c.to_dict(), specs.get(f, settings.models)))
               for f, c in tour.paper_charts.items()}
-    intervals = {r.figure: chart_svg(glossary.spec_in_words(tour.charts[r.figure].to_dict(), specs[r.figure]))
+    intervals = {r.figure: chart_svg(glossary.figure_in_words(tour.charts[r.figure].to_dict(), specs[r.figure]))
                  for r in tour.rows if len(tour.frames.get(r.figure, ()))}
     seconds = time.perf_counter() - t0
     made = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")

@@ -19,8 +19,15 @@ import re
 from dataclasses import dataclass
 
 from ..charts.words import data_in_words
-from ..stats.evidence import format_estimate
-from .checks.words import NOT_LEARNED, STUDENT_CONTROL, STUDENT_LEARNED_WHAT, STUDENT_MEANING, STUDENT_NOT_LEARNED
+from ..stats.evidence import MIN_UNITS, format_estimate
+from .checks.words import (
+    NOT_LEARNED,
+    STUDENT_CONTROL,
+    STUDENT_CONTROL_WHY,
+    STUDENT_LEARNED_WHAT,
+    STUDENT_MEANING,
+    STUDENT_NOT_LEARNED,
+)
 
 
 @dataclass(frozen=True)
@@ -30,22 +37,19 @@ class Term:
 
 
 TERMS: dict[str, Term] = {
-    "models": Term("ViT and ResNet", "A ViT (Vision Transformer) cuts the image into patches and lets every patch "
-                   "look at every other one, while a ResNet is a convolutional network that looks at small "
-                   "neighbourhoods and widens its view layer by layer."),
+    "models": Term("ViT and ResNet", "A ViT (Vision Transformer) cuts the image into patches that all look at one "
+                   "another, while a ResNet is a convolutional network (a CNN) that widens its view layer by layer."),
     "layers": Term("layers and blocks", "A model processes an image in a stack of layers, grouped into blocks, from "
                    "the lower layers near the image to the higher layers near the answer."),
     "cka": Term("CKA", "CKA (centred kernel alignment) scores how alike two layers' representations of the same "
                 "images are, from 0 (unrelated) to 1 (the same up to rotation and scale)."),
-    "distance": Term("attention distance", "An attention head is one of a ViT block's ways of letting each patch "
-                     "gather information from other patches, and its attention distance is how far away, on "
-                     "average, those patches lie, where uniform attention (every patch alike) is as far as it gets."),
+    "distance": Term("attention head and distance", "An attention head is one of a ViT block's ways of letting each "
+                     "patch gather from other patches; its attention distance is how far away those patches lie on "
+                     "average."),
     "receptive": Term("receptive field", "A layer's receptive field is the part of the image that can change what "
-                      "it computes at one position; here its size is the radius that holds half of that influence, "
-                      "as a fraction of the image's side."),
+                      "it computes at one position; its size here is the radius holding half that influence."),
     "skips": Term("skip and branch", "A block adds what its branch computes, f(z), to its input z, which the skip "
-                  "connection carries past the block unchanged; the ratio ‖z‖ / ‖f(z)‖ compares their sizes, so a "
-                  "large ratio means the skip dominates."),
+                  "carries past unchanged; a large ratio ‖z‖ / ‖f(z)‖ means the skip dominates."),
     "token": Term("token", "A token is a model's representation of one image patch (for a ResNet, of one position "
                   "of its feature map) as it passes through the layers."),
     "localization": Term("localization", "Localization asks whether each last-layer token is still most like its "
@@ -56,12 +60,14 @@ TERMS: dict[str, Term] = {
     "probe": Term("linear probe", "A linear probe is a simple straight-line classifier trained on one layer's "
                   "representation: the better it tells the classes apart, the more that layer already holds the "
                   "class."),
+    "depth": Term("normalised depth", "Normalised depth places a layer by how far up its model it sits, from near 0 "
+                  "at the image to 1 at the last layer, so that models of different depths line up."),
+    "seed": Term("seed", "A seed fixes training's random start: the same recipe on the same data with another seed "
+                 "gives a model that differs only by chance."),
     "answers": Term("pattern and learned", "Each step has two answers: the pattern (shown, not shown or can't tell) "
-                    "says whether these models do what the paper found, and learned (yes, no or can't tell) says "
-                    "whether training made it."),
-    "interval": Term("interval", "A 95 % interval is the range the value plausibly lies in, given how much it varies "
-                     "from one group of images to another; where two intervals overlap, we cannot tell the values "
-                     "apart."),
+                    "says whether these models do what the paper found, and learned says whether training made it."),
+    "interval": Term("interval", "A 95 % interval is the range a value plausibly lies in, given how it varies from "
+                     "one group of images to another; where two intervals overlap, we cannot tell them apart."),
     "twin": Term("untrained twin", "An untrained twin is the same model with random weights, never trained: what it "
                  "shows too comes from the architecture, not from learning."),
 }
@@ -76,8 +82,8 @@ ASK_TERMS: dict[str, tuple[str, ...]] = {
     "removal": ("models", "skips", "cka"),
     "localization": ("models", "token", "localization"),
     "gap": ("models", "cls", "token", "localization"),
-    "probes": ("models", "cls", "probe"),
-    "scale": ("models", "layers", "cka"),
+    "probes": ("models", "cls", "probe", "depth"),
+    "scale": ("models", "layers", "cka", "seed", "depth"),
 }
 
 
@@ -194,6 +200,55 @@ def spec_in_words(spec, specs: list[str] | tuple[str, ...]):
     return name_models(spec, specs, label_words) if isinstance(spec, str) else spec
 
 
+# A figure a student reads: blocks counted from 1, as the lecture's words count them ("block 4 of 6"), and no text
+# cut short. The charts are shared with the pages, the slides and the report, which count blocks from 0 as the taps
+# do ('blocks.3'); only the lecture's drawings are renumbered, on their Vega-Lite spec.
+TITLE_LINE = 64  # characters of a figure's title line: a longer title is wrapped, never cut with "…"
+_BLOCK = re.compile(r"\bblock (\d+)\b(?! of \d)")
+_LIMITS = {"labelLimit", "titleLimit", "limit"}  # Vega cuts a text at these widths; 0: never
+
+
+def _wrapped(text: str, width: int = TITLE_LINE) -> str | list[str]:
+    lines: list[str] = []
+    for word in text.split(" "):
+        if lines and len(lines[-1]) + 1 + len(word) <= width:
+            lines[-1] += " " + word
+        else:
+            lines.append(word)
+    return text if len(lines) == 1 else lines
+
+
+def _counts_blocks(enc) -> bool:
+    return isinstance(enc, dict) and (enc.get("field") == "block" or str(enc.get("title", "")).startswith("block"))
+
+
+def figure_in_words(spec, specs: list[str] | tuple[str, ...]):
+    """A lecture's figure (a chart's ``to_dict()``) for a student: models in words (:func:`spec_in_words`); blocks
+    counted from 1 in every text ("block 0 input" -> "block 1 input") and on every axis or legend of a block field
+    (its labels read ``value + 1``; the data keep the taps' numbers); no label, header or title cut at a width (the
+    limits off, a long title wrapped onto lines)."""
+    spec = spec_in_words(spec, specs)
+
+    def fix(node, key=None):
+        if isinstance(node, dict):
+            out = {k: 0 if k in _LIMITS and isinstance(v, (int, float)) else fix(v, k) for k, v in node.items()}
+            for channel, enc in (out.get("encoding") or {}).items():
+                if not _counts_blocks(enc):
+                    continue
+                guide = "axis" if channel in ("x", "y", "x2", "y2") else "legend"
+                if enc.get(guide, {}) is not None and "labelExpr" not in (enc.get(guide) or {}):
+                    enc[guide] = {**(enc.get(guide) or {}), "labelExpr": "toNumber(datum.value) + 1"}
+            return out
+        if isinstance(node, list):
+            return [fix(v, key) for v in node]
+        if isinstance(node, str):
+            node = _BLOCK.sub(lambda m: f"block {int(m[1]) + 1}", node)
+            return _wrapped(node) if key in ("title", "text") and len(node) > TITLE_LINE else node
+        return node
+
+    return fix(spec)
+
+
 def minus(text: str) -> str:
     """One minus sign: a hyphen before a number ("-0.084", "[-1, 1]") becomes "−"; a range ("Figs 1-2") stays."""
     return re.sub(r"(?<![\w.])-(?=\.?\d)", "−", text)
@@ -276,40 +331,76 @@ def _learned(key: str, check, untrained: bool) -> tuple[str, str]:
     return "can't tell", f"We cannot say whether training made it: {why}."
 
 
+def _images(key: str, check, settings) -> str:
+    """The images a step's statistic used, in words: Fig 6's first images (a pass back through the model each) and
+    Fig 11's probe pool said as what they are; a last batch smaller than the rest said so."""
+    if not check.images:
+        return "Images: not recorded."
+    n, b, size = check.images, check.batches, check.batch_size
+    batches = f"in {b} batch{'es' * (b != 1)} of {size}" + (" (the last one smaller)" if b * size > n else "")
+    if key == "receptive":
+        return (f"Images: only the first {n}, {batches}, since tracing what each position sees takes a pass back "
+                "through the model for every image.")
+    if key == "probes":
+        tour = settings.tour
+        return (f"Images: a pool of {n}, {batches}; each of {tour.probe_draws} random draws trains the probe on "
+                f"{tour.probe_shots} images per class and tests it on {tour.probe_test} others.")
+    return f"Images: {n} images {batches}."
+
+
+ZOO_CONTROLS = "These are the 16-token zoo controls"  # vitlab.tour.measure.common._zoo_control_note
+
+
 def _how(key: str, check, settings, specs: list[str]) -> list[str]:
     how = [sentence(f"What was measured: {minus(check.statistic_label)}")]
     if not _finite(check.statistic):
-        return how + ["It could not be measured on these models; the lecturer's detail says why."]
-    if check.control == 0 or not (_finite(check.control_lo, check.control_hi) and check.control_lo < check.control_hi):
+        return how + ["No number came out of this step, so there is nothing to set against its reference."]
+    fixed = check.control == 0 or not (_finite(check.control_lo, check.control_hi)
+                                       and check.control_lo < check.control_hi)
+    if fixed:
         control = "0" if check.control == 0 else minus(f"{check.control:.3f}")
     else:
         control = estimate(check.control, check.control_lo, check.control_hi, check.interval_unit,
                            check.interval_units)
     words, side = STUDENT_CONTROL[key]
     margin = f"{getattr(settings.tour, 'local_margin', 0.25):.2f}"
+    if check.interval_method.startswith("too few"):  # no interval at all: said once, with what it would take
+        value, ref = minus(f"{check.statistic:.3f}"), minus(f"{check.control:.3f}")
+        return how + [(f"On these models it is {value}, while {words.format(c=ref, margin=margin)}. With only "
+                      f"{check.interval_units} {check.interval_unit} there is no interval (it takes at least "
+                      f"{MIN_UNITS}), so no answer can be read from it."), _images(key, check, settings),
+                      STUDENT_CONTROL_WHY[key]]
+    # where the whole interval must lie: past the threshold a fixed reference sets (Figs 3-4: the local margin, not
+    # uniform attention's 0), or past the measured reference's whole interval (vitlab.stats.evidence.verdict)
+    past = margin if key == "distance" else control if fixed else "the whole interval it is compared with"
     stat = estimate(check.statistic, check.lo, check.hi, check.interval_unit, check.interval_units)
     how.append(f"On these models it is {stat}, while {words.format(c=control, margin=margin)}. The pattern is "
-               f"\"shown\" only when the whole interval lies {side} that.")
+               f"\"shown\" only when its whole interval lies {side} {past}.")
     if key in STUDENT_LEARNED_WHAT and key not in NOT_LEARNED:
         what = STUDENT_LEARNED_WHAT[key]
+        same = (check.effect, check.effect_lo, check.effect_hi) == (check.statistic, check.lo, check.hi)
+        eff = estimate(check.effect, check.effect_lo, check.effect_hi, check.interval_unit, check.interval_units)
+        # the learned answer often compares the pattern's own number: said once, on the line above
+        eff = f"the same {minus(f'{check.effect:.3f}')}" if same else eff
         if _finite(check.effect) and _finite(check.twin):
-            eff = estimate(check.effect, check.effect_lo, check.effect_hi, check.interval_unit, check.interval_units)
             twin = estimate(check.twin, check.twin_lo, check.twin_hi, check.interval_unit, check.interval_units)
             how.append(f"Learned compares {what}: {eff} in the trained models against {twin} in their untrained "
                        "twins.")
         elif _finite(check.effect):
-            eff = estimate(check.effect, check.effect_lo, check.effect_hi, check.interval_unit, check.interval_units)
-            how.append(f"Learned compares {what}: {eff} in the trained models; the untrained twins' value could not "
-                       "be formed.")
+            how.append(f"Learned compares {what}: {eff} in the trained models, with nothing from their untrained "
+                       "twins to set against it.")
         else:
             how.append(f"Learned compares {what}, which could not be formed on these models.")
     if check.interval_unit:
         how.append(sentence(f"How the interval was formed: {minus(check.interval)}"))
         if check.effect_note and key not in NOT_LEARNED:
-            how.append(sentence(f"The learned answer's intervals: {minus(check.effect_note)}"))
-    how.append(sentence(f"Images: {check.data_text}"))
-    if check.control_note:
-        how.append(sentence(minus(name_models(check.control_note, specs))))
+            how.append("The learned answer's intervals were formed the same way." if check.effect_note in
+                       check.interval else sentence(f"The learned answer's intervals: {minus(check.effect_note)}"))
+    how.append(_images(key, check, settings))
+    how.append(STUDENT_CONTROL_WHY[key])
+    if ZOO_CONTROLS in (check.control_note or ""):
+        how.append("The models compared in this step are the zoo's own 16-patch ViTs, not the lecture's ViT: only "
+                   "those were retrained for it.")
     if "global_pool" in (check.evidence or ""):
         how.append("The ViT trained with average pooling also has its final normalisation layer after the pooling, "
                    "so the two differ in more than pooling.")

@@ -182,7 +182,7 @@ STUDENT_MEANING: dict[str, dict[str, str]] = {
 # measured), "{margin}" Figs 3-4's locality threshold; "above" or "below" is where the paper's answer needs it.
 STUDENT_CONTROL: dict[str, tuple[str, str]] = {
     "cka": ("no difference between the two models would be {c}", "above"),
-    "distance": ("uniform attention scores {c}, and a head counts as local from {margin}", "above"),
+    "distance": ("uniform attention scores {c} and a clearly local head at least {margin}", "above"),
     "heads": ("heads with shuffled labels reach at most {c}", "above"),
     "receptive": ("the ResNet's first block grows it by {c}", "above"),
     "skips": ("the ResNet's ratio is {c}", "above"),
@@ -209,4 +209,30 @@ STUDENT_NOT_LEARNED: dict[str, str] = {
     "removal": "Does not apply: both models are trained, and the question is the missing skip, not training.",
     "gap": "Does not apply: both models are trained, and the question is how they pool, not training.",
     "scale": "Does not apply: every model is trained, and the question is how much data each one saw.",
+}
+
+# Why each step's reference and control matter, for a student: one plain sentence each, no numbers (the numbers are
+# on the line before it in "How we know") and no model spec. The lecturer's detail keeps CONTROL_NOTES and the
+# measured notes as they are.
+STUDENT_CONTROL_WHY: dict[str, str] = {
+    "cka": "Layers can look alike even with random weights, so training counts only where the trained ViT's lead is "
+           "larger than its untrained twin's lead.",
+    "distance": "Uniform attention, every patch weighted alike, is as far as a head can look on average; the untrained "
+                "twin shows how local the heads are before any training.",
+    "heads": "Shuffling which head is which shows how strong a link chance alone gives; the untrained twins show "
+             "whether the link comes from training.",
+    "receptive": "The ResNet's first block is the convolutional growth the paper compares with; the untrained twins "
+                 "show how much of each growth the architecture gives before training.",
+    "skips": "The ResNet's ratio is what the paper compares with; the untrained twins show whether the skip "
+             "outweighs the branch before any training.",
+    "removal": "The same ViT recipe trained with its skips is the comparison; both models are trained, so untrained "
+               "twins do not apply.",
+    "localization": "The ResNet is what the paper compares with, and 0 is chance; the untrained twins show whether "
+                    "the tokens keep their positions because of training.",
+    "gap": "The same ViT trained with average pooling is the comparison; both models are trained, so untrained twins "
+           "do not apply.",
+    "probes": "A margin of 0 would mean neither part of the paper's pattern; the untrained twin shows whether the "
+              "pattern comes from training.",
+    "scale": "Two ViTs trained alike from another random start also drift apart in their higher layers, so less data "
+             "counts only where it differs more than that.",
 }
