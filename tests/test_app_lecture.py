@@ -6,6 +6,7 @@ the figures; the end offers the summary. No model is loaded and no check is run 
 from __future__ import annotations
 
 import base64
+import os
 import sys
 from pathlib import Path
 
@@ -241,8 +242,17 @@ def test_the_lecture_sidebar_shows_its_settings_and_other_pages_keep_their_picke
     [said] = [m.value for m in at.sidebar.markdown]
     assert said == ("**Models:** the trained ViT and the trained ResNet  \n**Images:** Fashion-MNIST test set, 64 "
                     "images  \n**Batch:** 16 images  \n**Steps:** Figs 1-2, Fig 7, Fig 10")
+    # no Status fold (vitlab's install folder, the disk cache's folder, the sidebar's model specs) for a student: the
+    # only fold is the lecturer's, and nothing outside it names a folder of this machine or a model spec
+    assert [e.label for e in at.sidebar.expander] == ["For the lecturer: how this lecture was prepared"]
+    lecturer = at.sidebar.expander[0]
+    shown = [e.value for e in [*at.sidebar.markdown, *at.sidebar.caption, *at.markdown, *at.caption, *at.subheader]
+             if not any(e is x for x in [*lecturer.caption, *lecturer.markdown])]
+    folders = [str(ROOT), os.environ["VITLAB_CACHE_DIR"]]
+    assert shown and not [t for t in shown if any(f in str(t) for f in folders) or "zoo:" in str(t)], shown
     at.switch_page("views/home.py").run()
     assert {w.key: w.value for w in [*at.sidebar.selectbox, *at.sidebar.number_input]} == before
+    assert "Status" in [e.label for e in at.sidebar.expander]  # other pages keep it
 
 
 # ------------------------------------------------------------------ a reload keeps the student's place

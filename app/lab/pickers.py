@@ -136,14 +136,17 @@ OWN_SETTINGS = ("lecture",)
 
 
 def sidebar() -> None:
-    """The shared pickers (drawn by the entrypoint on every page but :data:`OWN_SETTINGS`) and the cache status."""
+    """The shared pickers and the status (vitlab's install folder, the models, the disk cache's folder), drawn by
+    the entrypoint on every page but :data:`OWN_SETTINGS`."""
     links.read_link()  # a link's settings, before the pickers draw (app/lab/links.py)
+    own = st.session_state.get("lab.page") in OWN_SETTINGS
     with st.sidebar:
-        if st.session_state.get("lab.page") not in OWN_SETTINGS:
+        if not own:
             pickers_ui()
         for problem in env_settings()[1]:
             st.error(md_plain(problem, lines=True))
-        status_ui()
+        if not own:  # a student's page shows no machine paths or model specs (the page's own lecturer fold has them)
+            status_ui()
         st.html(CLOCK, unsafe_allow_javascript=True, width="content")
 
 
