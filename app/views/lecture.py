@@ -160,6 +160,9 @@ def status(lec: classroom.Lecture, seconds: float) -> None:
                    f"read from the disk cache ({seconds:.1f} s); nothing on this page runs a model. Models and data: "
                    f"{plain(lec.settings.describe())}")
         st.code(lec.settings.command(), language="bash")
+        loaded = [spec for spec, _ in lab._loaded_registry()]
+        st.caption("Models loaded on this server: " + (lab.md_plain(", ".join(loaded)) if loaded else "none") +
+                   f"; {lab.runs.loaded_bytes() / 2**30:.2f} GiB held")
 
 
 def _terms(lec: classroom.Lecture) -> dict:
