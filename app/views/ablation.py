@@ -37,14 +37,31 @@ def options_ui(depth: int, n_heads: int) -> ablation.AblationOptions:
                                     draws=int(draws))
 
 
+def early_curves(res: ablation.AblationResult, key: str) -> None:
+    """A running estimate: the curves of the head sets ablated so far, with their intervals."""
+    summary = res.summary()
+    for metric in ("delta_accuracy", "kl"):
+        lab.chart(charts.ablation_curves(summary, metric), key=f"abl.{key}.{metric}")
+    st.caption(findings.interval_caption("images", res.images, "percentile bootstrap") + " (most local and most "
+               "global heads); random heads: the 2.5-97.5 % range over the draws done so far.")
+
+
+def so_far(res: ablation.AblationResult, done: int, total: int) -> str:
+    last = res.conditions[-1]
+    draw = f", draw {last['draw'] + 1}" if last["selection"] == "random" else ""
+    return (f"Running estimate from {done} of {total} ablated head sets over {res.images} images (the last: "
+            f"{last['mode']} ablation of {last['k']} {last['selection']} head{'s' if last['k'] > 1 else ''}{draw})")
+
+
 result = None
 with lab.guard():
     a, b = lab.models(s)
     src = lab.source(s)
     require_vit(a, "head ablation (model A's heads)")
     opts = options_ui(a.depth, a.heads)
+    early = lab.running(early_curves, so_far)
     result = lab.compute(("ablation", s.key, opts), lambda run: ablation.head_ablation(
-        a, b, src, opts, run), "Head ablation")
+        a, b, src, opts, run), "Head ablation", expect=ablation.AblationResult, early=early)
 
 if result is not None:
     summary = result.summary()

@@ -29,6 +29,10 @@ Under torchrun each rank runs every ablated set over its share of the batches: h
 CKA sums, are added across ranks; the per-image log-probabilities are gathered in batch order, so accuracy, KL and
 their bootstrap over images are a single process's.
 
+Running estimate (issue 51): after each ablated set but the last, ``run.estimate`` hands up the result over the sets
+done so far (each set's values are final once its pass is done; the plan runs zero before mean ablation, k by k, and
+the head means are made only when the first mean-ablated set needs them).
+
 Shapes: B batch, N tokens, H heads, Dh head width, L blocks chosen, n images in a Gram.
 """
 
@@ -227,7 +231,7 @@ def choose_heads(distance: np.ndarray, blocks: Sequence[int], k: int, selection:
     ``scope='pooled'`` ranks all L·H heads together; ``'per-block'`` takes k heads in each block. Ties keep the
     lower head index first (stable sort).
     """
-    n_l, n_h = distance.shape
+    _, n_h = distance.shape
     if scope == "pooled":
         groups = [[(int(blocks[i // n_h]), int(i % n_h)) for i in np.argsort(distance.ravel(), kind="stable")]]
     elif scope == "per-block":
@@ -451,11 +455,27 @@ def head_ablation(vit: LoadedModel, other: LoadedModel, source: ImageSource, opt
     top1 = intact.logp.argmax(1)
     usable = match.usable and None not in labels
     truth = match.to_head(labels) if usable else top1
-    means = head_means(vit, source, indices, blocks, opts.batch_size, part(f"{vit.label}: mean output of each head")
-                       ) if "mean" in opts.modes else None
+    means = None  # made at the first mean-ablated set: the zero-ablated sets (first in the plan) come sooner
     heads_total = len(blocks) * distance.shape[1]
     p0 = np.exp(intact.logp)
+    n = len(top1)
+    order = np.argsort(distance.ravel(), kind="stable")
+    names = [(f"b{blocks[i // distance.shape[1]]}.h{i % distance.shape[1]}", float(distance.ravel()[i]))
+             for i in order]
+    boot = np.random.default_rng(run.seed).integers(0, n, size=(max(1, run.bootstrap), n))
+    intact_other = _cka_rows(intact, other_pass.centred, layers, other_layers, run).mean(1)
+
+    def result(done: int) -> AblationResult:
+        """The result over the first ``done`` ablated sets of the plan (every set's values are its own pass's)."""
+        return AblationResult(vit.label, other.label, blocks, opts.scope, names, layers, other_layers, plan[:done],
+                              top1 == truth, intact_other,
+                              "top-1 accuracy" if usable else "agreement with the intact model's top-1", n, boot,
+                              run.info, accuracy_note="" if usable else match.reason or "some images have no label")
+
     for i, cond in enumerate(plan):
+        if cond["mode"] == "mean" and means is None:
+            means = head_means(vit, source, indices, blocks, opts.batch_size,
+                               part(f"{vit.label}: mean output of each head"))
         draw = f" (draw {cond['draw'] + 1} of {opts.draws})" if cond["selection"] == "random" and opts.draws > 1 else ""
         words = (f"{cond['mode']} {cond['selection']} k={cond['k']}{draw}: {heads_total - len(cond['heads'])} of "
                  f"{heads_total} heads remain (ablation {i + 1} of {len(plan)})")
@@ -464,14 +484,7 @@ def head_ablation(vit: LoadedModel, other: LoadedModel, source: ImageSource, opt
         cond.update(correct=after.logp.argmax(1) == truth, kl=(p0 * (intact.logp - after.logp)).sum(1),
                     cka_intact=np.diag(_cka_rows(after, intact.centred, layers, layers, run)),
                     cka_other=_cka_rows(after, other_pass.centred, layers, other_layers, run).mean(1))
+        run.estimate(lambda i=i: result(i + 1), i + 1, len(plan))  # the sets so far (the app draws them)
     if run.progress:
         run.progress(len(plan), len(plan), "done")
-    n = len(top1)
-    order = np.argsort(distance.ravel(), kind="stable")
-    names = [(f"b{blocks[i // distance.shape[1]]}.h{i % distance.shape[1]}", float(distance.ravel()[i]))
-             for i in order]
-    boot = np.random.default_rng(run.seed).integers(0, n, size=(max(1, run.bootstrap), n))
-    return AblationResult(vit.label, other.label, blocks, opts.scope, names, layers, other_layers, plan,
-                          top1 == truth, _cka_rows(intact, other_pass.centred, layers, other_layers, run).mean(1),
-                          "top-1 accuracy" if usable else "agreement with the intact model's top-1", n, boot,
-                          run.info, accuracy_note="" if usable else match.reason or "some images have no label")
+    return result(len(plan))

@@ -41,8 +41,8 @@ from ..inputs.data import ImageSource, select, to_tensor
 from ..inputs.models import LoadedModel
 from ..options import DataOptions, option
 from .attention import probs_taps, rollout_matrix
-from .readout import ClassMatch, class_match, require_head
 from .deletion import BASELINES, auc, cell_grid, cell_order, cell_scores, curves, default_cell_px
+from .readout import ClassMatch, class_match, require_head
 
 FUSIONS = ("mean", "max", "min")
 TARGETS = ("pred", "label")
@@ -230,9 +230,14 @@ def _target_name(match: ClassMatch, source: ImageSource, target: int) -> str:
 
 
 def _score_batch(loaded, x, targets, methods, opts: FaithfulnessOptions, cell_px: int, rng,
-                 step: Callable[[int, int, str], None] | None = None) -> list[dict]:
+                 step: Callable[[int, int, str], None] | None = None,
+                 early: Callable[[dict, list, int, int], None] | None = None) -> list[dict]:
     """Maps, curves and AUCs of a batch of images: one dict per image. ``step(done, total, text)`` (``Run.step``,
-    or a batch's share of it) hears each step: the maps' gradient pass, then every image's curves of each order."""
+    or a batch's share of it) hears each step: the maps' gradient pass, then every image's curves of each order.
+    ``early(row, so_far, done, total)`` hears each image's maps (``row``: target and maps) and, after every forward
+    of masked images, its curves so far (``so_far[k]``: order k's (curve, measured, of), curve None before it
+    starts);
+    ``done`` of ``total`` units: 1 for the maps, then one per masked image."""
     n, orders_per_image = x.shape[0], len(methods) + opts.random_orders
     total = 1 + n * orders_per_image  # the maps, then one step per image and cell order
     if step is not None:
@@ -248,6 +253,15 @@ def _score_batch(loaded, x, targets, methods, opts: FaithfulnessOptions, cell_px
         orders = [o for o, _ in ranked] + [rng.permutation(n_cells) for _ in range(opts.random_orders)]
         steps = [s for _, s in ranked] + [None] * opts.random_orders
         names = list(methods) + [f"random order {r + 1}" for r in range(opts.random_orders)]
+        images_of = [2 * (n_cells + 1 if when is None else len(when)) for when in steps]  # masked images per order
+        so_far: list = [(None, 0, of) for of in images_of]
+        if early is not None:
+            early({"target": t, "maps": per}, so_far, 1, 1 + sum(images_of))
+
+        def seen(k: int, curve: np.ndarray, done: int, of: int, t=t, per=per, so_far=so_far,
+                 images_of=images_of) -> None:
+            so_far[k] = (curve, 2 * done, 2 * of)
+            early({"target": t, "maps": per}, so_far, 1 + sum(images_of[:k]) + 2 * done, 1 + sum(images_of))
         c = []  # (methods + R, 2, n + 1): one order at a time (each its own forwards), so each is a step
         for k, (order, when) in enumerate(zip(orders, steps)):
             words = f"{loaded.label}: image {i + 1} of {n}, deletion and insertion of {names[k]}"
@@ -255,7 +269,8 @@ def _score_batch(loaded, x, targets, methods, opts: FaithfulnessOptions, cell_px
             if step is not None:
                 step(at, total, f"{words} (order {k + 1} of {orders_per_image})")
             check = None if step is None else (lambda where, words=words, at=at: step(at, total, f"{words}: {where}"))
-            c.append(curves(loaded, x[i], t, [order], cell_px, opts.baseline, steps=[when], check=check)[0])
+            c.append(curves(loaded, x[i], t, [order], cell_px, opts.baseline, steps=[when], check=check,
+                            seen=None if early is None else lambda _, *a, k=k, seen=seen: seen(k, *a))[0])
         c = np.stack(c)
         rows.append({"target": t, "maps": per, "curves": c[: len(methods)], "random_curve": c[len(methods):].mean(0),
                      "auc": auc(c[: len(methods)]), "random_auc": auc(c[len(methods):]).mean(0)})
@@ -275,6 +290,8 @@ class AttributionResult:
     cell_px: int
     baseline: str
     target_name: str = ""  # the target class in words (the source's class names when they are the model's classes)
+    # a running estimate's masked images measured so far per curve, of those it needs ({}: the result itself)
+    measured: dict[str, tuple[int, int]] = field(default_factory=dict)
 
     @property
     def target_words(self) -> str:
@@ -321,13 +338,34 @@ def attribution(loaded: LoadedModel, images, index: int = 0, opts: FaithfulnessO
     methods = _methods(loaded, opts)
     cell_px = int(opts.cell_px or default_cell_px(loaded))
     x = to_tensor([source.load(index)], loaded)
+
+    def result(row: dict, curves_: dict[str, np.ndarray], measured: dict | None = None) -> AttributionResult:
+        scores = {m: tuple(float(v) for v in auc(c)) for m, c in curves_.items()}
+        return AttributionResult(loaded.label, source.item_id(index), row["target"], row["maps"], curves_, scores,
+                                 cell_px, opts.baseline, _target_name(match, source, int(row["target"])),
+                                 measured or {})
+
+    def early(row: dict, so_far: list, done: int, total: int) -> None:
+        """The running estimate: every map, and the curves of the orders begun (random order: their mean)."""
+        def make() -> AttributionResult:
+            curves_ = {m: got[0] for m, got in zip(methods, so_far) if got[0] is not None}
+            begun = [got for got in so_far[len(methods):] if got[0] is not None]
+            if begun:
+                curves_["random order"] = np.mean([got[0] for got in begun], axis=0)
+            measured = {m: (got[1], got[2]) for m, got in zip(methods, so_far)}
+            measured["random order"] = (sum(got[1] for got in begun), sum(got[2] for got in so_far[len(methods):]))
+            out = result(row, curves_, measured)
+            if begun:  # as the result's: the mean of the orders' areas
+                out.scores["random order"] = tuple(float(v) for v in np.mean([auc(got[0]) for got in begun], 0))
+            return out
+        run.estimate(make, done, total)
+
     row = _score_batch(loaded, x, _targets(loaded, opts, source, [index]), methods, opts, cell_px,
-                       np.random.default_rng(run.seed), run.step)[0]
-    curves_ = {m: row["curves"][k] for k, m in enumerate(methods)} | {"random order": row["random_curve"]}
-    scores = {m: tuple(float(v) for v in row["auc"][k]) for k, m in enumerate(methods)}
-    scores["random order"] = tuple(float(v) for v in row["random_auc"])
-    return AttributionResult(loaded.label, source.item_id(index), row["target"], row["maps"], curves_, scores,
-                             cell_px, opts.baseline, _target_name(match, source, int(row["target"])))
+                       np.random.default_rng(run.seed), run.step, early if run.partial is not None else None)[0]
+    out = result(row, {m: row["curves"][k] for k, m in enumerate(methods)} | {"random order": row["random_curve"]})
+    out.scores = {m: tuple(float(v) for v in row["auc"][k]) for k, m in enumerate(methods)}
+    out.scores["random order"] = tuple(float(v) for v in row["random_auc"])
+    return out
 
 
 @dataclass

@@ -78,14 +78,27 @@ def _step_masks(order: np.ndarray, hw: tuple[int, int], cell_px: int):
     return torch.as_tensor(pix_rank[None] < steps, dtype=torch.float32)[:, None]
 
 
+def coarse_first(m: int) -> np.ndarray:
+    """Positions 0..m of a curve's measured steps in the order they are measured: both ends, then coarse to fine
+    (the multiples of the largest power of two first: 128, then 64 and 192, then 32, 96, ...), so that the points
+    measured so far always span the whole curve and the straight lines between them are a fair first estimate."""
+    inner = np.arange(1, m)
+    return np.concatenate([[0, m], inner[np.lexsort((inner, -(inner & -inner)))]]).astype(np.int64)
+
+
 def curves(loaded: LoadedModel, x, target: int, orders: Sequence[np.ndarray], cell_px: int, baseline: str,
            batch_size: int = 64, steps: Sequence[np.ndarray | None] | None = None,
-           check: Callable[[str], None] | None = None) -> np.ndarray:
+           check: Callable[[str], None] | None = None, seen: Callable[[int, np.ndarray, int, int], None] | None = None,
+           first: int = 16) -> np.ndarray:
     """Deletion and insertion curves of one image x (C, H, W) for each cell order: (len(orders), 2, n + 1).
 
     ``steps[k]`` (from ``cell_order``; None: every step): the model is run only after those steps, and the curve
-    is linear in between (a tied group leaves together). ``check(where)`` (``Run.check``) is called before each
-    forward of ``batch_size`` masked images, so that a run asked to stop does so between them."""
+    is linear in between (a tied group leaves together). The steps are measured coarse to fine (:func:`coarse_first`),
+    deletion and insertion of a step in the same forward of at most ``batch_size`` masked images (``first`` in the
+    first forward of each order: an early estimate comes soon). ``check(where)`` (``Run.check``) is called before
+    each forward, so that a run asked to stop does so between them; ``seen(k, curve (2, n + 1), measured, of)`` after
+    each: order k's curve over the ``measured`` of its ``of`` steps measured so far, straight between them (when
+    ``measured == of``, the curve itself)."""
     import torch
 
     if baseline not in BASELINES:
@@ -101,17 +114,22 @@ def curves(loaded: LoadedModel, x, target: int, orders: Sequence[np.ndarray], ce
     for k, order in enumerate(orders):
         every = np.arange(len(order) + 1)
         when = every if steps is None or steps[k] is None else np.asarray(steps[k])
-        m = _step_masks(order, hw, cell_px)[torch.as_tensor(when)].to(x.device)
-        deletion = x[None] * (1 - m) + base[None] * m
-        insertion = base[None] * (1 - m) + x[None] * m
-        batch = torch.cat([deletion, insertion])
-        probs = []
-        with torch.no_grad(), taps_mod.model_lock(loaded.model):  # never under another run's surgery or capture
-            for s in range(0, len(batch), batch_size):
-                if check is not None:
-                    check(f"masked images {s + 1}-{min(s + batch_size, len(batch))} of {len(batch)}")
-                probs.append(loaded.model(batch[s:s + batch_size]).double().softmax(-1)[:, target].cpu())
-        measured = torch.cat(probs).numpy().reshape(2, -1)
+        masks = _step_masks(order, hw, cell_px)  # (n + 1, 1, H, W)
+        seq = coarse_first(len(when) - 1)
+        measured = np.full((2, len(when)), np.nan)  # deletion, insertion at each of ``when``
+        done = 0
+        while done < len(seq):
+            pos = seq[done:done + max(1, (first if done == 0 else batch_size) // 2)]
+            m = masks[torch.as_tensor(when[pos])].to(x.device)
+            batch = torch.cat([x[None] * (1 - m) + base[None] * m, base[None] * (1 - m) + x[None] * m])
+            if check is not None:
+                check(f"masked images {2 * done + 1}-{2 * (done + len(pos))} of {2 * len(seq)}")
+            with torch.no_grad(), taps_mod.model_lock(loaded.model):  # never under another run's surgery or capture
+                measured[:, pos] = loaded.model(batch).double().softmax(-1)[:, target].cpu().numpy().reshape(2, -1)
+            done += len(pos)
+            if seen is not None:
+                got = np.sort(seq[:done])
+                seen(k, np.stack([np.interp(every, when[got], c[got]) for c in measured]), done, len(seq))
         out.append(np.stack([np.interp(every, when, c) for c in measured]))
     return np.stack(out)
 
