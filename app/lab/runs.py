@@ -376,6 +376,9 @@ def compute(key: tuple, fn: Callable[[vitlab.Run], Any], label: str, persist: bo
     stopped. After every run, stopped or not, the memory its steps freed goes back to the system
     (``vitlab.engine.hostmem.release``: each script run has a thread, and glibc keeps a thread's freed memory).
     """
+    from . import links  # (links imports this module)
+
+    links.follow_drawn()  # a link's view of this page first, not a run (or a read) of the defaults it replaces
     box = st.empty()  # drawn on every run, so the page's element tree keeps its shape (no stale duplicates)
     memo = _memo()
     if key in memo:
