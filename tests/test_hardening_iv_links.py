@@ -245,3 +245,13 @@ def test_every_page_shows_a_hostile_checkpoint_and_folder_name_as_written_in_its
         found += [f"{page}: {a}" for t in texts for a in alive(md, t)]
     assert not found, found
     assert len(missing) < len(PAGES) / 2, missing  # the names do reach most pages' words
+
+
+def test_a_link_is_the_pages_first_run_on_a_server_that_never_drew_the_page():
+    import lab
+
+    lab.links._KINDS.pop("attr.orders", None)  # as on a fresh server: the widget's type not yet learned
+    at = open_link("attribution", {**LINK, "attr.orders": "2"})
+    assert at.number_input(key="attr.orders").value == 2
+    views = [key[-1] for key in at.session_state["lab.memo"] if key[0] == "attribution"]
+    assert [v.random_orders for v in views] == [2], views  # never the default 8 orders first

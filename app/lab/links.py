@@ -381,6 +381,25 @@ def view_state() -> dict[str, Any]:
     return out
 
 
+def follow_drawn() -> None:
+    """Before a page's run (``runs.compute``): seed the widgets drawn so far from a link's pending keys and rerun, so
+    that the link's view is the first one computed, not the defaults it would replace (which can take minutes on a
+    real-size model) on a server that has not yet drawn this page (:func:`_seed_known` knows only the widgets of
+    pages drawn before). Keys of widgets drawn later stay pending for :func:`finish`."""
+    pending = st.session_state.get("share.pending")
+    if not pending or not pending["keys"] or pending["passes"] >= PASSES:
+        return
+    view = view_state()
+    seeds: dict = {}
+    for key in [k for k in pending["keys"] if k in view]:
+        _take(key, _kind(view[key]), pending["keys"].pop(key), seeds)
+    seeds = {k: v for k, v in seeds.items() if v != view[k]}
+    if seeds:
+        pending["passes"] += 1
+        st.session_state["share.seed"] = seeds
+        st.rerun()
+
+
 def _follow(view: dict[str, Any]) -> None:
     """Seed the page's widgets from a link's pending keys (a rerun draws them with the link's values)."""
     pending = st.session_state.get("share.pending")

@@ -381,6 +381,9 @@ def compute(key: tuple, fn: Callable[[vitlab.Run], Any], label: str, persist: bo
     an analysis inside another hands up estimates of its own kind), so that the page draws a first answer in place
     (:func:`lab.show.running`) instead of waiting for the whole run (issue 51).
     """
+    from . import links  # (links imports this module)
+
+    links.follow_drawn()  # a link's view of this page first, not a run (or a read) of the defaults it replaces
     box = st.empty()  # drawn on every run, so the page's element tree keeps its shape (no stale duplicates)
     memo = _memo()
     if key in memo:

@@ -14,7 +14,7 @@ import vitlab
 from vitlab import activations, localization
 from vitlab import token_localization as tl
 from vitlab.charts import localization as charts
-from vitlab.charts.words import data_in_sentence, layer_in_words
+from vitlab.charts.words import data_in_sentence, layer_in_words, wrap_name
 
 
 def reference_ui() -> tl.ReferenceOptions:
@@ -182,9 +182,12 @@ if report is not None:
     frame = result.to_frame()
     shown = ([0] if result.prefix else []) + [token]
     with right, lab.guard():
-        maps = charts.localization_maps(frame, tokens=shown, columns=2, cell=max(120, 12 * max(gh, gw)),
+        # two maps, their legend and title in half the page at 1280 px (a 14 x 14 grid's 168-px maps ran 9 px past it;
+        # a long model name on lines of 40 characters)
+        maps = charts.localization_maps(frame, tokens=shown, columns=2, cell=min(140, max(120, 12 * max(gh, gw))),
                                         title=["CKA of the token with the patch at each position",
-                                               f"{m.label} {layer_in_words(layer)} (ringed: its own patch)"])
+                                               *wrap_name(m.label, 40),
+                                               f"{layer_in_words(layer)} (ringed: its own patch)"])
         lab.chart(maps, key="loc.maps")
         lab.export(maps, frame[frame["token"].isin(shown)], f"localization_{m.label}_{layer}_token{token}", "loc.maps")
 
