@@ -74,7 +74,7 @@ class Sampler(threading.Thread):
 
 
 def visit(browser, url: str, page: str, a: str, b: str, images: int, batch: int, timeout_s: float,
-          sampler: Sampler) -> dict:
+          sampler: Sampler, first_only: bool = False) -> dict:
     ctx = browser.new_context(viewport={"width": 1280, "height": 900})
     out = {"first": float("nan"), "done": float("nan"), "loaded": float("nan"), "errors": [], "past": [],
            "kind": "-"}
@@ -100,7 +100,7 @@ def visit(browser, url: str, page: str, a: str, b: str, images: int, batch: int,
                 break
             pg.wait_for_timeout(200)
         quiet = None
-        while time.perf_counter() < deadline:
+        while not first_only and time.perf_counter() < deadline:
             busy = pg.locator('[data-testid="stStatusWidget"]').count() or pg.locator(
                 '[data-testid="stProgress"]').count() or pg.get_by_role("button", name="Use it").count()
             if busy:
@@ -131,6 +131,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--batch-size", type=int, default=16)
     p.add_argument("--timeout", type=float, default=420.0, help="seconds a page may take before it is cut off")
     p.add_argument("--port", type=int, default=8531)
+    p.add_argument("--first-only", action="store_true", help="stop at the first chart (no 'done' time)")
     args = p.parse_args(argv)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     pairs = [x for x in args.pairs.split(",") if x]
@@ -158,7 +159,7 @@ def main(argv: list[str] | None = None) -> int:
                     idle = rss_mib(srv.proc.pid)
                     try:
                         r = visit(browser, srv.url, page, *PAIRS[pair], args.images, args.batch_size, args.timeout,
-                                  sampler)
+                                  sampler, args.first_only)
                     finally:
                         sampler.stop_flag.set()
                         sampler.join()

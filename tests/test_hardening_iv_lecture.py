@@ -241,10 +241,11 @@ def test_a_folder_name_cannot_break_the_caption_or_the_command(page_store):
     assert build_parser("lecture").parse_args(words[1:]).data == name  # round-trips through the shell and the CLI
     classroom.keep(page_store, replace(fake_lecture(settings), made="2026-12-07 **made** [x](https://e.x)"))
     at = open_lecture_page()
-    caption = at.caption[-1].value.replace("\u2060", "")  # the invisible joiners that break bare links, shortcodes
+    [said] = [c for c in at.caption if c.value.startswith("Prepared ")]  # the lecturer's fold: how it was prepared
+    caption = said.value.replace("\u2060", "")  # the invisible joiners that break bare links, shortcodes
     assert "cl\\`ass \\*\\*bold\\*\\* \\$x\\$ :red\\[y\\]" in caption and "**bold**" not in caption
     assert "\\*\\*made\\*\\* \\[x\\](https://" in caption and not re.search(r"(?<!\\)\]\(", caption)
-    assert ":\u2060red" in at.caption[-1].value and "https:\u2060//" in at.caption[-1].value
+    assert ":\u2060red" in said.value and "https:\u2060//" in said.value
     assert "`" not in caption.replace("\\`", "")  # no code span: the command is in its own code block
     shown = shlex.split(at.code[-1].value)
     assert at.code[-1].value == settings.command() and shown[shown.index("--data") + 1] == name

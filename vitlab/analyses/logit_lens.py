@@ -24,13 +24,12 @@ the logit scale of [0, 1] (``vitlab.stats.evidence``; below 4 batches no interva
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..charts.words import layer_in_words
+from ..charts.words import block_words, layer_in_words  # noqa: F401 - block_words: callers' old home
 from ..engine.context import Run, RunInfo
 from ..engine.run import Statistic, stream
 from ..errors import VitlabError
@@ -292,14 +291,6 @@ class LensResult:
             if np.isfinite(e.lo) and e.lo > chance:
                 return i, f"first above chance ({chance:.2f}) at {block_words(self.layers, i)}"
         return None, f"no block's interval is above chance ({chance:.2f})"
-
-
-def block_words(layers: list[str], i: int) -> str:
-    """Block ``i`` of a model's ``layers`` for a person, counted from 1 so that it reads as its depth (the chart's x:
-    block k of L sits at depth k / L): "block 2 of 6"; a CNN's stage beside it, "block 7 of 8 (stage 4)". The CSV
-    keeps the model's own name (``layer``) and index from 0 (``block_index``)."""
-    stage = re.match(r"stage \d+", layer_in_words(layers[i]))
-    return f"block {i + 1} of {len(layers)}" + (f" ({stage[0]})" if stage else "")
 
 
 def short_reason(family: str, width: int, head: int) -> str:

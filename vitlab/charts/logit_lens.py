@@ -18,7 +18,7 @@ def lens_long(frame: pd.DataFrame) -> pd.DataFrame:
     """The frame with one row per model, block and measure (accuracy | agreement): value, lo, hi, and ``block`` in
     words ("block 2 of 6", as the page's table says it); blocks without a readout (or without labels, for accuracy)
     left out."""
-    from ..analyses.logit_lens import block_words
+    from .words import block_words
 
     keep = ["model", "layer", "block", "block_index", "depth", "chance",
             *[c for c in ("interval_method", "interval_units", "interval_unit") if c in frame]]

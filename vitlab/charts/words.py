@@ -140,3 +140,11 @@ def names_wrapped(names, width: int = 20) -> str:
     import json
 
     return f"({json.dumps({str(n): wrap_name(str(n), width) for n in names})})[datum.value] || datum.value"
+
+
+def block_words(layers: list[str], i: int) -> str:
+    """Block ``i`` of a model's ``layers`` for a person, counted from 1 so that it reads as its depth (the chart's x:
+    block k of L sits at depth k / L): "block 2 of 6"; a CNN's stage beside it, "block 7 of 8 (stage 4)". The CSV
+    keeps the model's own name (``layer``) and index from 0 (``block_index``)."""
+    stage = re.match(r"stage \d+", layer_in_words(layers[i]))
+    return f"block {i + 1} of {len(layers)}" + (f" ({stage[0]})" if stage else "")

@@ -18,7 +18,6 @@ import math
 import re
 from dataclasses import dataclass
 
-from ..charts.words import data_in_words
 from ..stats.evidence import MIN_UNITS, format_estimate
 from .checks.words import (
     NOT_LEARNED,
@@ -282,6 +281,8 @@ def settings_words(settings) -> str:
 def source_words(name: str) -> str:
     """An image source without the machine's folders: 'fashion-mnist:test:/usr/share/…:10000' -> "Fashion-MNIST test
     set", '/home/x/photos' -> "the folder 'photos'"."""
+    from ..charts.words import data_in_words  # here: vitlab.charts loads altair, and the CLI's help must not
+
     return data_in_words(str(name))
 
 
