@@ -59,6 +59,8 @@ def words(row: tour.Check) -> dict[str, str]:
 def lead(row: tour.Check | None, figure: str = "", missing: str = "the check did not run (see below).") -> None:
     """Draw a check as a page's lead; ``missing`` in its place when no check was computed."""
     if row is None:  # the paper's words still lead (its claim for this figure), only the answer here is missing
+        if lab.links.waiting():
+            missing = "not computed yet: the page waits for your choice on what the link asks for (above)."
         paper = next((c.claim for c in tour.CLAIMS.values() if c.figure == figure), "")
         st.markdown(f"**{PAPER_LEAD}** ({figure}) {paper}".rstrip())
         st.info(f"**{OURS_LEAD}** {missing}")

@@ -257,3 +257,36 @@ def test_a_link_is_the_pages_first_run_on_a_server_that_never_drew_the_page():
     assert at.number_input(key="attr.orders").value == 2
     views = [key[-1] for key in at.session_state["lab.memo"] if key[0] == "attribution"]
     assert [v.random_orders for v in views] == [2], views  # never the default 8 orders first
+
+
+# ------------------------------------------------------------------------- while a proposal is open, nothing runs
+
+
+def test_while_a_proposal_is_open_the_page_computes_nothing_and_use_all_takes_every_model(monkeypatch):
+    """A link naming two costly models: the page runs neither its own models (which the link would replace) nor
+    the first model taken with the old second, but waits, says so once, and runs once on both after "Use all"."""
+    from vitlab.analyses import skips
+
+    calls, real = [], skips.skip_ratios
+
+    def counted(models, *args, **kwargs):
+        calls.append([m.label for m in models])
+        return real(models, *args, **kwargs)
+
+    monkeypatch.setattr(skips, "skip_ratios", counted)
+    a, b = "test_vit@random:17", "test_resnet@random:17"
+    at = open_link("skips", {**LINK, "a": a, "b": b})
+    assert len(proposals(at)) == 2 and not calls, calls
+    waits = [unescaped(i.value) for i in at.info if "Waiting for your choice" in i.value]
+    assert len(waits) == 1 and "model A" in waits[0] and "model B" in waits[0], waits
+    assert any("waits for your choice" in unescaped(i.value) for i in at.info)  # the check's lead says why
+    at.button(key="share.accept.model_a").click().run()  # one of two taken: still nothing runs
+    assert len(proposals(at)) == 1 and not calls
+    at.button(key="share.dismiss.model_b").click().run()  # the other dismissed: the page runs, once
+    assert not proposals(at) and calls == [[a, "zoo:resnet"]], calls
+    a, b = "test_vit@random:18", "test_resnet@random:18"  # (A above is now loaded here: a link may take it)
+    at = open_link("skips", {**LINK, "a": a, "b": b})
+    calls.clear()
+    at.button(key="share.accept.all").click().run()
+    assert not proposals(at) and calls == [[a, b]], calls
+    assert not errors(at) and not at.exception

@@ -311,6 +311,21 @@ def _linked_folder(key: str, folder: str) -> None:
     return None
 
 
+def waiting() -> list[str]:
+    """What a link proposes on this page that the person may still take (each proposal that fits, in words): while
+    any is open, the page computes nothing (:func:`runs.compute`), so that neither the page's own choice (a zoo model
+    that the link would replace, minutes of work on a real-size page) nor half of the link's (model A taken, model
+    B still asked for) runs before the person chooses."""
+    if st.session_state.get("lab.page") != st.session_state.get("share.page"):
+        return []  # the proposals are drawn on the linked page only; elsewhere the page keeps its own choice
+    return [p["what"] for p in _proposals().values() if p["fits"]]
+
+
+def _accept_all() -> None:
+    for target in [t for t, p in _proposals().items() if p["fits"]]:
+        _accept(target)
+
+
 def _accept(target: str) -> None:
     """The person's click on a proposal: the link's choice is taken (a button callback, before the page draws)."""
     proposal = _proposals().pop(target, None)
@@ -332,8 +347,12 @@ def proposals_ui(where) -> None:
     if not proposals:
         return
     box = where.container(border=True)
-    box.caption("Nothing a link asks for is loaded, downloaded or read until you choose it; the page keeps its own "
-                "choice meanwhile.")
+    box.caption("Nothing a link asks for is loaded, downloaded or read until you choose it: \"Use it\" takes it, "
+                "\"Dismiss\" keeps the page's own choice. The page runs once the choices are made.")
+    if len(waiting()) > 1:
+        words, use = box.columns([7, 2], vertical_alignment="center")
+        words.markdown("This page computes nothing until every choice below is made.")
+        use.button("Use all", key="share.accept.all", on_click=_accept_all, type="primary")
     for target, p in list(proposals.items()):
         words, use, drop = box.columns([7, 1, 1], vertical_alignment="center")
         refused = "" if p["fits"] else "  \nIt cannot be loaded on this server; the page keeps its own choice."

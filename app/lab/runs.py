@@ -385,6 +385,13 @@ def compute(key: tuple, fn: Callable[[vitlab.Run], Any], label: str, persist: bo
 
     links.follow_drawn()  # a link's view of this page first, not a run (or a read) of the defaults it replaces
     box = st.empty()  # drawn on every run, so the page's element tree keeps its shape (no stale duplicates)
+    asked = links.waiting()
+    if asked:  # a link's proposal is open: nothing runs on a choice the person may be about to replace
+        if not _run_state().get("said_waiting"):
+            _run_state()["said_waiting"] = True
+            box.info(f"Waiting for your choice above: the link asks for {' and '.join(asked)}. Nothing is computed "
+                     "until you choose \"Use it\" or \"Dismiss\".", icon=":material/hourglass_empty:")
+        return None
     memo = _memo()
     if key in memo:
         _note(memo[key], "memory")
