@@ -132,13 +132,36 @@ def test_logit_lens_estimates_are_the_readouts_over_the_batches_so_far(tiny_vit,
         assert est.to_frame().equals(alone.to_frame())
 
 
-def test_probes_first_answer_is_the_first_models_probes(tiny_vit, tiny_resnet, fmnist_source, store):
+def test_probes_first_answer_is_the_cheapest_models_probes(tiny_vit, tiny_resnet, fmnist_source, store):
+    """The cheaper model (fewer multiply-accumulates a forward) is probed first and is the first answer; the final
+    report keeps the models' order, and each model's probes equal its probes alone."""
     opts = probes.ProbeOptions(shots=2, test=20, draws=2, batch_size=16, reps=("gap",))
-    final, seen = collect(lambda run: probes.probes([tiny_vit, tiny_resnet], fmnist_source, opts, run), store)
+    assert tiny_vit.forward_macs < tiny_resnet.forward_macs  # (30 M against 103 M): given last, probed first
+    final, seen = collect(lambda run: probes.probes([tiny_resnet, tiny_vit], fmnist_source, opts, run), store)
     assert [(d, t) for _, d, t in seen] == [(1, 2)]
-    alone = probes.probes([tiny_vit], fmnist_source, opts, Run(store=store))
+    cheap = tiny_vit
+    alone = probes.probes([cheap], fmnist_source, opts, Run(store=store))
     assert seen[0][0].to_frame().equals(alone.to_frame())
-    assert final.to_frame()[lambda f: f["model"] == tiny_vit.label].reset_index(drop=True).equals(alone.to_frame())
+    assert [r.model for r in final.results] == [tiny_resnet.label, tiny_vit.label]
+    for m in (tiny_vit, tiny_resnet):
+        one = probes.probes([m], fmnist_source, opts, Run(store=store)).to_frame()
+        assert final.to_frame()[lambda f: f["model"] == m.label].reset_index(drop=True).equals(one)
+
+
+def test_forward_macs_counts_linear_and_convolution_layers():
+    """Against a count by hand: a 3 -> 5 channel 3x3 convolution (padding 1) on 8x8 is 5*64 outputs of 3*9
+    products; a grouped one (groups 5, 5 -> 5) 5*64 of 1*9; then a 320 -> 10 linear layer."""
+    import torch
+
+    from vitlab.inputs.models import LoadedModel
+
+    net = torch.nn.Sequential(torch.nn.Conv2d(3, 5, 3, padding=1), torch.nn.ReLU(),
+                              torch.nn.Conv2d(5, 5, 3, padding=1, groups=5), torch.nn.Flatten(),
+                              torch.nn.Linear(320, 10))
+    m = LoadedModel(spec=None, model=net.eval(), transform=None, data_config={"input_size": (3, 8, 8)},
+                    fingerprint="", device="cpu")
+    assert m.forward_macs == 5 * 64 * 27 + 5 * 64 * 9 + 320 * 10
+    assert not any(mod._forward_hooks for mod in net.modules())  # the counting hooks are gone
 
 
 # ------------------------------------------------------------------------------------------------ on the page

@@ -419,14 +419,19 @@ def probes(models: Sequence[LoadedModel], source: ImageSource, opts: ProbeOption
     run = run or Run()
     split = few_shot_split(source, opts.shots, opts.val_shots, opts.test, opts.seed)
     reps = opts.reps
-    results = []
+    mine = []
     for m in models:
-        mine = [r for r in reps if r in representations(m.model)] if reps else None
-        if reps and not mine:
+        mine.append([r for r in reps if r in representations(m.model)] if reps else None)
+        if reps and not mine[-1]:
             raise VitlabError(f"{m.label} has none of the representations {', '.join(reps)}")
-        results.append(probe_model(m, source, split, layers=opts.layers, reps=mine, tokens=opts.tokens,
-                                   batch_size=opts.batch_size, draws=opts.draws, seed=opts.seed, run=run,
-                                   pass_at=(3 * len(results), 3 * len(models))))
+    # the cheapest model first (its forward multiply-accumulates: ResNet-50 before ViT-B/16, 4.1 G against 16.8 G),
+    # so that the first answer comes soonest; the report keeps the models' order (issue 51)
+    order = sorted(range(len(models)), key=lambda i: models[i].forward_macs) if len(models) > 1 else [0]
+    done: dict[int, ProbeResult] = {}
+    for i in order:
+        done[i] = probe_model(models[i], source, split, layers=opts.layers, reps=mine[i], tokens=opts.tokens,
+                              batch_size=opts.batch_size, draws=opts.draws, seed=opts.seed, run=run,
+                              pass_at=(3 * len(done), 3 * len(models)))
         # a first answer: the models probed so far, while the next one runs (the app draws it)
-        run.estimate(lambda: ProbeReport(list(results), split, run.info), len(results), len(models))
-    return ProbeReport(results, split, run.info)
+        run.estimate(lambda: ProbeReport([done[j] for j in sorted(done)], split, run.info), len(done), len(models))
+    return ProbeReport([done[i] for i in range(len(models))], split, run.info)
