@@ -350,7 +350,7 @@ def proposals_ui(where) -> None:
     box.caption("Nothing a link asks for is loaded, downloaded or read until you choose it: \"Use it\" takes it, "
                 "\"Dismiss\" keeps the page's own choice. The page runs once the choices are made.")
     if len(waiting()) > 1:
-        words, use = box.columns([7, 2], vertical_alignment="center")
+        words, use, _ = box.columns([7, 1, 1], vertical_alignment="center")  # under each "Use it"
         words.markdown("This page computes nothing until every choice below is made.")
         use.button("Use all", key="share.accept.all", on_click=_accept_all, type="primary")
     for target, p in list(proposals.items()):
