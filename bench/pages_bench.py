@@ -6,16 +6,17 @@ is done, the server's peak memory, and what runs past the page's right edge, aga
 
 One ``streamlit run app/Home.py`` per pair and page (a fresh server: the page's memory is its own, nothing loaded
 before it) on a fresh disk cache, started on the pair as a researcher starts the app on their own models
-(``VITLAB_MODEL_A``/``_B``), opened at 1280 x 900 in a new browser session through the page's link (``?n=IMAGES&bs=BATCH``).
-Not through a link that names the models: a link's costly model is proposed ("Use it") and the page meanwhile runs on
-the default zoo models, so the first chart timed was a zoo chart (issue 51's earlier rounds of this bench on Head
-ablation and Attribution, and perhaps others, measured that). Timed from the link's ``goto``: ``first chart`` when a Vega-Lite chart is drawn (``first chart is``: a running
-estimate, said as such above it, or the final chart),
-``done`` when the script has stopped running (Streamlit's status widget gone) for 2 s with no progress bar. The
-server's resident memory is sampled every 0.2 s: ``idle`` once it answers, ``loaded`` when the page's models are in
-(the first chart), ``peak`` over the page; growth = peak − loaded, the analysis's own memory beyond its models.
-``past edge``: text, charts and images whose right edge lies past the window's at 1280 px. Errors shown on the
-page are printed. Pairs interleave per page (round-robin order), so both see the same load on a shared machine.
+(``VITLAB_MODEL_A``/``_B``), opened at 1280 x 900 in a new browser session through the page's link
+(``?n=IMAGES&bs=BATCH``). Not through a link that names the models: such a link proposes them ("Use it") and the
+page waits for the click, which would time the clicking (before that wait existed the page ran on the default zoo
+models meanwhile, and issue 51's earlier rounds of this bench on Head ablation and Attribution timed a zoo chart).
+Timed from the link's ``goto``: ``first chart`` when a Vega-Lite chart is drawn (``first chart is``: a running
+estimate, said as such above it, or the final chart), ``done`` when the script has stopped running (Streamlit's
+status widget gone) for 2 s with no progress bar. The server's resident memory is sampled every 0.2 s: ``idle``
+once it answers, ``loaded`` when the page's models are in (the first chart), ``peak`` over the page; growth =
+peak − loaded, the analysis's own memory beyond its models. ``past edge``: text, charts and images whose right edge
+lies past the window's at 1280 px. Errors shown on the page are printed. Pairs interleave per page (round-robin
+order), so both see the same load on a shared machine.
 """
 
 from __future__ import annotations
@@ -166,7 +167,8 @@ def main(argv: list[str] | None = None) -> int:
                         srv.stop()
                     r.update(page=page, pair=pair, idle=idle, peak=sampler.peak)
                     rows.append(r)
-                    print(f"{page:13s} {pair:5s} first chart {r['first']:6.1f} s ({r['kind']})  done {r['done']:6.1f} s  RSS idle "
+                    print(f"{page:13s} {pair:5s} first chart {r['first']:6.1f} s ({r['kind']})  "
+                          f"done {r['done']:6.1f} s  RSS idle "
                           f"{idle:5.0f}, loaded {r['loaded']:5.0f}, peak {sampler.peak:5.0f} MiB  past edge "
                           f"{len(r['past'])}  errors {len(r['errors'])}", flush=True)
                     for e in r["errors"]:
@@ -177,7 +179,8 @@ def main(argv: list[str] | None = None) -> int:
           "past the edge | errors |")
     print("|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
-        done = f"{r['done']:.1f}" if r["done"] == r["done"] else f"> {args.timeout:.0f} (cut off)"
+        done = (f"{r['done']:.1f}" if r["done"] == r["done"] else "not waited for (--first-only)"
+                if args.first_only else f"> {args.timeout:.0f} (cut off)")
         print(f"| {r['page']} | {r['pair']} | {r['first']:.1f} | {r['kind']} | {done} | "
               f"{r['loaded']:.0f} | {r['peak']:.0f} | {r['peak'] - r['loaded']:.0f} | {len(r['past'])} | "
               f"{len(r['errors'])} |")
