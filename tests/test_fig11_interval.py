@@ -1,6 +1,6 @@
 """Fig 11's interval: the draws' spread plus the pool's own variance (``vitlab.tour.measure.probes``).
 
-The coverage on real activations is bench/coverage_real_rf.py's (docs/evidence.md): a pool costs ~0.2 s there, so the
+The coverage on real activations is bench/coverage_real_rf.py's (docs/evidence.md): a pool costs 0.2-0.6 s there, so the
 hundreds of pools that tell 90 % from 95 % do not fit a light test. Here the variance formula is checked where the
 truth is known in closed form, a mean over overlapping draws from one pool, and the jackknife replicates against a
 by-hand computation with the probes' own functions.
