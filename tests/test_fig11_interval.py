@@ -52,7 +52,8 @@ def test_the_interval_carries_the_pools_own_variance_where_the_truth_is_known():
     assert np.mean([e.lo <= 0 <= e.hi for e in old]) < 0.85
     e = new[0]
     assert (e.unit, e.units, e.method) == ("draws", draws, "t")
-    assert e.basis == f"t over {draws} draws; with the pool's own variance from a jackknife over {groups} groups of its images"
+    assert e.basis == (f"t over {draws} draws; with the pool's own variance from a jackknife over {groups} groups "
+                       "of its images")
     half = ev.t_quantile(0.975, draws - 1) * np.sqrt(parts[0, 0] + parts[0, 1])
     assert (e.lo, e.hi) == pytest.approx((sims[0][0].mean() - half, sims[0][0].mean() + half))
 
