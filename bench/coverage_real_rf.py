@@ -8,7 +8,7 @@ its own first ``rf_images`` images (a backward pass each, default 32) and resamp
 probes) draws few-shot splits from its own probe pool (the first max(images, 500) images) and resamples draws. Their
 population is again the 10,000 Fashion-MNIST test images, with ``zoo:vit-cls``, ``zoo:resnet`` and their untrained
 twins, and their statistics are the tour's own functions (``growth_estimates``, ``draw_margins``,
-``margin_estimate``) on what the tour would have read:
+``pool_jackknife``, ``margin_estimate``) on what the tour would have read:
 
 - **Fig 6**: every image's |gradient| maps at the tour's points (``growth_points``), computed once with the tour's
   ``_field_maps`` (about 7 minutes for the four models on the shared machine) and kept in
@@ -16,10 +16,12 @@ twins, and their statistics are the tour's own functions (``growth_estimates``, 
   value is the statistic on the mean maps of all 10,000 images; a subset is a set of images (32, the tour's default,
   64 and 256; not 1,024, see RF_DESIGNS) from a seeded partition of the images, with the tour's 200-resample bootstrap over images.
 - **Fig 11**: the probe features (CLS and mean token at the first and the last block) of all 10,000 images. The
-  population value is the mean margin over 1,000 few-shot draws from all 10,000 images (its standard error is printed:
+  population value is the mean margin over 4,000 few-shot draws from all 10,000 images (its standard error is printed:
   it must be small against the intervals); a subset is a probe pool of 500 images (the tour's pool at 64 and at 256
-  images) or 1,024 (at 1,024), with the tour's 5 draws of 10 shots per class and 200 test images. Only the first and
-  the last block are probed: the margin reads no other (the tour probes all six for its curves).
+  images) or 1,024 (at 1,024), with the tour's 5 draws of 10 shots per class and 200 test images and its interval
+  (``pool_jackknife``, ``margin_estimate``); the rows "Fig 11 before: ..." are the interval it replaced, the t over
+  the 5 draws alone, on the same pools. Only the first and the last block are probed: the margin reads no other (the
+  tour probes all six for its curves).
 
 Subsets of one partition are disjoint; several partitions give more subsets that overlap, so the binomial
 Monte-Carlo error printed is a lower bound.
@@ -43,9 +45,10 @@ MODELS = (("zoo:vit-cls", "zoo:resnet"), ("zoo:vit-cls@random:0", "zoo:resnet@ra
 # a call at 1,024 images (the tour's default is 32)
 RF_DESIGNS = ((32, 1), (64, 1), (256, 1))  # ~1 s a subset of 32 on the shared machine (radius_fraction's loop)
 RF_QUICK = ((32, 1),)
-PROBE_DESIGNS = ((500, 40), (1024, 40))  # probe pool, partitions; 0.2-2.5 s a subset (5 draws of 4 probes, 2 models)
+PROBE_DESIGNS = ((500, 40), (1024, 40))  # probe pool, partitions; ~0.2 s a subset (5 draws of 4 probes, 2 models)
 PROBE_QUICK = ((500, 1),)
-POPULATION_DRAWS = 1000
+POPULATION_DRAWS = 4000
+PROBE_ROWS = ("Fig 11: probe margin", "Fig 11: untrained twin's margin (learned: untrained twins)")
 
 
 def _cached(name: str, make):
@@ -146,23 +149,34 @@ def probe_features(images: int | None) -> dict[str, dict[str, np.ndarray]]:
     return out
 
 
-def margin_rows(feats: dict, pool: np.ndarray | None, draws: int | None = None) -> tuple[dict[str, object], dict]:
+def margin_rows(feats: dict, pool: np.ndarray | None, draws: int | None = None, before: bool = False
+                ) -> tuple[dict[str, object], dict]:
     """Fig 11's margin estimate on the probe pool ``pool`` (all: None) with ``draws`` draws (the tour's: None), by
-    the tour's ``draw_margins`` and ``margin_estimate`` (the tour's shots, test images and seed); and the margins."""
+    the tour's ``draw_margins``, ``pool_jackknife`` and ``margin_estimate`` (the tour's shots, test images and
+    seed); and the margins. On all images only the value counts (no jackknife). ``before``: also the interval the
+    tour used before, the t interval over the draws ("Fig 11 before: ..."), for its coverage and width."""
     import vitlab.tour.checks as T
-    from vitlab.tour.measure.probes import draw_margins, margin_estimate
+    from vitlab.stats import evidence as ev
+    from vitlab.tour.measure.probes import draw_margins, margin_estimate, pool_jackknife
 
     o = T.TourOptions()
     draws = o.probe_draws if draws is None else draws
     out, kept = {}, {}
-    names = ("Fig 11: probe margin", "Fig 11: untrained twin's margin (learned: untrained twins)")
-    for (vit, _), name in zip(MODELS, names):
+    for (vit, _), name in zip(MODELS, PROBE_ROWS):
         f = feats[vit]
         ix = slice(None) if pool is None else pool
-        x = {k: f[k][ix] for k in f if "|" in k}
-        margins, _, _ = draw_margins(x, f["labels"][ix], list(f["layers"]), int(f["classes"]), draws, o.probe_shots,
-                                     o.probe_test, T.TOUR_SEED)
-        out[name], kept[name] = margin_estimate(margins, o.probe_test, draws), margins
+        x, y, layers = {k: f[k][ix] for k in f if "|" in k}, f["labels"][ix], list(f["layers"])
+        margins, _, _ = draw_margins(x, y, layers, int(f["classes"]), draws, o.probe_shots, o.probe_test,
+                                     T.TOUR_SEED)
+        kept[name] = margins
+        if pool is None:
+            out[name] = ev.Estimate.exact(float(np.mean(margins)))
+            continue
+        reps = pool_jackknife(x, y, layers, int(f["classes"]), draws, o.probe_shots, o.probe_test, T.TOUR_SEED)
+        out[name] = margin_estimate(margins, reps, o.probe_test, draws)
+        if before:
+            out[name.replace("Fig 11:", "Fig 11 before:")] = ev.mean_estimate(
+                margins, "draws", bounds=(-1.0, 1.0), resolution=1.0 / (o.probe_test * draws))
     return out, kept
 
 
@@ -209,11 +223,12 @@ def main() -> None:
         print(f"Fig 11 population: {POPULATION_DRAWS} draws from {n} images ({time.perf_counter() - t:.0f} s); "
               + "; ".join(f"{k} {e.value:.4f} (standard error {margins[k].std(ddof=1) / np.sqrt(len(margins[k])):.4f}"
                           f", one draw's sd {margins[k].std(ddof=1):.4f})" for k, e in population.items()))
+        population.update({k.replace("Fig 11:", "Fig 11 before:"): e for k, e in list(population.items())})
         for pool, parts in (PROBE_QUICK if a.quick else PROBE_DESIGNS):
             t, rows = time.perf_counter(), {}
             subsets = partition(n, pool, parts)
             for sub in subsets:
-                for name, e in margin_rows(feats, sub)[0].items():
+                for name, e in margin_rows(feats, sub, before=True)[0].items():
                     tally(rows, name, e, population[name].value)
             print(f"Fig 11, pools of {pool}: {len(subsets)} subsets ({parts} partitions), "
                   f"{time.perf_counter() - t:.0f} s")

@@ -88,7 +88,8 @@ if report is not None:
                                 for k in ("on these models", "trained vs untrained")})
     st.download_button("tour.csv", frame.to_csv(index=False).encode(), "tour.csv", "text/csv", key="tour.csv",
                        on_click="ignore")
-    st.caption(lab.run_caption(report.info, opts.images) + f"; intervals: jackknife t over batches (images, draws), "
+    st.caption(lab.run_caption(report.info, opts.images) + "; intervals: jackknife t over batches (or images; Fig "
+               "11: t over the few-shot draws plus the probe pool's own variance), "
                f"percentile bootstrap ({boot} resamples, seed {tour.TOUR_SEED}) for rank correlations and radii, "
                "kept inside each statistic's range; pattern: against the claim's own null; learned: against the "
                "untrained twins")

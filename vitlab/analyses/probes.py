@@ -89,8 +89,10 @@ def fit(x: np.ndarray, y: np.ndarray, num_classes: int) -> RidgeProbe:
 
 def select_l2(probe: RidgeProbe, x_val: np.ndarray, y_val: np.ndarray, grid: Sequence[float] = L2_GRID
               ) -> tuple[float, float]:
-    """(λ, validation accuracy): the best λ on the held-out split; ties go to the larger λ."""
-    accs = [probe.accuracy(x_val, y_val, l2) for l2 in grid]
+    """(λ, validation accuracy): the best λ on the held-out split; ties go to the larger λ. The same arithmetic
+    as ``probe.accuracy`` per λ, with the held-out design formed once (it was 60 % of a probe's time)."""
+    xd, y = probe.design(x_val), np.asarray(y_val)
+    accs = [float(np.mean(np.argmax(xd @ probe.weights(l2), axis=1) == y)) for l2 in grid]
     best = max(range(len(grid)), key=lambda i: (accs[i], grid[i]))
     return float(grid[best]), float(accs[best])
 
