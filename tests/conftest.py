@@ -61,3 +61,17 @@ def app_cache(tmp_path_factory):
         os.environ.pop("VITLAB_CACHE_DIR", None)
     else:
         os.environ["VITLAB_CACHE_DIR"] = old
+
+
+@pytest.fixture(scope="session")
+def server(tmp_path_factory):
+    """``streamlit run app/Home.py`` with tests/test_browser.py's settings and a disk cache of its own, one for the
+    session: test_browser, test_browser_share, test_browser_slides and test_browser_uploads open their own browsers
+    (so their own Streamlit sessions) on it, and what one computed (the models loaded, the tour) is read from the
+    cache by the next. A file that needs other settings or a cold cache defines its own ``server``."""
+    from tests.test_browser import ENV, require_browser, serve_app
+
+    require_browser()
+    tmp = tmp_path_factory.mktemp("app")
+    with serve_app(tmp, {**ENV, "VITLAB_CACHE_DIR": str(tmp / "cache"), "HF_HUB_OFFLINE": "1"}) as url:
+        yield url

@@ -92,14 +92,6 @@ def serve_app(tmp: Path, env: dict[str, str]):
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory):
-    require_browser()
-    tmp = tmp_path_factory.mktemp("app")
-    with serve_app(tmp, {**ENV, "VITLAB_CACHE_DIR": str(tmp / "cache"), "HF_HUB_OFFLINE": "1"}) as url:
-        yield url
-
-
-@pytest.fixture(scope="module")
 def page(server):
     from playwright.sync_api import sync_playwright
 

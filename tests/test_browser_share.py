@@ -1,7 +1,8 @@
 """End-to-end links (issue 41): a link copied from each analysis page, opened in a new browser context (no shared
 session, cookies or storage), shows the same settings and the same headline numbers, read from the cache.
 
-One server for the module (tests/test_browser.py's fixture); small settings (zoo models, 32 images, batches of 16).
+The session's server (tests/conftest.py, shared with tests/test_browser.py); small settings (zoo models, 32 images,
+batches of 16).
 Marked `browser`.
 """
 
@@ -12,7 +13,7 @@ import urllib.parse
 
 import pytest
 
-from tests.test_browser import (  # noqa: F401
+from tests.test_browser import (
     ARGS,
     CHROMIUM,
     SHOTS,
@@ -22,7 +23,6 @@ from tests.test_browser import (  # noqa: F401
     _internal_names,
     _no_exception,
     _settle,
-    server,
 )
 
 pytestmark = [pytest.mark.browser, pytest.mark.skipif(not ZOO_READY, reason="the zoo's checkpoints are missing")]
@@ -50,7 +50,7 @@ PAGES = {
 
 
 @pytest.fixture(scope="module")
-def browser(server):  # noqa: F811
+def browser(server):
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as p:
@@ -102,7 +102,7 @@ def _query(url: str) -> dict:
 
 
 @pytest.mark.parametrize("path", list(PAGES))
-def test_a_copied_link_reopens_the_same_view_in_a_new_browser(browser, server, path):  # noqa: F811
+def test_a_copied_link_reopens_the_same_view_in_a_new_browser(browser, server, path):
     view, marker = PAGES[path]
     first, page = _open(browser, f"{server}/{path}?{urllib.parse.urlencode({**LINK, **view})}")
     try:
@@ -146,7 +146,7 @@ def test_a_copied_link_reopens_the_same_view_in_a_new_browser(browser, server, p
 HOSTILE = "https://evil.example/login **bold** $x^2$ :smile: :material/home: www.evil.example a@evil.example _em_"
 
 
-def test_a_hostile_name_from_a_link_is_shown_as_written_by_the_browsers_renderer(browser, server):  # noqa: F811
+def test_a_hostile_name_from_a_link_is_shown_as_written_by_the_browsers_renderer(browser, server):
     """Read the HTML Streamlit's own renderer made of the link's error (GFM bare links, maths, emoji and icon
     shortcodes are made alive after Markdown's escapes are read, so only the browser can tell)."""
     context = browser.new_context(viewport={"width": 1280, "height": 720})

@@ -2,9 +2,10 @@
 last element inside the viewport (no scrolling) and no two of its boxes (the claim, the answers, the figures)
 overlap.
 
-One server and one computed tour for the module (the server fixture of ``test_browser``); one page walks the slides
-and is resized with ``set_viewport_size`` for each viewport, so each slide is drawn once per sidebar state. Waits
-are for conditions (the run finished, every chart drawn, the layout unchanged over a few frames), never for time.
+One server and one computed tour (the session's ``server`` of tests/conftest.py, shared with test_browser); one page
+walks the slides and is resized with ``set_viewport_size`` for each viewport, so each slide is drawn once per sidebar
+state. Waits are for conditions (the run finished, every chart drawn, the layout unchanged over a few frames), never
+for time.
 Screenshots of every slide go to tests/_artifacts (docs/img with VITLAB_SCREENSHOTS=docs, the first slide only).
 """
 
@@ -12,7 +13,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.test_browser import ARGS, CHROMIUM, SHOTS, SLOW, ZOO_READY, _goto, _no_exception, _settle, server  # noqa: F401
+from tests.test_browser import ARGS, CHROMIUM, SHOTS, SLOW, ZOO_READY, _goto, _no_exception, _settle
 
 pytestmark = pytest.mark.browser
 
@@ -150,7 +151,7 @@ def measure_all(page, server: str, viewports=VIEWPORTS, shots=None) -> list[dict
 
 
 @pytest.fixture(scope="module")
-def page(server):  # noqa: F811 (the fixture imported above)
+def page(server):
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as p:
@@ -163,7 +164,7 @@ def page(server):  # noqa: F811 (the fixture imported above)
             browser.close()
 
 
-def test_every_slide_fits_the_viewport_without_overlap(page, server):  # noqa: F811
+def test_every_slide_fits_the_viewport_without_overlap(page, server):
     if not ZOO_READY:
         pytest.skip("the tour compares a ViT with a ResNet: the zoo models are needed")
     SHOTS.mkdir(parents=True, exist_ok=True)
@@ -205,7 +206,7 @@ TOUR_BOXES = """() => {
 TOUR_STABLE = STABLE.replace("charts.length < 2", "charts.length < 1")
 
 
-def test_paper_tour_page_draws_no_figure_over_its_text(page, server):  # noqa: F811
+def test_paper_tour_page_draws_no_figure_over_its_text(page, server):
     """Issue 38: at 1280×720 and 1440×900 every figure of the Paper tour page stays in its column, clear of the
     claim, the answers and every other text."""
     import re

@@ -1,8 +1,8 @@
 """End-to-end in headless Chromium: the upload view (two photos, a token clicked: reference-set CKA map, gradient map,
 attention map), the presentation layout (arrow keys), and the report file opened from disk with no server.
 
-Marked `browser`, as tests/test_browser.py (whose server and page fixtures it uses). Screenshots go to docs/img/ with
-VITLAB_SCREENSHOTS=docs (app_uploads.png, app_present.png, report.png).
+Marked `browser`, as tests/test_browser.py (whose page fixture it uses, on the session's server of tests/conftest.py).
+Screenshots go to docs/img/ with VITLAB_SCREENSHOTS=docs (app_uploads.png, app_present.png, report.png).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import sys
 import pytest
 
 from tests.test_browser import (ROOT, SHOTS, ZOO_READY, _choose, _click_mark, _goto, _nav, _no_exception,
-                                _settle, _shot, page, server)  # noqa: F401 (fixtures)
+                                _settle, _shot, page)  # noqa: F401 (a fixture)
 
 pytestmark = [pytest.mark.browser, pytest.mark.skipif(not ZOO_READY, reason="needs the zoo checkpoints")]
 PHOTOS = ("astronaut.jpg", "chelsea.jpg")

@@ -197,9 +197,7 @@ def test_every_page_shows_a_hostile_model_and_folder_name_as_written(tmp_path):
         at.session_state["lab.model_a"] = HOSTILE  # as typed by the person: the name is theirs, its words are text
         at.session_state["lab.source"] = str(folder / "missing")
         at.session_state["lab.images"], at.session_state["lab.batch_size"] = 8, 4
-        at.run()
-        if page != "home":
-            at.switch_page(f"views/{page}.py").run()
+        (at if page == "home" else at.switch_page(f"views/{page}.py")).run()  # the page opened first, as by its URL
         assert not at.exception, (page, [e.message for e in at.exception])
         texts = page_texts(at)
         # the name is on the page, somewhere; but the Lecture page, whose sidebar shows the lecture's settings and
@@ -237,9 +235,7 @@ def test_every_page_shows_a_hostile_checkpoint_and_folder_name_as_written_in_its
                     "lab.images": 4, "lab.batch_size": 4, "lab.device": "cpu"}
         for k, v in settings.items():
             at.session_state[k] = v
-        at.run()
-        if page != "home":
-            at.switch_page(f"views/{page}.py").run()
+        (at if page == "home" else at.switch_page(f"views/{page}.py")).run()  # the page opened first, as by its URL
         assert not at.exception, (page, [e.message for e in at.exception])
         texts = page_texts(at)
         if not any("evil" in t for t in texts):
