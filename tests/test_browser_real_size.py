@@ -125,15 +125,15 @@ def settle(page, path: str = "") -> None:
 
 
 def open_page(page, server: str, path: str) -> None:
-    """The page through its link; each model the link proposes taken by its "Use it" (the proposals are drawn
-    above the page once it has run on the server's own choice); then until a chart is drawn and the run ends."""
+    """The page through its link; the models the link proposes taken by "Use all" or each one's "Use it" (the page
+    waits for them, computing nothing meanwhile); then until a chart is drawn and the run ends."""
     from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
     page.goto(f"{server}/{path}?{urllib.parse.urlencode({**LINK, **PAGE_LINK.get(path, {})})}")
     page.locator('[data-testid="stMainBlockContainer"] h1').first.wait_for()
     settle(page, path)
-    use = page.get_by_role("button", name="Use it")
-    for _ in range(4):  # one per model the link proposes
+    use = page.get_by_role("button", name="Use all").or_(page.get_by_role("button", name="Use it"))
+    for _ in range(6):  # "Use all" (the link names two models), else "Use it" per model, until none is left
         if not use.count():
             break
         try:
@@ -141,6 +141,8 @@ def open_page(page, server: str, path: str) -> None:
         except PlaywrightTimeout:
             pass  # a rerun took the box away meanwhile: look again once the page is calm
         settle(page, path)
+    if use.count():
+        stuck(page, path, "the link's models could not be taken")
     try:
         page.locator(CHART).first.wait_for()
     except PlaywrightTimeout:
