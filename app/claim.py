@@ -33,10 +33,17 @@ def check(key: str, models: list, src, s: lab.Settings, images: int | None = Non
     over the page's images in its batches, with the tour's resamples and seed, so that it equals the Paper tour's row
     on the same settings. None when the run stopped (the error is shown in place). ``images``: a count other than
     the sidebar's that the page chose (and said so: Localization below 64 images), named in the run's progress."""
-    label = f"{tour.CLAIMS[key].figure} check" + ("" if images is None else f" on {images} images")
+    chosen = images
     images = s.images if images is None else images
     batch_size = s.batch_size if batch_size is None else batch_size
     opts = options(key, images, batch_size)
+    # the images the check reads, said in its progress as it runs: the page's, or its own (Fig 6 its first
+    # rf_images, a backward pass each; Fig 11 its probe pool, 500 images where the page asked for 32)
+    from vitlab.tour.measure import data_used
+
+    reads, _, note = data_used(key, src, opts)
+    own = f" on {reads} images ({note})" if note and reads != images else None
+    label = f"{tour.CLAIMS[key].figure} check" + (own or ("" if chosen is None else f" on {images} images"))
     labels = tuple(dict.fromkeys(m.label for m in models))
     models = list({m.label: m for m in models}.values())
     report = lab.compute(("claim", key, s.key, src.name, labels, images, batch_size), lambda run: tour.run_tour(

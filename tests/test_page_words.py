@@ -371,3 +371,26 @@ def test_pc_removal_is_limited_to_what_a_batch_supports():
     ten = [r for r in rows if r["k"] == 10]
     assert all(np.isnan(r["value"]) and "not run" in r["detail"] for r in ten)
     assert all(np.isfinite(r["value"]) for r in rows if r["k"] == 1)
+
+
+def test_a_pages_check_names_the_images_it_reads_when_they_are_not_the_pages(monkeypatch):
+    """Fig 11's check reads its probe pool (500 images at the tour's defaults) and Fig 6's its first images (a
+    backward pass each), whatever the page's count (64 here): the check's label, shown in its progress while it
+    runs, says how many and why; a check that reads the page's images says nothing more."""
+    import claim
+    import lab
+
+    import vitlab
+
+    labels = {}
+    monkeypatch.setattr(lab, "compute", lambda key, fn, label, **kw: labels.setdefault(key[1], label) and None)
+    s = lab.Settings("zoo:vit-cls", "zoo:resnet", "fashion-mnist:test", 64, 16, "cpu")
+    src = vitlab.open_source("fashion-mnist:test")
+    for key in ("probes", "receptive", "skips"):
+        assert claim.check(key, [], src, s) is None
+    opts = vitlab.tour.TourOptions()
+    pool = max(64, opts.probe_test + 30 * opts.probe_shots)  # the tour's probe pool: test images and 30 shots a class
+    assert labels["probes"] == (f"Fig 11 check on {pool} images (the probe pool: {opts.probe_draws} few-shot draws of "
+                                f"{opts.probe_shots} shots per class and {opts.probe_test} test images)")
+    assert labels["receptive"] == f"Fig 6 check on {opts.rf_images} images (the first images: a backward pass each)"
+    assert labels["skips"] == "Fig 7 check"
