@@ -13,6 +13,7 @@ from ...errors import VitlabError
 from ...inputs.models import LoadedModel
 from ...stats import evidence as ev
 from ...stats.evidence import Estimate
+from ...stats.pool import POOL_GROUPS, pool_estimate, pool_groups, pool_variance
 from .common import Models, Need, _probe_pool, _rows, _stream
 
 
@@ -70,10 +71,6 @@ def _probe_margins(m: LoadedModel, source, opts, run) -> tuple[np.ndarray, np.nd
     return margins, replicates, texts, pd.DataFrame(rows)
 
 
-POOL_T = "t"  # Fig 11's interval: a t interval over the draws plus the pool's variance (margin_variance)
-POOL_GROUPS = 10  # groups of the probe pool's images, each left out in turn by Fig 11's interval (pool_jackknife)
-
-
 def draw_parts(y: np.ndarray, draws: int, shots: int, test: int, seed: int) -> list[dict[str, np.ndarray]]:
     """The few-shot draws' index sets into the pool: draw d is ``draw_split(y, shots, test, seed + d)``."""
     return [dict(zip(("train", "val", "test"), draw_split(y, shots, test, seed + d))) for d in range(draws)]
@@ -110,14 +107,6 @@ def draw_margins(x: dict[str, np.ndarray], y: np.ndarray, layers, classes: int, 
     return np.array(margins), texts, accs
 
 
-def pool_groups(n: int, groups: int, seed: int) -> np.ndarray:
-    """(n,) group of each pool image: a ``default_rng(seed)`` permutation of 0 .. n − 1 modulo ``groups``, so the
-    groups differ in size by at most one image."""
-    if not 2 <= groups <= n:
-        raise VitlabError(f"the pool jackknife needs between 2 and {n} groups of images, not {groups}")
-    return np.random.default_rng(seed).permutation(n) % groups
-
-
 def _test_hits(x: dict[str, np.ndarray], y: np.ndarray, parts: dict[str, np.ndarray], layers, classes: int,
                blocks) -> dict[tuple[str, int], np.ndarray]:
     """Per test image of one draw ``parts``: whether the CLS and GAP probes at the blocks ``blocks`` (indices into
@@ -151,54 +140,20 @@ def pool_jackknife(x: dict[str, np.ndarray], y: np.ndarray, layers, classes: int
     return out
 
 
-def margin_variance(margins: np.ndarray, replicates: np.ndarray) -> tuple[float, float, float]:
-    """(within, shared, df) of Fig 11's mean margin over D draws, whose variance is estimated as within + shared:
-
-    - within = s² / D, s² the draws' sample variance: what the t interval over the draws alone had;
-    - shared = C, the covariance of two draws' margins through the pool's images they both test on: the mean over
-      pairs of draws d ≠ d' of the delete-a-group jackknife covariance (G − 1) / G · Σ_g (r_gd − r̄_d)(r_gd' − r̄_d')
-      of :func:`pool_jackknife`'s (G, D) ``replicates``, floored at 0 (a covariance of two draws from one pool is a
-      variance: Var(E[margin | pool]));
-    - df = min(D − 1, G − 1), the conservative degrees of freedom of a sum of two variance estimates (the
-      Behrens-Fisher problem's; Welch-Satterthwaite's would be larger).
-
-    Why: given the pool the draws are independent, so Var(mean) = Var(E[margin | pool]) + E[Var(margin | pool)] / D.
-    s² / D estimates the second part and misses the first, the covariance of two draws from one pool, because the
-    draws share the pool's images (each takes 400 of the tour's 500): on real activations the t interval over 5
-    draws covered 90 % (docs/evidence.md). With each draw's probes and split held fixed, the covariance through the
-    test images two draws share is a covariance of means over the pool's images, which the jackknife over groups of
-    them estimates. It is the larger part but not all of it: draws also share training and held-out images, whose
-    effect on a refitted probe is far from additive, and a jackknife that refits the probes overstates it (the
-    Efron-Stein bias; deleting training images also breaks the draws' shots per class). On the zoo the test part was
-    60 % of the shared covariance, so the Welch-Satterthwaite t (df ≈ 7) covered 93.0 % and the conservative df
-    95 % (bench/coverage_real_rf.py)."""
-    margins = np.asarray(margins, dtype=np.float64)
-    replicates = np.asarray(replicates, dtype=np.float64)
-    d, g = len(margins), replicates.shape[0]
-    if replicates.ndim != 2 or replicates.shape[1] != d or g < 2 or d < 2:
-        raise VitlabError(f"Fig 11's interval needs (groups ≥ 2, {d}) pool-jackknife replicates of at least 2 draws, "
-                          f"not {replicates.shape}")
-    centred = replicates - replicates.mean(0)
-    cov = (g - 1) / g * centred.T @ centred
-    shared = max(0.0, float((cov.sum() - np.trace(cov)) / (d * (d - 1))))
-    return float(margins.var(ddof=1)) / d, shared, float(min(d, g) - 1)
+margin_variance = pool_variance  # Fig 11's name for it: (within, shared, df) of the mean margin over the draws
+"""Fig 11's (within, shared, df): :func:`vitlab.stats.pool.pool_variance` of the margins and :func:`pool_jackknife`'s
+replicates. The shared part here is the covariance through the test images two draws share; on the zoo it was 60 %
+of the draws' whole shared covariance (the rest comes through their training and held-out images), so the
+Welch-Satterthwaite t (df ≈ 7) covered 93.0 % and the conservative df 95 % (bench/coverage_real_rf.py)."""
 
 
 def margin_estimate(margins: np.ndarray, replicates: np.ndarray, test: int, draws: int) -> Estimate:
     """Fig 11's statistic: the mean margin over the draws, with the t interval of :func:`margin_variance` (the
-    draws' spread plus the pool's own variance, from :func:`pool_jackknife`'s replicates). A difference of
-    accuracies lies in [−1, 1] (the interval is cut to it) and an accuracy moves in steps of one test image per
-    draw (an interval narrower than that is widened to it). Fewer than :data:`vitlab.stats.evidence.MIN_UNITS`
-    draws: no interval."""
-    margins = np.asarray(margins, dtype=np.float64)
-    value = float(margins.mean())
-    if len(margins) < ev.MIN_UNITS:
-        return Estimate(value, np.nan, np.nan, "draws", len(margins), POOL_T)
-    within, shared, df = margin_variance(margins, replicates)
-    half = ev.t_quantile(0.5 + ev.LEVEL / 2, int(df)) * np.sqrt(within + shared)
-    note = f"with the pool's own variance from a jackknife over {len(replicates)} groups of its images"
-    e = Estimate(value, value - half, value + half, "draws", len(margins), POOL_T, note).clipped(-1.0, 1.0)
-    return e.widened(1.0 / (test * max(1, draws)), (-1.0, 1.0))
+    draws' spread plus the pool's own variance, from :func:`pool_jackknife`'s replicates;
+    :func:`vitlab.stats.pool.pool_estimate`). A difference of accuracies lies in [−1, 1] (the interval is cut to it)
+    and an accuracy moves in steps of one test image per draw (an interval narrower than that is widened to it).
+    Fewer than :data:`vitlab.stats.evidence.MIN_UNITS` draws: no interval."""
+    return pool_estimate(margins, replicates, (-1.0, 1.0), 1.0 / (test * max(1, draws)))
 
 
 def measure_probes(ms: Models, source, opts, run):
