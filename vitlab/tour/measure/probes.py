@@ -8,10 +8,10 @@ import pandas as pd
 
 import vitlab.tour.checks as T  # vitlab.tour.checks, not vitlab.tour: vitlab.tour imports this one
 
+from ...analyses import probes
 from ...analyses.probes import draw_split
 from ...errors import VitlabError
 from ...inputs.models import LoadedModel
-from ...stats import evidence as ev
 from ...stats.evidence import Estimate
 from ...stats.pool import POOL_GROUPS, pool_estimate, pool_groups, pool_variance
 from .common import Models, Need, _probe_pool, _rows, _stream
@@ -24,8 +24,6 @@ def _labelled(source) -> None:
 
 
 def _probe_stat(m: LoadedModel):
-    from ...analyses import probes
-
     # the claim compares the first and the last block
     return probes.ProbeFeatures(tuple(probes.default_layers(m.model)), ("cls", "gap"))
 
@@ -43,7 +41,7 @@ def needs_probes(ms: Models, source, opts) -> list[Need]:
 def _probe_margins(m: LoadedModel, source, opts, run) -> tuple[np.ndarray, np.ndarray, list[str], pd.DataFrame]:
     """Per few-shot draw: min(GAP − CLS at the first layer, CLS gain first → last); features extracted once. Also
     the pool jackknife's replicates of their mean (:func:`pool_jackknife`) and the probe curves: accuracy per block
-    and representation, mean over the draws with its t interval."""
+    and representation, mean over the draws with the same pool-aware t interval as the Linear probes page's."""
     _labelled(source)
     stat = _probe_stat(m)
     layers = stat.layers
@@ -58,17 +56,29 @@ def _probe_margins(m: LoadedModel, source, opts, run) -> tuple[np.ndarray, np.nd
         labels += batch_labels
     x = {k: np.concatenate(v) for k, v in feats.items()}
     y = np.array(labels)
-    margins, texts, accs = draw_margins(x, y, layers, len(source.classes), opts.probe_draws, opts.probe_shots,
-                                        opts.probe_test, run.seed)
+    hits = draw_hits(x, y, layers, len(source.classes), opts.probe_draws, opts.probe_shots, opts.probe_test,
+                     run.seed)
+    margins, texts, _ = _margins_of(hits, layers)
     replicates = pool_jackknife(x, y, layers, len(source.classes), opts.probe_draws, opts.probe_shots,
                                 opts.probe_test, run.seed)
+    curves = probe_curves(m.label, layers, hits, y, opts.probe_draws, opts.probe_shots, opts.probe_test, run.seed)
+    return margins, replicates, texts, curves
+
+
+def probe_curves(label: str, layers, hits: list[dict[tuple[str, int], np.ndarray]], y: np.ndarray, draws: int,
+                 shots: int, test: int, seed: int) -> pd.DataFrame:
+    """Fig 11's curves from :func:`draw_hits`'s ``hits``: accuracy per block and representation, the mean over the
+    draws with the Linear probes page's interval (``probes.accuracy_estimate``: the pool's own variance too, from
+    :data:`POOL_GROUPS` groups of the pool's images seeded ``seed``)."""
+    groups = pool_groups(len(y), POOL_GROUPS, seed)
+    test_groups = [groups[p["test"]] for p in draw_parts(y, draws, shots, test, seed)]
     rows = []
-    for (rep, i) in accs[0]:
-        e = ev.mean_estimate(np.array([a[rep, i] for a in accs]), "draws")
-        rows.append({"model": m.label, "layer": layers[i], "index": i, "depth": (i + 1) / len(layers),
+    for (rep, i) in hits[0]:
+        e = probes.accuracy_estimate([h[rep, i] for h in hits], test_groups, POOL_GROUPS)
+        rows.append({"model": label, "layer": layers[i], "index": i, "depth": (i + 1) / len(layers),
                      "representation": rep, "accuracy": e.value, "accuracy_lo": e.lo, "accuracy_hi": e.hi,
-                     "draws": len(accs)})
-    return margins, replicates, texts, pd.DataFrame(rows)
+                     "draws": len(hits)})
+    return pd.DataFrame(rows)
 
 
 def draw_parts(y: np.ndarray, draws: int, shots: int, test: int, seed: int) -> list[dict[str, np.ndarray]]:
@@ -76,30 +86,23 @@ def draw_parts(y: np.ndarray, draws: int, shots: int, test: int, seed: int) -> l
     return [dict(zip(("train", "val", "test"), draw_split(y, shots, test, seed + d))) for d in range(draws)]
 
 
-def _accuracies(x: dict[str, np.ndarray], y: np.ndarray, parts: dict[str, np.ndarray], layers, classes: int,
-                blocks) -> dict[tuple[str, int], float]:
-    """Test accuracy of the CLS and GAP probes of one draw ``parts`` at the blocks ``blocks`` (indices into
-    ``layers``)."""
-    from ...analyses import probes
-
-    return {(rep, i): probes._probe_one({p: x[f"{rep}|{layers[i]}"][ix] for p, ix in parts.items()},
-                                        {p: y[ix] for p, ix in parts.items()}, classes)[0]
-            for rep in ("cls", "gap") for i in blocks}
-
-
 def _margin(acc: dict[tuple[str, int], float], last: int) -> float:
     return min(acc["gap", 0] - acc["cls", 0], acc["cls", last] - acc["cls", 0])
 
 
-def draw_margins(x: dict[str, np.ndarray], y: np.ndarray, layers, classes: int, draws: int, shots: int, test: int,
-                 seed: int) -> tuple[np.ndarray, list[str], list[dict]]:
-    """Fig 11's margin per few-shot draw d (``draw_split`` seeded ``seed + d``) from the pool's features ``x``
-    ('cls|TAP', 'gap|TAP': (n, D)) and labels ``y`` (n,): min(GAP − CLS at the first layer, CLS gain first → last);
-    with each draw's words and accuracies."""
+def draw_hits(x: dict[str, np.ndarray], y: np.ndarray, layers, classes: int, draws: int, shots: int, test: int,
+              seed: int) -> list[dict[tuple[str, int], np.ndarray]]:
+    """Per few-shot draw d (``draw_split`` seeded ``seed + d``) from the pool's features ``x`` ('cls|TAP',
+    'gap|TAP': (n, D)) and labels ``y`` (n,): each block's CLS and GAP probe's hits on the draw's test images."""
+    return [_test_hits(x, y, parts, layers, classes, range(len(layers)))
+            for parts in draw_parts(y, draws, shots, test, seed)]
+
+
+def _margins_of(hits: list[dict[tuple[str, int], np.ndarray]], layers) -> tuple[np.ndarray, list[str], list[dict]]:
     margins, texts, accs = [], [], []
     last = len(layers) - 1
-    for parts in draw_parts(y, draws, shots, test, seed):
-        acc = _accuracies(x, y, parts, layers, classes, range(len(layers)))
+    for h in hits:
+        acc = {k: float(v.mean()) for k, v in h.items()}
         margins.append(_margin(acc, last))
         texts.append(f"CLS {acc['cls', 0]:.0%}→{acc['cls', last]:.0%}, GAP {acc['gap', 0]:.0%}→"
                      f"{acc['gap', last]:.0%} ({layers[0]} → {layers[-1]})")
@@ -107,12 +110,17 @@ def draw_margins(x: dict[str, np.ndarray], y: np.ndarray, layers, classes: int, 
     return np.array(margins), texts, accs
 
 
+def draw_margins(x: dict[str, np.ndarray], y: np.ndarray, layers, classes: int, draws: int, shots: int, test: int,
+                 seed: int) -> tuple[np.ndarray, list[str], list[dict]]:
+    """Fig 11's margin per few-shot draw (:func:`draw_hits`): min(GAP − CLS at the first layer, CLS gain first →
+    last); with each draw's words and accuracies."""
+    return _margins_of(draw_hits(x, y, layers, classes, draws, shots, test, seed), layers)
+
+
 def _test_hits(x: dict[str, np.ndarray], y: np.ndarray, parts: dict[str, np.ndarray], layers, classes: int,
                blocks) -> dict[tuple[str, int], np.ndarray]:
     """Per test image of one draw ``parts``: whether the CLS and GAP probes at the blocks ``blocks`` (indices into
     ``layers``) classify it right (their mean is ``_probe_one``'s test accuracy)."""
-    from ...analyses import probes
-
     out = {}
     for rep in ("cls", "gap"):
         for i in blocks:
