@@ -111,3 +111,39 @@ def test_pool_jackknife_leaves_each_group_out_of_every_draws_test_images_with_th
         assert margins[d] == pytest.approx(margin(tst))  # the tour's margin, from the whole test split
         for j in range(groups):
             assert reps[j, d] == pytest.approx(margin(tst[g[tst] != j]))
+
+
+def test_the_tours_curves_carry_the_pools_variance_as_the_probes_page():
+    """Fig 11's curves: per block and representation, the mean accuracy over the draws with the t interval of
+    ``margin_variance`` applied to accuracies and leave-a-group-out accuracies of probes fitted here by hand."""
+    from scipy.stats import t as student
+
+    from vitlab.analyses import probes
+
+    rng = np.random.default_rng(5)
+    classes, n, shots, test, draws, seed = 3, 120, 3, 40, 4, 11
+    y = np.arange(n) % classes
+    layers = ["a", "b"]
+    centres = rng.normal(size=(classes, 6))
+    x = {f"{rep}|{tap}": centres[y] * s + rng.normal(size=(n, 6))
+         for rep, s in (("cls", 0.4), ("gap", 0.7)) for tap in layers}
+    hits = fig11.draw_hits(x, y, layers, classes, draws, shots, test, seed)
+    curves = fig11.probe_curves("m", layers, hits, y, draws, shots, test, seed)
+    assert len(curves) == 4 and (curves["draws"] == draws).all()
+    g = np.random.default_rng(seed).permutation(n) % fig11.POOL_GROUPS
+    for _, row in curves.iterrows():
+        key = f"{row['representation']}|{row['layer']}"
+        accs, left_out = [], []
+        for d in range(draws):
+            train, val, tst = probes.draw_split(y, shots, test, seed + d)
+            p = probes.fit(x[key][train], y[train], classes)
+            l2 = probes.select_l2(p, x[key][val], y[val])[0]
+            accs.append(p.accuracy(x[key][tst], y[tst], l2))
+            left_out.append([p.accuracy(x[key][tst[g[tst] != j]], y[tst[g[tst] != j]], l2)
+                             for j in range(fig11.POOL_GROUPS)])
+        within, shared, df = fig11.margin_variance(np.array(accs), np.array(left_out).T)
+        half = student.ppf(0.975, df) * np.sqrt(within + shared)
+        assert row["accuracy"] == pytest.approx(np.mean(accs))
+        assert half > 1 / (test * draws)  # not widened to one test image per draw
+        assert (row["accuracy_lo"], row["accuracy_hi"]) == pytest.approx(
+            (max(0.0, np.mean(accs) - half), min(1.0, np.mean(accs) + half)))

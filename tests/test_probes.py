@@ -25,17 +25,19 @@ def lstsq_weights(x, y, classes, l2):
 
 
 def manual_probe(tr, ytr, va, yva, te, yte, classes=10):
-    """(validation accuracy, λ, test accuracy): λ on the grid by validation accuracy (ties: the larger), lstsq."""
+    """(validation accuracy, λ, test accuracy, test hits): λ on the grid by validation accuracy (ties: the larger),
+    lstsq; the hits say per test image whether it was classified right."""
     best = None
     for l2 in probes.L2_GRID:
         w = lstsq_weights(tr, ytr, classes, l2)
 
-        def acc(x, y, w=w):
+        def hits(x, y, w=w):
             xd = np.hstack([(x - tr.mean(0)) / (tr.std(0) + 1e-5), np.full((len(x), 1), 100.0)])
-            return np.mean((xd @ w).argmax(1) == y)
-        v = acc(va, yva)
+            return (xd @ w).argmax(1) == y
+        v = hits(va, yva).mean()
         if best is None or v >= best[0]:
-            best = (v, l2, acc(te, yte))
+            h = hits(te, yte)
+            best = (v, l2, h.mean(), h)
     return best
 
 
@@ -117,12 +119,15 @@ def test_end_to_end_against_manual(tiny_vit, fmnist_source, store):
         probes.probe_model(tiny_vit, fmnist_source, split, reps=["nope"])
 
 
-def test_draws_give_a_bootstrap_interval_of_the_mean(tiny_vit, fmnist_source, store):
+def test_draws_give_the_tours_pool_aware_interval_of_the_mean(tiny_vit, fmnist_source, store):
     """Draw 0 is the seeded split, draws 1.. re-draw its images (a plain stratified draw here); the accuracy is the
-    mean over draws and its interval the percentile interval of a plain bootstrap loop over the draws."""
+    mean over draws and its interval the tour's Fig 11 computation (``margin_variance``: the draws' spread plus the
+    pool's own variance) applied to per-draw accuracies and leave-a-group-out accuracies formed here by hand."""
     import pandas as pd
+    from scipy.stats import t as student
 
     from vitlab.charts.probes import probe_lines
+    from vitlab.tour.measure import probes as fig11
 
     tap = "blocks.3.resid_post"
     opts = probes.ProbeOptions(shots=2, val_shots=2, test=30, seed=5, layers=(tap,), reps=("gap",), batch_size=64,
@@ -141,16 +146,21 @@ def test_draws_give_a_bootstrap_interval_of_the_mean(tiny_vit, fmnist_source, st
         order = np.random.default_rng(5 + d).permutation(len(y))
         rank = np.array([(y[order[:k]] == y[i]).sum() for k, i in enumerate(order)])
         draws.append((order[rank < 2], order[(rank >= 2) & (rank < 4)], order[rank >= 4][:30]))
-    accs = np.array([manual_probe(x[a], y[a], x[b], y[b], x[c], y[c])[2] for a, b, c in draws])
+    hits = [manual_probe(x[a], y[a], x[b], y[b], x[c], y[c])[3] for a, b, c in draws]
+    accs = np.array([h.mean() for h in hits])
     assert row["accuracy"] == pytest.approx(accs.mean()) and row["draws"] == 4
-    # the t interval of the mean over the 4 draws (issue 28: the percentile bootstrap over 4 draws was too narrow)
-    from scipy.stats import t as student
-
-    half = student.ppf(0.975, 3) * accs.std(ddof=1) / np.sqrt(4)
-    assert row["accuracy_lo"] == pytest.approx(accs.mean() - half)
-    assert row["accuracy_hi"] == pytest.approx(accs.mean() + half)
-    assert (row["interval_unit"], row["interval_units"], row["interval_method"]) == ("draws", 4, "jackknife t")
-    assert row["accuracy_lo"] < row["accuracy_hi"] or accs.min() == accs.max()
+    # the pool's 10 groups (a seeded permutation of its 70 images modulo 10), each left out of every draw's test images
+    group = np.random.default_rng(5).permutation(len(y)) % 10
+    left_out = np.array([[h[group[c] != j].mean() for (_, _, c), h in zip(draws, hits)] for j in range(10)])
+    within, shared, df = fig11.margin_variance(accs, left_out)
+    half = student.ppf(0.975, df) * np.sqrt(within + shared)
+    assert df == 3 and half > 1 / 120  # wider than one test image per draw: not widened
+    assert row["accuracy_lo"] == pytest.approx(max(0.0, accs.mean() - half))
+    assert row["accuracy_hi"] == pytest.approx(min(1.0, accs.mean() + half))
+    assert (row["interval_unit"], row["interval_units"], row["interval_method"]) == (
+        "draws", 4, "t with the pool's own variance from a jackknife over 10 groups of its images")
+    assert rep.interval_caption() == ("bars: 95 % t over 4 few-shot draws with the pool's own variance from a "
+                                      "jackknife over 10 groups of its images")
     shares = [max(collections.Counter(y[c].tolist()).values()) / len(c) for _, _, c in draws]
     assert row["chance"] == pytest.approx(np.mean(shares))
     lo, hi, chance = row["accuracy_lo"], row["accuracy_hi"], row["chance"]
@@ -199,3 +209,33 @@ def test_cli_and_chart(tmp_path):
     assert set(frame["representation"]) == {"gap", "first"}
     assert probe_lines(frame).to_dict()["layer"][0]["mark"]["type"] == "line"
     assert main(["probe", "-m", "test_vit@random", "--data", "samples", "-o", str(out)]) == 2
+
+
+def test_the_pool_term_widens_the_t_over_the_draws_exactly_and_is_zero_when_groups_agree():
+    """``accuracy_estimate``: half-width² / t² = s²/D + C, C the mean jackknife covariance over the pool's groups of
+    two different draws' accuracies (here by explicit loops); with C = 0 it is the t interval over the draws."""
+    from vitlab.stats import evidence as ev
+
+    rng = np.random.default_rng(2)
+    n, k, draws, groups = 200, 80, 5, 10
+    easy = rng.random(n) < 0.5  # an image's hit depends on the image: draws testing on shared images covary
+    group = np.random.default_rng(9).permutation(n) % groups
+    tests = [rng.choice(n, size=k, replace=False) for _ in range(draws)]
+    hits = [(easy[t] ^ (rng.random(k) < 0.2)).astype(float) for t in tests]
+    e = probes.accuracy_estimate(hits, [group[t] for t in tests], groups)
+    old = ev.mean_estimate(np.array([h.mean() for h in hits]), "draws")
+    reps = np.array([[h[group[t] != j].mean() for t, h in zip(tests, hits)] for j in range(groups)])
+    c = reps - reps.mean(0)
+    pairs = [(groups - 1) / groups * sum(c[j, a] * c[j, b] for j in range(groups))
+             for a in range(draws) for b in range(draws) if a != b]
+    assert np.mean(pairs) > 0
+    q = ev.t_quantile(0.975, draws - 1)  # df min(D − 1, G − 1) = D − 1: the old interval's quantile
+    assert e.value == old.value and 0 < e.lo < e.hi < 1
+    assert ((e.hi - e.value) / q) ** 2 == pytest.approx(((old.hi - old.value) / q) ** 2 + np.mean(pairs), rel=1e-12)
+    assert e.basis == f"t over {draws} draws; with the pool's own variance from a jackknife over {groups} groups of its images"
+    # every group holds the same share of each draw's hits: leaving one out changes no accuracy, C = 0
+    flat = [np.tile([1.0, 0.0, 1.0, 1.0], 10) if d % 2 else np.tile([1.0, 0.0, 0.0, 1.0], 10) for d in range(draws)]
+    by = [np.repeat(np.arange(groups), 4) for _ in range(draws)]
+    same = probes.accuracy_estimate(flat, by, groups)
+    plain = ev.mean_estimate(np.array([h.mean() for h in flat]), "draws")
+    assert (same.lo, same.hi) == pytest.approx((plain.lo, plain.hi), rel=1e-12)

@@ -6,7 +6,6 @@ import lab
 import streamlit as st
 
 from vitlab import probes
-from vitlab.analyses import findings
 from vitlab.charts import probes as charts
 
 REP_NAMES = {"cls": "CLS token", "gap": "mean of tokens (GAP)", "gap_cls": "GAP incl. CLS", "first": "first token",
@@ -57,7 +56,7 @@ if report is not None:
     sp = report.split
     st.caption(f"{len(sp.train)} training, {len(sp.val)} held-out (to choose λ) and {len(sp.test)} test images, "
                f"{sp.classes} classes; accuracies are means over {draws} few-shot draws of these images; "
-               + findings.interval_caption("few-shot draws", draws)
+               + report.interval_caption()
                + "; dashed: chance, the most common test class's share (what a guess that ignores the image "
                "scores at best)" + ("; above_chance: yes when the whole interval is above it" if draws > 1 else ""))
     st.dataframe(frame, hide_index=True, height=240)

@@ -34,6 +34,9 @@ from ..inputs.data import Batch, ImageSource
 from ..inputs.models import LoadedModel
 from ..options import option
 from ..progress import passes
+from ..stats import evidence as ev
+from ..stats import pool
+from ..stats.evidence import Estimate
 from .reports import PerModel
 
 L2_GRID = tuple(2.0**i for i in range(-10, 20))
@@ -232,8 +235,8 @@ class ProbeResult:
 
     def to_frame(self):
         """model, layer, layer_index, depth (normalised, (i+1)/L), representation, accuracy (mean over draws),
-        accuracy_lo, accuracy_hi (its 95 % t interval over draws; NaN below 4 draws), interval_unit,
-        interval_units, interval_method, chance (the test images' most
+        accuracy_lo, accuracy_hi (its 95 % interval: t over the draws with the pool's own variance,
+        :func:`accuracy_estimate`; NaN below 4 draws), interval_unit, interval_units, interval_method, chance (the test images' most
         common class's share, mean over draws: :func:`majority_rate`), above_chance (:func:`above_chance`: yes, no,
         can't tell; None for one draw), val_accuracy, l2 (means over the draws), shots, tokens (individual tokens
         averaged; 1 otherwise), draws."""
@@ -252,6 +255,22 @@ class ProbeReport(PerModel):
         """The best layer's row per group (default: per model; ``("model", "representation")`` for each curve)."""
         frame = self.to_frame()
         return frame.loc[frame.groupby(list(by))["accuracy"].idxmax()]
+
+    def interval_caption(self) -> str:
+        """The error bars' words in the page's one convention (:func:`vitlab.analyses.findings.interval_caption`):
+        "bars: 95 % t over 5 few-shot draws with the pool's own variance from a jackknife over 10 groups of its
+        images"; "no interval" words below 4 draws or without one."""
+        from .findings import interval_caption
+
+        frame = self.to_frame()
+        draws = int(frame["draws"].iloc[0]) if len(frame) else 0
+        caption = interval_caption("few-shot draws", draws, pool.POOL_T)
+        if draws < ev.MIN_UNITS:
+            return caption
+        if not frame["accuracy_lo"].notna().any():
+            return "bars: no interval (--bootstrap 0, or a draw's test images all in one group of the pool)"
+        pooled = len(self.split.train) + len(self.split.val) + len(self.split.test)
+        return f"{caption} {pool.pool_note(min(pool.POOL_GROUPS, pooled))}"
 
     def headline(self) -> list[str]:
         lines = [f"{r['model']}: best {r['accuracy']:.3f} at {r['layer']} ({r['representation']})"
@@ -282,22 +301,42 @@ def above_chance(lo: float, hi: float, chance: float) -> str | None:
     return "yes" if lo > chance else "no" if hi <= chance else "can't tell"
 
 
-def _probe_one(xs: dict[str, np.ndarray], ys: dict[str, np.ndarray], classes: int) -> tuple[float, float, float]:
-    """(test accuracy, validation accuracy, λ) of one feature set."""
+def _probe_hits(xs: dict[str, np.ndarray], ys: dict[str, np.ndarray], classes: int
+                ) -> tuple[np.ndarray, float, float]:
+    """(hits, validation accuracy, λ) of one feature set: hits (n_test,) is 1.0 where the probe classifies a test
+    image right (their mean is the test accuracy, as :meth:`RidgeProbe.accuracy`)."""
     probe = fit(xs["train"], ys["train"], classes)
     l2, val = select_l2(probe, xs["val"], ys["val"])
-    return probe.accuracy(xs["test"], ys["test"], l2), val, l2
+    hits = np.argmax(probe.design(xs["test"]) @ probe.weights(l2), axis=1) == np.asarray(ys["test"])
+    return hits.astype(np.float64), val, l2
+
+
+def _probe_one(xs: dict[str, np.ndarray], ys: dict[str, np.ndarray], classes: int) -> tuple[float, float, float]:
+    """(test accuracy, validation accuracy, λ) of one feature set."""
+    hits, val, l2 = _probe_hits(xs, ys, classes)
+    return float(hits.mean()), val, l2
 
 
 def _probe_draw(x: np.ndarray, y: np.ndarray, parts: dict[str, np.ndarray], classes: int
-                ) -> tuple[float, float, float, int]:
-    """(test accuracy, validation accuracy, λ, tokens) of one draw ``parts`` (indices into the pool ``x``, ``y``);
-    'token' features (n, K, D) get one probe per token, and the means are reported."""
+                ) -> tuple[np.ndarray, float, float, int]:
+    """(hits, validation accuracy, λ, tokens) of one draw ``parts`` (indices into the pool ``x``, ``y``); hits
+    (n_test,) per test image (:func:`_probe_hits`; their mean is the draw's test accuracy). 'token' features
+    (n, K, D) get one probe per token, and the means over the tokens are reported (per test image for the hits)."""
     ys = {p: y[ix] for p, ix in parts.items()}
     if x.ndim == 2:
-        return (*_probe_one({p: x[ix] for p, ix in parts.items()}, ys, classes), 1)
-    per = [_probe_one({p: x[ix, k] for p, ix in parts.items()}, ys, classes) for k in range(x.shape[1])]
-    return (*(float(np.mean([r[j] for r in per])) for j in range(3)), len(per))
+        return (*_probe_hits({p: x[ix] for p, ix in parts.items()}, ys, classes), 1)
+    per = [_probe_hits({p: x[ix, k] for p, ix in parts.items()}, ys, classes) for k in range(x.shape[1])]
+    return (np.mean([r[0] for r in per], axis=0), *(float(np.mean([r[j] for r in per])) for j in (1, 2)), len(per))
+
+
+def accuracy_estimate(hits: Sequence[np.ndarray], test_groups: Sequence[np.ndarray], groups: int) -> Estimate:
+    """The mean test accuracy over D few-shot draws from one pool, with the pool-aware t interval of
+    :func:`vitlab.stats.pool.pool_estimate` (as the tour's Fig 11): ``hits[d]`` (n_d,) draw d's per-test-image hits,
+    ``test_groups[d]`` (n_d,) their groups of the pool (:func:`vitlab.stats.pool.pool_groups`). An accuracy lies in
+    [0, 1] and the mean moves in steps of one test image per draw: an interval narrower is widened to it."""
+    accs = np.array([np.mean(h) for h in hits])
+    replicates = pool.left_out_means(hits, test_groups, groups)
+    return pool.pool_estimate(accs, replicates, (0.0, 1.0), 1.0 / (max(len(h) for h in hits) * len(hits)))
 
 
 def _draws(labels: dict[str, np.ndarray], split: Split, draws: int, seed: int) -> list[dict[str, np.ndarray]]:
@@ -348,13 +387,13 @@ def probe_model(model: LoadedModel, source: ImageSource, split: Split, *, layers
     """Few-shot probe accuracy of every layer x representation of one model (Figs 11, 13).
 
     ``draws`` few-shot draws (``split``, then re-draws of its images, seeds ``seed + d``): the accuracy is their
-    mean, with its 95 % jackknife-t interval over the draws (the t interval of a mean; NaN below ``evidence.MIN_UNITS``
-    draws or with ``run.bootstrap`` 0), as the tour's Fig 11. ``run.shard``/``run.gather`` (``vitlab.dist``): each rank
+    mean, with its 95 % interval as the tour's Fig 11's (:func:`accuracy_estimate`): a t interval over the draws whose
+    variance adds to the draws' spread the pool's own, from a jackknife over groups of the pool's images
+    (:func:`vitlab.stats.pool.pool_groups`, seed ``seed``), since the draws share the pool's images and the t over
+    the draws alone misses that part (NaN below ``evidence.MIN_UNITS`` draws or with ``run.bootstrap`` 0). ``run.shard``/``run.gather`` (``vitlab.dist``): each rank
     extracts its batches' features; after the gather every rank holds all of them in batch order and fits the same
     probes. ``pass_at``: (this model's first image pass, all passes), for the progress words of several models.
     """
-    from ..stats import evidence as ev
-
     layers = tuple(layers or default_layers(model.model))
     taps_mod.check_taps(model.model, layers)
     allowed = representations(model.model)
@@ -369,6 +408,9 @@ def probe_model(model: LoadedModel, source: ImageSource, split: Split, *, layers
     parts = _draws(labels, split, draws, seed)
     y = np.concatenate([labels[p] for p in ("train", "val", "test")])
     chance = float(np.mean([majority_rate(y[d["test"]]) for d in parts]))
+    groups = min(pool.POOL_GROUPS, len(y))
+    test_groups = [pool.pool_groups(len(y), groups, seed)[d["test"]] for d in parts]
+    method = f"{pool.POOL_T} {pool.pool_note(groups)}"
     rows = []
     fits = len(layers) * len(reps)
     for i, tap in enumerate(layers):
@@ -377,17 +419,17 @@ def probe_model(model: LoadedModel, source: ImageSource, split: Split, *, layers
             run.step(i * len(reps) + r, fits, f"{model.label}: probe fits, {tap} {rep} ({i * len(reps) + r + 1} of "
                      f"{fits}, {draws} draw{'s' if draws > 1 else ''} each)")
             x = np.concatenate([feats[p][f"{rep}|{tap}"] for p in ("train", "val", "test")])
-            per = np.array([_probe_draw(x, y, d, split.classes) for d in parts])  # (draws, 4)
-            acc = ev.mean_estimate(per[:, 0], "draws") if draws > 1 and run.bootstrap else None
+            per = [_probe_draw(x, y, d, split.classes) for d in parts]  # draws x (hits, val, λ, tokens)
+            hits = [p[0] for p in per]
+            acc = accuracy_estimate(hits, test_groups, groups) if draws > 1 and run.bootstrap else None
             lo, hi = (acc.lo, acc.hi) if acc else (np.nan, np.nan)
-            unit = ev.interval_columns("draws", draws, ev.JACKKNIFE if acc else "no interval (one draw or "
-                                       "--bootstrap 0)")
+            unit = ev.interval_columns("draws", draws, method if acc else "no interval (one draw or --bootstrap 0)")
             rows.append({"model": model.label, "layer": tap, "layer_index": i, "depth": (i + 1) / len(layers),
-                         "representation": rep, "accuracy": float(per[:, 0].mean()),
+                         "representation": rep, "accuracy": float(np.mean([h.mean() for h in hits])),
                          "accuracy_lo": lo, "accuracy_hi": hi, "chance": chance,
                          "above_chance": above_chance(lo, hi, chance),
-                         "val_accuracy": float(per[:, 1].mean()), "l2": float(per[:, 2].mean()),
-                         "shots": len(split.train) // split.classes, "tokens": int(per[0, 3]), "draws": draws,
+                         "val_accuracy": float(np.mean([p[1] for p in per])), "l2": float(np.mean([p[2] for p in per])),
+                         "shots": len(split.train) // split.classes, "tokens": per[0][3], "draws": draws,
                          **unit})
     return ProbeResult(model.label, rows, len(split.train) // split.classes,
                        {p: len(v) for p, v in labels.items()})
@@ -406,7 +448,8 @@ class ProbeOptions:
                                           "(default: all that the model has)", kind="strs")
     tokens: int = option(8, "individual tokens probed per layer for 'token'")
     draws: int = option(5, "few-shot draws of the split's images (seeds seed, seed+1, ...): the accuracy is their "
-                        "mean with a 95 % t interval (4 or more draws); 1: no interval")
+                        "mean with a 95 % t interval over the draws plus the pool's own variance (4 or more draws); "
+                        "1: no interval")
     batch_size: int = option(64, "images per batch", short="-b")
 
 

@@ -38,7 +38,7 @@ def probe_lines(frame: pd.DataFrame, title: str | None = None, width: int = 420)
         "representation_name:N", title="representation",
         legend=alt.Legend(symbolType="stroke", symbolStrokeColor="#444", symbolStrokeWidth=2, labelLimit=300)))
     layers = [lines, base.mark_circle(size=28)]
-    if ranged:  # 95 % interval of the mean accuracy over the few-shot draws
+    if ranged:  # 95 % interval of the mean accuracy over the few-shot draws (with the probe pool's own variance)
         layers.append(base.mark_rule(strokeWidth=1.5, opacity=0.7).encode(y="accuracy_lo:Q", y2="accuracy_hi:Q"))
     if "chance" in data and data["chance"].notna().any():
         level = pd.DataFrame({"chance": sorted(data["chance"].dropna().unique())})

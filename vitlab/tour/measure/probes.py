@@ -8,11 +8,12 @@ import pandas as pd
 
 import vitlab.tour.checks as T  # vitlab.tour.checks, not vitlab.tour: vitlab.tour imports this one
 
+from ...analyses import probes
 from ...analyses.probes import draw_split
 from ...errors import VitlabError
 from ...inputs.models import LoadedModel
-from ...stats import evidence as ev
 from ...stats.evidence import Estimate
+from ...stats.pool import POOL_GROUPS, pool_estimate, pool_groups, pool_variance
 from .common import Models, Need, _probe_pool, _rows, _stream
 
 
@@ -23,8 +24,6 @@ def _labelled(source) -> None:
 
 
 def _probe_stat(m: LoadedModel):
-    from ...analyses import probes
-
     # the claim compares the first and the last block
     return probes.ProbeFeatures(tuple(probes.default_layers(m.model)), ("cls", "gap"))
 
@@ -42,7 +41,7 @@ def needs_probes(ms: Models, source, opts) -> list[Need]:
 def _probe_margins(m: LoadedModel, source, opts, run) -> tuple[np.ndarray, np.ndarray, list[str], pd.DataFrame]:
     """Per few-shot draw: min(GAP − CLS at the first layer, CLS gain first → last); features extracted once. Also
     the pool jackknife's replicates of their mean (:func:`pool_jackknife`) and the probe curves: accuracy per block
-    and representation, mean over the draws with its t interval."""
+    and representation, mean over the draws with the same pool-aware t interval as the Linear probes page's."""
     _labelled(source)
     stat = _probe_stat(m)
     layers = stat.layers
@@ -57,21 +56,29 @@ def _probe_margins(m: LoadedModel, source, opts, run) -> tuple[np.ndarray, np.nd
         labels += batch_labels
     x = {k: np.concatenate(v) for k, v in feats.items()}
     y = np.array(labels)
-    margins, texts, accs = draw_margins(x, y, layers, len(source.classes), opts.probe_draws, opts.probe_shots,
-                                        opts.probe_test, run.seed)
+    hits = draw_hits(x, y, layers, len(source.classes), opts.probe_draws, opts.probe_shots, opts.probe_test,
+                     run.seed)
+    margins, texts, _ = _margins_of(hits, layers)
     replicates = pool_jackknife(x, y, layers, len(source.classes), opts.probe_draws, opts.probe_shots,
                                 opts.probe_test, run.seed)
+    curves = probe_curves(m.label, layers, hits, y, opts.probe_draws, opts.probe_shots, opts.probe_test, run.seed)
+    return margins, replicates, texts, curves
+
+
+def probe_curves(label: str, layers, hits: list[dict[tuple[str, int], np.ndarray]], y: np.ndarray, draws: int,
+                 shots: int, test: int, seed: int) -> pd.DataFrame:
+    """Fig 11's curves from :func:`draw_hits`'s ``hits``: accuracy per block and representation, the mean over the
+    draws with the Linear probes page's interval (``probes.accuracy_estimate``: the pool's own variance too, from
+    :data:`POOL_GROUPS` groups of the pool's images seeded ``seed``)."""
+    groups = pool_groups(len(y), POOL_GROUPS, seed)
+    test_groups = [groups[p["test"]] for p in draw_parts(y, draws, shots, test, seed)]
     rows = []
-    for (rep, i) in accs[0]:
-        e = ev.mean_estimate(np.array([a[rep, i] for a in accs]), "draws")
-        rows.append({"model": m.label, "layer": layers[i], "index": i, "depth": (i + 1) / len(layers),
+    for (rep, i) in hits[0]:
+        e = probes.accuracy_estimate([h[rep, i] for h in hits], test_groups, POOL_GROUPS)
+        rows.append({"model": label, "layer": layers[i], "index": i, "depth": (i + 1) / len(layers),
                      "representation": rep, "accuracy": e.value, "accuracy_lo": e.lo, "accuracy_hi": e.hi,
-                     "draws": len(accs)})
-    return margins, replicates, texts, pd.DataFrame(rows)
-
-
-POOL_T = "t"  # Fig 11's interval: a t interval over the draws plus the pool's variance (margin_variance)
-POOL_GROUPS = 10  # groups of the probe pool's images, each left out in turn by Fig 11's interval (pool_jackknife)
+                     "draws": len(hits)})
+    return pd.DataFrame(rows)
 
 
 def draw_parts(y: np.ndarray, draws: int, shots: int, test: int, seed: int) -> list[dict[str, np.ndarray]]:
@@ -79,30 +86,23 @@ def draw_parts(y: np.ndarray, draws: int, shots: int, test: int, seed: int) -> l
     return [dict(zip(("train", "val", "test"), draw_split(y, shots, test, seed + d))) for d in range(draws)]
 
 
-def _accuracies(x: dict[str, np.ndarray], y: np.ndarray, parts: dict[str, np.ndarray], layers, classes: int,
-                blocks) -> dict[tuple[str, int], float]:
-    """Test accuracy of the CLS and GAP probes of one draw ``parts`` at the blocks ``blocks`` (indices into
-    ``layers``)."""
-    from ...analyses import probes
-
-    return {(rep, i): probes._probe_one({p: x[f"{rep}|{layers[i]}"][ix] for p, ix in parts.items()},
-                                        {p: y[ix] for p, ix in parts.items()}, classes)[0]
-            for rep in ("cls", "gap") for i in blocks}
-
-
 def _margin(acc: dict[tuple[str, int], float], last: int) -> float:
     return min(acc["gap", 0] - acc["cls", 0], acc["cls", last] - acc["cls", 0])
 
 
-def draw_margins(x: dict[str, np.ndarray], y: np.ndarray, layers, classes: int, draws: int, shots: int, test: int,
-                 seed: int) -> tuple[np.ndarray, list[str], list[dict]]:
-    """Fig 11's margin per few-shot draw d (``draw_split`` seeded ``seed + d``) from the pool's features ``x``
-    ('cls|TAP', 'gap|TAP': (n, D)) and labels ``y`` (n,): min(GAP − CLS at the first layer, CLS gain first → last);
-    with each draw's words and accuracies."""
+def draw_hits(x: dict[str, np.ndarray], y: np.ndarray, layers, classes: int, draws: int, shots: int, test: int,
+              seed: int) -> list[dict[tuple[str, int], np.ndarray]]:
+    """Per few-shot draw d (``draw_split`` seeded ``seed + d``) from the pool's features ``x`` ('cls|TAP',
+    'gap|TAP': (n, D)) and labels ``y`` (n,): each block's CLS and GAP probe's hits on the draw's test images."""
+    return [_test_hits(x, y, parts, layers, classes, range(len(layers)))
+            for parts in draw_parts(y, draws, shots, test, seed)]
+
+
+def _margins_of(hits: list[dict[tuple[str, int], np.ndarray]], layers) -> tuple[np.ndarray, list[str], list[dict]]:
     margins, texts, accs = [], [], []
     last = len(layers) - 1
-    for parts in draw_parts(y, draws, shots, test, seed):
-        acc = _accuracies(x, y, parts, layers, classes, range(len(layers)))
+    for h in hits:
+        acc = {k: float(v.mean()) for k, v in h.items()}
         margins.append(_margin(acc, last))
         texts.append(f"CLS {acc['cls', 0]:.0%}→{acc['cls', last]:.0%}, GAP {acc['gap', 0]:.0%}→"
                      f"{acc['gap', last]:.0%} ({layers[0]} → {layers[-1]})")
@@ -110,20 +110,17 @@ def draw_margins(x: dict[str, np.ndarray], y: np.ndarray, layers, classes: int, 
     return np.array(margins), texts, accs
 
 
-def pool_groups(n: int, groups: int, seed: int) -> np.ndarray:
-    """(n,) group of each pool image: a ``default_rng(seed)`` permutation of 0 .. n − 1 modulo ``groups``, so the
-    groups differ in size by at most one image."""
-    if not 2 <= groups <= n:
-        raise VitlabError(f"the pool jackknife needs between 2 and {n} groups of images, not {groups}")
-    return np.random.default_rng(seed).permutation(n) % groups
+def draw_margins(x: dict[str, np.ndarray], y: np.ndarray, layers, classes: int, draws: int, shots: int, test: int,
+                 seed: int) -> tuple[np.ndarray, list[str], list[dict]]:
+    """Fig 11's margin per few-shot draw (:func:`draw_hits`): min(GAP − CLS at the first layer, CLS gain first →
+    last); with each draw's words and accuracies."""
+    return _margins_of(draw_hits(x, y, layers, classes, draws, shots, test, seed), layers)
 
 
 def _test_hits(x: dict[str, np.ndarray], y: np.ndarray, parts: dict[str, np.ndarray], layers, classes: int,
                blocks) -> dict[tuple[str, int], np.ndarray]:
     """Per test image of one draw ``parts``: whether the CLS and GAP probes at the blocks ``blocks`` (indices into
     ``layers``) classify it right (their mean is ``_probe_one``'s test accuracy)."""
-    from ...analyses import probes
-
     out = {}
     for rep in ("cls", "gap"):
         for i in blocks:
@@ -151,54 +148,20 @@ def pool_jackknife(x: dict[str, np.ndarray], y: np.ndarray, layers, classes: int
     return out
 
 
-def margin_variance(margins: np.ndarray, replicates: np.ndarray) -> tuple[float, float, float]:
-    """(within, shared, df) of Fig 11's mean margin over D draws, whose variance is estimated as within + shared:
-
-    - within = s² / D, s² the draws' sample variance: what the t interval over the draws alone had;
-    - shared = C, the covariance of two draws' margins through the pool's images they both test on: the mean over
-      pairs of draws d ≠ d' of the delete-a-group jackknife covariance (G − 1) / G · Σ_g (r_gd − r̄_d)(r_gd' − r̄_d')
-      of :func:`pool_jackknife`'s (G, D) ``replicates``, floored at 0 (a covariance of two draws from one pool is a
-      variance: Var(E[margin | pool]));
-    - df = min(D − 1, G − 1), the conservative degrees of freedom of a sum of two variance estimates (the
-      Behrens-Fisher problem's; Welch-Satterthwaite's would be larger).
-
-    Why: given the pool the draws are independent, so Var(mean) = Var(E[margin | pool]) + E[Var(margin | pool)] / D.
-    s² / D estimates the second part and misses the first, the covariance of two draws from one pool, because the
-    draws share the pool's images (each takes 400 of the tour's 500): on real activations the t interval over 5
-    draws covered 90 % (docs/evidence.md). With each draw's probes and split held fixed, the covariance through the
-    test images two draws share is a covariance of means over the pool's images, which the jackknife over groups of
-    them estimates. It is the larger part but not all of it: draws also share training and held-out images, whose
-    effect on a refitted probe is far from additive, and a jackknife that refits the probes overstates it (the
-    Efron-Stein bias; deleting training images also breaks the draws' shots per class). On the zoo the test part was
-    60 % of the shared covariance, so the Welch-Satterthwaite t (df ≈ 7) covered 93.0 % and the conservative df
-    95 % (bench/coverage_real_rf.py)."""
-    margins = np.asarray(margins, dtype=np.float64)
-    replicates = np.asarray(replicates, dtype=np.float64)
-    d, g = len(margins), replicates.shape[0]
-    if replicates.ndim != 2 or replicates.shape[1] != d or g < 2 or d < 2:
-        raise VitlabError(f"Fig 11's interval needs (groups ≥ 2, {d}) pool-jackknife replicates of at least 2 draws, "
-                          f"not {replicates.shape}")
-    centred = replicates - replicates.mean(0)
-    cov = (g - 1) / g * centred.T @ centred
-    shared = max(0.0, float((cov.sum() - np.trace(cov)) / (d * (d - 1))))
-    return float(margins.var(ddof=1)) / d, shared, float(min(d, g) - 1)
+margin_variance = pool_variance  # Fig 11's name for it: (within, shared, df) of the mean margin over the draws
+"""Fig 11's (within, shared, df): :func:`vitlab.stats.pool.pool_variance` of the margins and :func:`pool_jackknife`'s
+replicates. The shared part here is the covariance through the test images two draws share; on the zoo it was 60 %
+of the draws' whole shared covariance (the rest comes through their training and held-out images), so the
+Welch-Satterthwaite t (df ≈ 7) covered 93.0 % and the conservative df 95 % (bench/coverage_real_rf.py)."""
 
 
 def margin_estimate(margins: np.ndarray, replicates: np.ndarray, test: int, draws: int) -> Estimate:
     """Fig 11's statistic: the mean margin over the draws, with the t interval of :func:`margin_variance` (the
-    draws' spread plus the pool's own variance, from :func:`pool_jackknife`'s replicates). A difference of
-    accuracies lies in [−1, 1] (the interval is cut to it) and an accuracy moves in steps of one test image per
-    draw (an interval narrower than that is widened to it). Fewer than :data:`vitlab.stats.evidence.MIN_UNITS`
-    draws: no interval."""
-    margins = np.asarray(margins, dtype=np.float64)
-    value = float(margins.mean())
-    if len(margins) < ev.MIN_UNITS:
-        return Estimate(value, np.nan, np.nan, "draws", len(margins), POOL_T)
-    within, shared, df = margin_variance(margins, replicates)
-    half = ev.t_quantile(0.5 + ev.LEVEL / 2, int(df)) * np.sqrt(within + shared)
-    note = f"with the pool's own variance from a jackknife over {len(replicates)} groups of its images"
-    e = Estimate(value, value - half, value + half, "draws", len(margins), POOL_T, note).clipped(-1.0, 1.0)
-    return e.widened(1.0 / (test * max(1, draws)), (-1.0, 1.0))
+    draws' spread plus the pool's own variance, from :func:`pool_jackknife`'s replicates;
+    :func:`vitlab.stats.pool.pool_estimate`). A difference of accuracies lies in [−1, 1] (the interval is cut to it)
+    and an accuracy moves in steps of one test image per draw (an interval narrower than that is widened to it).
+    Fewer than :data:`vitlab.stats.evidence.MIN_UNITS` draws: no interval."""
+    return pool_estimate(margins, replicates, (-1.0, 1.0), 1.0 / (test * max(1, draws)))
 
 
 def measure_probes(ms: Models, source, opts, run):
