@@ -244,8 +244,8 @@ def estimates(per: dict[str, dict[str, np.ndarray]], batches: np.ndarray) -> dic
     from vitlab.stats import evidence as ev
     from vitlab.stats import leads
     from vitlab.tour.measure.attention import head_rank
-    from vitlab.tour.measure.common import CKA_DIFF, CKA_RANGE, _jack, _vit_minus_cnn
-    from vitlab.tour.measure.similarity import pair_curve, removal_estimate, scale_excess
+    from vitlab.tour.measure.common import _jack, _vit_minus_cnn
+    from vitlab.tour.measure.similarity import pair_curve, removal_estimate, scale_excess, uniformity_estimate
     from vitlab.tour.measure.skips import median_ratio
 
     b = np.asarray(batches)
@@ -266,12 +266,12 @@ def estimates(per: dict[str, dict[str, np.ndarray]], batches: np.ndarray) -> dic
 
     def gap(v, c):
         (pv, lv), (pc, lc) = uniformity(per[v]), uniformity(per[c])
-        return _jack(pv - pc, lv - lc, bounds=CKA_DIFF), (pv, lv), (pc, lc)
+        return uniformity_estimate(pv - pc, lv - lc, gap=True), (pv, lv), (pc, lc)
 
     g, uv, uc = gap(VIT, CNN)
     out["Figs 1-2: ViT − ResNet uniformity gap"] = g
-    out["Figs 1-2: ViT mean CKA between layers"] = _jack(*uv, bounds=CKA_RANGE)
-    out["Figs 1-2: ResNet mean CKA between layers"] = _jack(*uc, bounds=CKA_RANGE)
+    out["Figs 1-2: ViT mean CKA between layers"] = uniformity_estimate(*uv)
+    out["Figs 1-2: ResNet mean CKA between layers"] = uniformity_estimate(*uc)
     if both(VIT_TWIN, CNN_TWIN):
         out["Figs 1-2: untrained twins' gap" + LEARNED] = gap(VIT_TWIN, CNN_TWIN)[0]
 

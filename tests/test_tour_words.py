@@ -55,6 +55,48 @@ def test_bounded_interval_is_equivariant_under_an_affine_map_and_a_reflection():
     assert (lo3, hi3) == pytest.approx((1 - hi, 1 - lo), rel=1e-12)
 
 
+def test_tukey_interval_is_the_t_interval_of_the_pseudo_values():
+    # reference from the definition, by a loop: the statistic a ratio of sums over 5 batches, its leave-one-out
+    # values, the pseudo-values T·θ − (T − 1)·θ₋ₜ, their mean ± t_{T−1} · sd / √T (Efron & Tibshirani 1993, 11.5)
+    x, y = np.array([1.0, 2.0, 1.0, 3.0, 4.0]), np.array([2.0, 3.0, 5.0, 4.0, 6.0])
+    theta = x.sum() / y.sum()
+    loo = np.array([(x.sum() - x[t]) / (y.sum() - y[t]) for t in range(5)])
+    pseudo = np.array([5 * theta - 4 * loo[t] for t in range(5)])
+    assert ev.tukey_estimate(theta, loo) == pytest.approx(pseudo.mean(), rel=1e-12)
+    half = student.ppf(0.975, 4) * pseudo.std(ddof=1) / np.sqrt(5)
+    lo, hi = ev.jackknife_interval(theta, loo, bias_corrected=True)
+    assert (lo, hi) == pytest.approx((pseudo.mean() - half, pseudo.mean() + half), rel=1e-12)
+    # bounded: the same on the logit scale of the range, mapped back; the value shown stays the plain one
+    g = logit((theta + 1) / 2)
+    pg = 5 * g - 4 * logit((loo + 1) / 2)
+    half = student.ppf(0.975, 4) * pg.std(ddof=1) / np.sqrt(5)
+    e = Estimate.jackknife(theta, loo, "batches", bounds=(-1.0, 1.0), bias_corrected=True)
+    assert (e.lo, e.hi) == pytest.approx((2 * expit(pg.mean() - half) - 1, 2 * expit(pg.mean() + half) - 1), rel=1e-12)
+    assert e.value == theta and "bias-corrected estimate (Tukey)" in e.basis and "logit" in e.basis
+    plain = Estimate.jackknife(theta, loo, "batches", bounds=(-1.0, 1.0))
+    assert (plain.hi - plain.lo) != pytest.approx(e.hi - e.lo)  # the logit map: same se, another centre, another width
+    assert "Tukey" not in plain.basis
+
+
+def test_a_tukey_interval_that_misses_the_plain_value_is_stretched_to_it_and_says_so():
+    loo = np.array([0.9, 0.91, 0.92, 0.93, 0.94])  # a centre 5 · 0.5 − 4 · 0.92 = −1.18, far from 0.5
+    e = Estimate.jackknife(0.5, loo, "batches", bias_corrected=True)
+    assert e.lo < -1 and e.hi == 0.5 and "stretched to reach the plain estimate" in e.basis
+
+
+def test_figs_1_2_intervals_are_tukey_on_the_logit_scale():
+    from vitlab.tour.measure.similarity import uniformity_estimate
+
+    rng = np.random.default_rng(1)
+    loo = 0.2 + 0.02 * rng.random(6)
+    for gap, bounds in ((True, (-1.0, 1.0)), (False, (0.0, 1.0))):
+        e = uniformity_estimate(0.21, loo, gap=gap)
+        ref = Estimate.jackknife(0.21, loo, "batches", bounds=bounds, bias_corrected=True)
+        assert (e.value, e.lo, e.hi, e.bounds, e.basis) == (ref.value, ref.lo, ref.hi, ref.bounds, ref.basis)
+        assert e.basis == f"jackknife t over 6 batches; centred on the jackknife's bias-corrected estimate (Tukey); " \
+                          f"on the logit scale of [{bounds[0]:.3g}, {bounds[1]:.3g}]"
+
+
 def test_a_value_on_the_bound_is_clipped_and_said_so():
     loo = np.array([1.0, 1.0, 0.8, 1.0, 0.9])
     lo, hi, note = ev.bounded_jackknife(1.0, loo, -0.0667, 1.0)

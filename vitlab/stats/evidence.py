@@ -86,8 +86,10 @@ def t_quantile(q: float, df: int) -> float:
     return float(student.ppf(q, df))
 
 
-def jackknife_interval(value: np.ndarray, loo: np.ndarray, level: float = LEVEL) -> tuple[np.ndarray, np.ndarray]:
-    """value ± t_{T−1} · jackknife se, from (T, ...) leave-one-out values; NaN below :data:`MIN_UNITS` units."""
+def jackknife_interval(value: np.ndarray, loo: np.ndarray, level: float = LEVEL,
+                       bias_corrected: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """value ± t_{T−1} · jackknife se, from (T, ...) leave-one-out values; NaN below :data:`MIN_UNITS` units.
+    ``bias_corrected``: centred instead on :func:`tukey_estimate`, the mean of the pseudo-values (Tukey's interval)."""
     loo = np.asarray(loo, dtype=np.float64)
     units = loo.shape[0]
     value = np.asarray(value, dtype=np.float64)
@@ -97,7 +99,17 @@ def jackknife_interval(value: np.ndarray, loo: np.ndarray, level: float = LEVEL)
     with np.errstate(invalid="ignore"):
         se = np.sqrt((units - 1) / units * ((loo - loo.mean(0)) ** 2).sum(0))
     half = t_quantile(0.5 + level / 2, units - 1) * se
-    return value - half, value + half
+    centre = tukey_estimate(value, loo) if bias_corrected else value
+    return centre - half, centre + half
+
+
+def tukey_estimate(value: np.ndarray, loo: np.ndarray) -> np.ndarray:
+    """The jackknife's bias-corrected estimate from the (T, ...) leave-one-out values: the mean of the pseudo-values
+    T · value − (T − 1) · loo_t, i.e. value − (T − 1)(mean(loo) − value) (Quenouille 1956; Tukey 1958; Efron & Tibshirani
+    1993, eq. 11.5). It removes the O(1/T) bias of a smooth statistic such as a ratio of sums; the jackknife se is the
+    pseudo-values' standard error, so value ± t · se becomes Tukey's interval centred here."""
+    loo = np.asarray(loo, dtype=np.float64)
+    return loo.shape[0] * np.asarray(value, dtype=np.float64) - (loo.shape[0] - 1) * loo.mean(0)
 
 
 def mean_half_width(std: float, n: int, level: float = 0.95) -> float:
@@ -160,14 +172,15 @@ def ratio_replicates(sums: np.ndarray, counts: np.ndarray, idx: np.ndarray) -> n
     return s / c.reshape(c.shape + (1,) * (s.ndim - 1))
 
 
-def bounded_jackknife(value: float, loo: np.ndarray, low: float, high: float,
-                      level: float = LEVEL) -> tuple[float, float, str]:
+def bounded_jackknife(value: float, loo: np.ndarray, low: float, high: float, level: float = LEVEL,
+                      bias_corrected: bool = False) -> tuple[float, float, str]:
     """(lo, hi, note): the jackknife-t interval of a statistic that cannot leave [low, high] (a CKA, a rate, a
     difference of them), formed on the logit scale of the range and mapped back, so it stays inside the range and
     bends towards the middle near a bound, as the statistic's own spread does. The t interval on the raw scale is
     symmetric and reached past ±1 for differences of rates at a few batches (issue 33). When the value or a
     leave-one-out value sits on a bound the logit is infinite: the raw interval is then clipped to the range, and
-    the note says so. NaN below :data:`MIN_UNITS` units (note '')."""
+    the note says so. NaN below :data:`MIN_UNITS` units (note ''). ``bias_corrected``: Tukey's interval, centred on
+    the mean of the pseudo-values on the same scale (:func:`tukey_estimate`)."""
     loo = np.asarray(loo, dtype=np.float64).ravel()
     if not high > low:
         raise VitlabError(f"a bounded interval needs low < high, not [{low}, {high}]")
@@ -178,13 +191,13 @@ def bounded_jackknife(value: float, loo: np.ndarray, low: float, high: float,
         from scipy.special import expit, logit
 
         if np.isinf(high):  # bounded below only (a ratio of norms): the log scale of x − low
-            lo_t, hi_t = jackknife_interval(np.log(value - low), np.log(loo - low), level)
+            lo_t, hi_t = jackknife_interval(np.log(value - low), np.log(loo - low), level, bias_corrected)
             return float(low + np.exp(lo_t)), float(low + np.exp(hi_t)), f"on the log scale above {low:.3g}"
         span = high - low
-        lo_t, hi_t = jackknife_interval(logit((value - low) / span), logit((loo - low) / span), level)
+        lo_t, hi_t = jackknife_interval(logit((value - low) / span), logit((loo - low) / span), level, bias_corrected)
         return (float(low + span * expit(lo_t)), float(low + span * expit(hi_t)),
                 f"on the logit scale of [{low:.3g}, {high:.3g}]")
-    lo, hi = jackknife_interval(value, loo, level)
+    lo, hi = jackknife_interval(value, loo, level, bias_corrected)
     # a value past the range by estimator noise (an unbiased CKA a hair below 0) stays inside its own interval
     low, high = min(low, value), max(high, value)
     clo, chi = float(np.clip(lo, low, high)), float(np.clip(hi, low, high))
@@ -229,15 +242,24 @@ class Estimate:
 
     @classmethod
     def jackknife(cls, value: float, loo: np.ndarray, unit: str, level: float = LEVEL,
-                  bounds: tuple[float, float] | None = None, resolution: float = 0.0) -> Estimate:
+                  bounds: tuple[float, float] | None = None, resolution: float = 0.0,
+                  bias_corrected: bool = False) -> Estimate:
         """Jackknife-t interval from the (T,) leave-one-unit-out values (``jackknife_indices``); with ``bounds``
-        on the logit scale of that range (:func:`bounded_jackknife`); ``resolution`` as in :meth:`from_samples`."""
+        on the logit scale of that range (:func:`bounded_jackknife`); ``resolution`` as in :meth:`from_samples`.
+        ``bias_corrected``: Tukey's interval, centred on the mean of the pseudo-values (:func:`tukey_estimate`, on
+        the interval's scale) while ``value`` stays the plain estimate; should ``value`` fall outside, the interval
+        is stretched to reach it, and the note says so."""
         loo = np.asarray(loo, dtype=np.float64).ravel()
         if bounds is None:
-            lo, hi = jackknife_interval(value, loo, level)
+            lo, hi = jackknife_interval(value, loo, level, bias_corrected)
             note = ""
         else:
-            lo, hi, note = bounded_jackknife(float(value), loo, *bounds, level=level)
+            lo, hi, note = bounded_jackknife(float(value), loo, *bounds, level=level, bias_corrected=bias_corrected)
+        if bias_corrected and np.isfinite(lo) and np.isfinite(hi):
+            note = _join("centred on the jackknife's bias-corrected estimate (Tukey)", note)
+            if not lo <= value <= hi:
+                lo, hi = min(lo, value), max(hi, value)
+                note = _join(note, "stretched to reach the plain estimate")
         return cls(float(value), float(lo), float(hi), unit, len(loo), JACKKNIFE, note,
                    _range(bounds)).widened(resolution, bounds)
 

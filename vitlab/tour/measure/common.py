@@ -168,10 +168,13 @@ def _point(acc: ev.BootstrapCKA) -> np.ndarray:
     return ev.ratio(acc.xy, acc.xx, acc.yy)
 
 
-def _jack(value, loo, unit: str = "batches", bounds=None, resolution: float = 0.0) -> Estimate:
+def _jack(value, loo, unit: str = "batches", bounds=None, resolution: float = 0.0,
+          bias_corrected: bool = False) -> Estimate:
     """Jackknife-t estimate; ``bounds``: the statistic's range (CKA [0, 1], differences of CKA [-1, 1], ...), the
-    interval formed on its logit scale so that it never leaves it (``evidence.bounded_jackknife``)."""
-    return Estimate.jackknife(float(value), np.asarray(loo), unit, bounds=bounds, resolution=resolution)
+    interval formed on its logit scale so that it never leaves it (``evidence.bounded_jackknife``);
+    ``bias_corrected``: Tukey's interval, centred on the mean of the pseudo-values (``evidence.tukey_estimate``)."""
+    return Estimate.jackknife(float(value), np.asarray(loo), unit, bounds=bounds, resolution=resolution,
+                              bias_corrected=bias_corrected)
 
 
 CKA_RANGE, CKA_DIFF = (0.0, 1.0), (-1.0, 1.0)  # a CKA mean, a difference of two
