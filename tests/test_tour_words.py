@@ -72,7 +72,7 @@ def test_tukey_interval_is_the_t_interval_of_the_pseudo_values():
     half = student.ppf(0.975, 4) * pg.std(ddof=1) / np.sqrt(5)
     e = Estimate.jackknife(theta, loo, "batches", bounds=(-1.0, 1.0), bias_corrected=True)
     assert (e.lo, e.hi) == pytest.approx((2 * expit(pg.mean() - half) - 1, 2 * expit(pg.mean() + half) - 1), rel=1e-12)
-    assert e.value == theta and "bias-corrected estimate (Tukey)" in e.basis and "logit" in e.basis
+    assert e.value == theta and "bias-corrected (Tukey)" in e.basis and "logit" in e.basis
     plain = Estimate.jackknife(theta, loo, "batches", bounds=(-1.0, 1.0))
     assert (plain.hi - plain.lo) != pytest.approx(e.hi - e.lo)  # the logit map: same se, another centre, another width
     assert "Tukey" not in plain.basis
@@ -93,7 +93,7 @@ def test_figs_1_2_intervals_are_tukey_on_the_logit_scale():
         e = uniformity_estimate(0.21, loo, gap=gap)
         ref = Estimate.jackknife(0.21, loo, "batches", bounds=bounds, bias_corrected=True)
         assert (e.value, e.lo, e.hi, e.bounds, e.basis) == (ref.value, ref.lo, ref.hi, ref.bounds, ref.basis)
-        assert e.basis == f"jackknife t over 6 batches; centred on the jackknife's bias-corrected estimate (Tukey); " \
+        assert e.basis == f"jackknife t over 6 batches; bias-corrected (Tukey); " \
                           f"on the logit scale of [{bounds[0]:.3g}, {bounds[1]:.3g}]"
 
 

@@ -256,7 +256,7 @@ class Estimate:
         else:
             lo, hi, note = bounded_jackknife(float(value), loo, *bounds, level=level, bias_corrected=bias_corrected)
         if bias_corrected and np.isfinite(lo) and np.isfinite(hi):
-            note = _join("centred on the jackknife's bias-corrected estimate (Tukey)", note)
+            note = _join("bias-corrected (Tukey)", note)
             if not lo <= value <= hi:
                 lo, hi = min(lo, value), max(hi, value)
                 note = _join(note, "stretched to reach the plain estimate")
