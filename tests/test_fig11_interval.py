@@ -147,3 +147,18 @@ def test_the_tours_curves_carry_the_pools_variance_as_the_probes_page():
         assert half > 1 / (test * draws)  # not widened to one test image per draw
         assert (row["accuracy_lo"], row["accuracy_hi"]) == pytest.approx(
             (max(0.0, np.mean(accs) - half), min(1.0, np.mean(accs) + half)))
+
+
+def test_the_tours_replicates_from_its_fitted_probes_equal_the_refitted_pool_jackknife():
+    """The tour fits each draw's probes once (draw_hits) and forms the pool replicates from them; they equal
+    pool_jackknife's, which fits the first and last block's probes again."""
+    from vitlab.tour.measure.probes import draw_hits, margin_replicates, pool_jackknife
+
+    rng = np.random.default_rng(4)
+    classes, n, layers = 4, 160, ["b0", "b1", "b2"]
+    y = np.repeat(np.arange(classes), n // classes)
+    x = {f"{rep}|{tap}": rng.normal(size=(n, 6)) + 0.8 * (i + 1) * np.eye(classes, 6)[y]
+         for rep in ("cls", "gap") for i, tap in enumerate(layers)}
+    hits = draw_hits(x, y, layers, classes, 4, 3, 60, 2)
+    np.testing.assert_array_equal(margin_replicates(hits, y, layers, 4, 3, 60, 2),
+                                  pool_jackknife(x, y, layers, classes, 4, 3, 60, 2))

@@ -59,8 +59,7 @@ def _probe_margins(m: LoadedModel, source, opts, run) -> tuple[np.ndarray, np.nd
     hits = draw_hits(x, y, layers, len(source.classes), opts.probe_draws, opts.probe_shots, opts.probe_test,
                      run.seed)
     margins, texts, _ = _margins_of(hits, layers)
-    replicates = pool_jackknife(x, y, layers, len(source.classes), opts.probe_draws, opts.probe_shots,
-                                opts.probe_test, run.seed)
+    replicates = margin_replicates(hits, y, layers, opts.probe_draws, opts.probe_shots, opts.probe_test, run.seed)
     curves = probe_curves(m.label, layers, hits, y, opts.probe_draws, opts.probe_shots, opts.probe_test, run.seed)
     return margins, replicates, texts, curves
 
@@ -136,14 +135,23 @@ def pool_jackknife(x: dict[str, np.ndarray], y: np.ndarray, layers, classes: int
     """(groups, draws) delete-a-group jackknife replicates of Fig 11's margins over the pool's images: replicate
     (g, d) is draw d's margin with the images of group g (:func:`pool_groups`) left out of its test images, the
     probes as fitted on the whole draw (first and last block only: the margin reads no other)."""
+    last = len(layers) - 1
+    hits = [_test_hits(x, y, parts, layers, classes, (0, last)) for parts in draw_parts(y, draws, shots, test, seed)]
+    return margin_replicates(hits, y, layers, draws, shots, test, seed, groups)
+
+
+def margin_replicates(hits: list[dict[tuple[str, int], np.ndarray]], y: np.ndarray, layers, draws: int, shots: int,
+                      test: int, seed: int, groups: int = POOL_GROUPS) -> np.ndarray:
+    """:func:`pool_jackknife`'s replicates from probes already fitted (:func:`draw_hits`: each draw's hits on its
+    test images), so that the tour fits each draw's probes once."""
     g = pool_groups(len(y), groups, seed)
     last = len(layers) - 1
     out = np.empty((groups, draws))
     for d, parts in enumerate(draw_parts(y, draws, shots, test, seed)):
-        hits = _test_hits(x, y, parts, layers, classes, (0, last))
+        ends = {k: hits[d][k] for k in (("cls", 0), ("gap", 0), ("cls", last), ("gap", last))}
         for j in range(groups):
             keep = g[parts["test"]] != j
-            out[j, d] = _margin({k: float(h[keep].mean()) if keep.any() else np.nan for k, h in hits.items()},
+            out[j, d] = _margin({k: float(h[keep].mean()) if keep.any() else np.nan for k, h in ends.items()},
                                 last)
     return out
 
